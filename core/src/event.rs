@@ -1,0 +1,471 @@
+//! The journal model: one append-only, totally ordered log of [`Event`]s per run.
+
+use crate::ids::{CallId, DeploymentId, RequestId, SessionId, WorkflowId};
+use crate::time::Timestamp;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use std::fmt;
+
+/// A JSON value kept as the exact bytes it was written with, so it round-trips byte for byte
+/// through every store.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Payload(Box<RawValue>);
+
+impl Payload {
+    /// Serializes `value` as a payload.
+    ///
+    /// # Errors
+    /// When `value` cannot be serialized as JSON (a map with non-string keys, say).
+    pub fn from_value<T: Serialize + ?Sized>(value: &T) -> Result<Self, serde_json::Error> {
+        serde_json::value::to_raw_value(value).map(Self)
+    }
+
+    /// Checks that `json` is one valid JSON value and keeps its exact text.
+    ///
+    /// # Errors
+    /// When `json` is not valid JSON.
+    pub fn from_json(json: impl Into<String>) -> Result<Self, serde_json::Error> {
+        RawValue::from_string(json.into()).map(Self)
+    }
+
+    /// The JSON `null`.
+    pub fn null() -> Self {
+        Self::from_json("null").expect("null is valid JSON")
+    }
+
+    /// The exact JSON text.
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+
+    /// Size of the JSON text in bytes; this is what the payload limits count.
+    pub fn len(&self) -> usize {
+        self.0.get().len()
+    }
+
+    /// Whether the JSON text is empty (never, for a valid payload).
+    pub fn is_empty(&self) -> bool {
+        self.0.get().is_empty()
+    }
+
+    /// Whether this is the JSON `null`.
+    pub fn is_null(&self) -> bool {
+        self.0.get().trim() == "null"
+    }
+
+    /// Deserializes the payload.
+    ///
+    /// # Errors
+    /// When the JSON does not match `T`.
+    pub fn to_value<T: serde::de::DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(self.0.get())
+    }
+}
+
+impl PartialEq for Payload {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl Eq for Payload {}
+
+impl fmt::Debug for Payload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const SHOWN: usize = 200;
+        let s = self.get();
+        if s.len() <= SHOWN {
+            write!(f, "Payload({s})")
+        } else {
+            let mut end = SHOWN;
+            while !s.is_char_boundary(end) {
+                end -= 1;
+            }
+            write!(f, "Payload({}… {} bytes)", &s[..end], s.len())
+        }
+    }
+}
+
+impl From<serde_json::Value> for Payload {
+    fn from(v: serde_json::Value) -> Self {
+        Self::from_value(&v).expect("a serde_json::Value always serializes")
+    }
+}
+
+/// How a workflow tool's call relates to the parent agent's turn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Execution {
+    /// The call stays pending until the run ends; the run's output settles it.
+    #[default]
+    Default,
+    /// The call returns `{status: "working", taskId}` at once; the run ends with a task
+    /// notification.
+    Background,
+}
+
+/// How a channel renders an input request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Display {
+    /// Buttons, one per option.
+    #[default]
+    Confirmation,
+    /// A choice among the options.
+    Select,
+    /// Free text.
+    Text,
+}
+
+/// Visual weight of an option.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OptionStyle {
+    /// The recommended choice.
+    Primary,
+    /// A destructive choice.
+    Danger,
+    /// Neither.
+    #[default]
+    Default,
+}
+
+/// One option offered by an input request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputOption {
+    /// The id an answer names.
+    pub id: String,
+    /// What the person sees.
+    pub label: String,
+    /// Longer explanation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Visual weight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub style: Option<OptionStyle>,
+}
+
+/// What `ctx.ask` publishes on the session channel.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InputRequest {
+    /// The question.
+    pub prompt: String,
+    /// How to render it.
+    #[serde(default)]
+    pub display: Display,
+    /// The options offered; empty means free text only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub options: Vec<InputOption>,
+    /// Whether an answer may carry free text instead of (or beside) an option.
+    #[serde(default)]
+    pub allow_freeform: bool,
+}
+
+impl InputRequest {
+    /// Checks that `response` is an answer this request accepts: an offered option id, or free
+    /// text where free text is allowed (a request with no options always takes text).
+    ///
+    /// # Errors
+    /// A message that says what was wrong with the response.
+    pub fn accepts(&self, response: &InputResponse) -> Result<(), String> {
+        match (&response.option_id, &response.text) {
+            (None, None) => Err("an answer needs an optionId or a text".into()),
+            (Some(id), _) => {
+                if self.options.iter().any(|o| &o.id == id) {
+                    Ok(())
+                } else {
+                    let offered: Vec<&str> = self.options.iter().map(|o| o.id.as_str()).collect();
+                    Err(format!(
+                        "option {id:?} is not offered; offered options are {offered:?}"
+                    ))
+                }
+            }
+            (None, Some(_)) => {
+                if self.allow_freeform || self.options.is_empty() {
+                    Ok(())
+                } else {
+                    Err("this request does not allow free text; answer with an optionId".into())
+                }
+            }
+        }
+    }
+}
+
+/// An answer to an [`InputRequest`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct InputResponse {
+    /// The chosen option.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub option_id: Option<String>,
+    /// Free text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+}
+
+impl InputResponse {
+    /// An answer choosing `option_id`.
+    pub fn option(option_id: impl Into<String>) -> Self {
+        Self {
+            option_id: Some(option_id.into()),
+            text: None,
+        }
+    }
+
+    /// A free-text answer.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self {
+            option_id: None,
+            text: Some(text.into()),
+        }
+    }
+}
+
+/// One journal entry. `cmd` is the body's command counter: the n-th durable operation it issued.
+///
+/// Adding a variant is a compatible change; changing or removing one needs a new
+/// [`crate::codec::FORMAT_VERSION`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum Event {
+    /// Always seq 0.
+    RunStarted {
+        /// Module path + function name of the body.
+        workflow_id: WorkflowId,
+        /// The deployment the run is pinned to.
+        deployment_id: DeploymentId,
+        /// The model-visible tool name.
+        tool: String,
+        /// The tool input: a JSON object.
+        input: Payload,
+        /// The session the call belongs to.
+        session_id: SessionId,
+        /// The tool call that started the run.
+        call_id: CallId,
+        /// Default or background.
+        execution: Execution,
+    },
+    /// A step attempt succeeded.
+    StepCompleted {
+        /// Command counter.
+        cmd: u64,
+        /// Step name.
+        name: String,
+        /// 1-based attempt number.
+        attempt: u32,
+        /// The step's result.
+        output: Payload,
+    },
+    /// A step attempt failed. `retry_at` is set when another attempt will follow.
+    StepFailed {
+        /// Command counter.
+        cmd: u64,
+        /// Step name.
+        name: String,
+        /// 1-based attempt number.
+        attempt: u32,
+        /// The error message.
+        error: String,
+        /// A fatal error is never retried.
+        fatal: bool,
+        /// When the next attempt is due, if any.
+        retry_at: Option<Timestamp>,
+    },
+    /// A durable timer.
+    SleepScheduled {
+        /// Command counter.
+        cmd: u64,
+        /// When it fires.
+        wake_at: Timestamp,
+    },
+    /// The timer of `cmd` fired.
+    SleepFired {
+        /// Command counter.
+        cmd: u64,
+    },
+    /// A hook (caller-chosen token) or webhook (random token) now takes payloads.
+    HookCreated {
+        /// Command counter.
+        cmd: u64,
+        /// The token; live tokens are unique across the store.
+        token: String,
+        /// Whether it is a webhook served over HTTP.
+        webhook: bool,
+    },
+    /// A payload delivered to the hook of `cmd`.
+    HookReceived {
+        /// Command counter of the hook.
+        cmd: u64,
+        /// The delivered payload.
+        payload: Payload,
+    },
+    /// `ctx.ask` published a request.
+    InputRequested {
+        /// Command counter.
+        cmd: u64,
+        /// Store-wide unique request id.
+        request_id: RequestId,
+        /// What was asked.
+        request: InputRequest,
+    },
+    /// The request was answered (at most once).
+    InputAnswered {
+        /// The request.
+        request_id: RequestId,
+        /// The answer.
+        response: InputResponse,
+    },
+    /// The request can no longer be answered (the run ended).
+    InputWithdrawn {
+        /// The request.
+        request_id: RequestId,
+    },
+    /// `ctx.agent` started or continued a child agent.
+    AgentStarted {
+        /// Command counter.
+        cmd: u64,
+        /// Unique within the run.
+        key: String,
+        /// Model-visible subagent name.
+        target: String,
+        /// The child, when continuing an existing one.
+        agent_id: Option<String>,
+    },
+    /// The child agent of `key` finished.
+    AgentCompleted {
+        /// Key of the call.
+        key: String,
+        /// Its output.
+        output: Payload,
+    },
+    /// The child agent of `key` failed.
+    AgentFailed {
+        /// Key of the call.
+        key: String,
+        /// Why.
+        error: String,
+    },
+    /// `ctx.progress(value)`.
+    Progress {
+        /// Command counter.
+        cmd: u64,
+        /// The snapshot.
+        value: Payload,
+    },
+    /// `task.post_message(message)` in a background run.
+    MessagePosted {
+        /// Command counter.
+        cmd: u64,
+        /// The message.
+        message: Payload,
+    },
+    /// Cancellation was requested; the body gets its grace period.
+    CancelRequested {
+        /// Why.
+        reason: String,
+    },
+    /// The run ended with an output.
+    RunCompleted {
+        /// The output that settles the call.
+        output: Payload,
+    },
+    /// The run ended with an error.
+    RunFailed {
+        /// The error.
+        error: String,
+    },
+    /// The run ended cancelled.
+    RunCancelled,
+    /// The run is parked (non-determinism, a panicking body, a poison loop) until an operator
+    /// resumes or fails it. Not an end: requests stay pending, hooks stay live.
+    RunBlocked {
+        /// Why, with the error code.
+        reason: String,
+    },
+    /// An operator resumed a blocked run.
+    RunResumed,
+}
+
+impl Event {
+    /// The variant's name, as stored in the `type` tag.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::RunStarted { .. } => "RunStarted",
+            Event::StepCompleted { .. } => "StepCompleted",
+            Event::StepFailed { .. } => "StepFailed",
+            Event::SleepScheduled { .. } => "SleepScheduled",
+            Event::SleepFired { .. } => "SleepFired",
+            Event::HookCreated { .. } => "HookCreated",
+            Event::HookReceived { .. } => "HookReceived",
+            Event::InputRequested { .. } => "InputRequested",
+            Event::InputAnswered { .. } => "InputAnswered",
+            Event::InputWithdrawn { .. } => "InputWithdrawn",
+            Event::AgentStarted { .. } => "AgentStarted",
+            Event::AgentCompleted { .. } => "AgentCompleted",
+            Event::AgentFailed { .. } => "AgentFailed",
+            Event::Progress { .. } => "Progress",
+            Event::MessagePosted { .. } => "MessagePosted",
+            Event::CancelRequested { .. } => "CancelRequested",
+            Event::RunCompleted { .. } => "RunCompleted",
+            Event::RunFailed { .. } => "RunFailed",
+            Event::RunCancelled => "RunCancelled",
+            Event::RunBlocked { .. } => "RunBlocked",
+            Event::RunResumed => "RunResumed",
+        }
+    }
+
+    /// Whether this event ends the run.
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            Event::RunCompleted { .. } | Event::RunFailed { .. } | Event::RunCancelled
+        )
+    }
+
+    /// Total bytes of the JSON payloads the event carries (what the payload limits count).
+    pub fn payload_bytes(&self) -> usize {
+        match self {
+            Event::RunStarted { input: p, .. }
+            | Event::StepCompleted { output: p, .. }
+            | Event::HookReceived { payload: p, .. }
+            | Event::AgentCompleted { output: p, .. }
+            | Event::Progress { value: p, .. }
+            | Event::MessagePosted { message: p, .. }
+            | Event::RunCompleted { output: p } => p.len(),
+            Event::StepFailed { error, .. }
+            | Event::AgentFailed { error, .. }
+            | Event::RunFailed { error } => error.len(),
+            Event::CancelRequested { reason } | Event::RunBlocked { reason } => reason.len(),
+            Event::InputRequested { request, .. } => {
+                request.prompt.len()
+                    + request
+                        .options
+                        .iter()
+                        .map(|o| {
+                            o.id.len()
+                                + o.label.len()
+                                + o.description.as_ref().map_or(0, String::len)
+                        })
+                        .sum::<usize>()
+            }
+            Event::InputAnswered { response, .. } => {
+                response.option_id.as_ref().map_or(0, String::len)
+                    + response.text.as_ref().map_or(0, String::len)
+            }
+            _ => 0,
+        }
+    }
+}
+
+/// An event as stored: its seq and the time the writer stamped on it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredEvent {
+    /// Position in the run's journal, from 0.
+    pub seq: u64,
+    /// When it was appended (the writer's `now`).
+    pub at: Timestamp,
+    /// The event.
+    pub event: Event,
+}

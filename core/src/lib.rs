@@ -1,0 +1,29 @@
+//! eve-core: durable workflow tools for AI agents.
+//!
+//! This crate holds the journal model ([`Event`], ids, the versioned [`codec`]), the
+//! [`JournalStore`] contract every backend implements, [`StoreError`], and [`MemoryStore`], the
+//! reference implementation. Backends live in their own crates (`eve-storage-sqlite`, …) and
+//! prove the contract with `eve-conformance`.
+
+pub mod codec;
+pub mod error;
+pub mod event;
+pub mod ids;
+pub mod memory;
+pub mod session;
+pub mod store;
+pub mod time;
+
+pub use error::StoreError;
+pub use event::{
+    Display, Event, Execution, InputOption, InputRequest, InputResponse, OptionStyle, Payload,
+    StoredEvent,
+};
+pub use ids::{AppendId, CallId, DeploymentId, RequestId, RunId, SessionId, WorkerId, WorkflowId};
+pub use memory::MemoryStore;
+pub use session::{SessionEntry, SessionEvent, ToolResult};
+pub use store::{
+    check_limits, Append, Appended, CancelOutcome, CreatedRun, Delivered, Effects, JournalStore,
+    JournalStoreExt, Lease, NewRun, PendingRequest, Resolution, RunQuery, RunRecord, RunStatus,
+};
+pub use time::Timestamp;

@@ -1,0 +1,717 @@
+//! [`MemoryStore`]: the reference implementation of the [`JournalStore`] contract, kept in one
+//! process's memory. The conformance suite's model agrees with it; tests and benches use it as
+//! the baseline.
+
+use crate::error::StoreError;
+use crate::event::{Event, InputResponse, Payload, StoredEvent};
+use crate::ids::{AppendId, DeploymentId, RequestId, RunId, SessionId, WorkerId};
+use crate::session::SessionEntry;
+use crate::store::{
+    check_limits, Append, Appended, CancelOutcome, CreatedRun, Delivered, Effects, JournalStore,
+    Lease, NewRun, PendingRequest, Resolution, RunQuery, RunRecord, RunStatus,
+};
+use crate::time::Timestamp;
+use async_trait::async_trait;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// The in-memory reference store. Cheap to create; everything is lost when it is dropped.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    state: Mutex<State>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    runs: HashMap<RunId, MemRun>,
+    /// Creation order, for listing.
+    order: Vec<RunId>,
+    keys: HashMap<String, RunId>,
+    /// Live hook tokens: token → (run, cmd).
+    hooks: HashMap<String, (RunId, u64)>,
+    /// (run, hook cmd, dedupe key) → seq of the accepted delivery.
+    hook_dedupe: HashMap<(RunId, u64, String), u64>,
+    requests: HashMap<RequestId, MemRequest>,
+    sessions: HashMap<SessionId, Vec<SessionEntry>>,
+    workers: HashMap<WorkerId, MemWorker>,
+}
+
+#[derive(Debug)]
+struct MemRun {
+    record: RunRecord,
+    events: Vec<StoredEvent>,
+    append_ids: HashMap<AppendId, Appended>,
+    timers: BTreeMap<u64, Timestamp>,
+}
+
+#[derive(Debug)]
+struct MemRequest {
+    pending: PendingRequest,
+    state: RequestState,
+}
+
+#[derive(Debug)]
+enum RequestState {
+    Pending,
+    Answered { response: InputResponse, seq: u64 },
+    Withdrawn,
+}
+
+#[derive(Debug)]
+struct MemWorker {
+    lease: Lease,
+    retired: bool,
+}
+
+impl State {
+    fn run(&self, id: &RunId) -> Result<&MemRun, StoreError> {
+        self.runs
+            .get(id)
+            .ok_or_else(|| StoreError::not_found("run", id))
+    }
+
+    /// Whether a valid lease holds the run at `now`.
+    fn held(&self, rec: &RunRecord, now: Timestamp) -> bool {
+        rec.owner.as_ref().is_some_and(|(w, e)| {
+            self.workers
+                .get(w)
+                .is_some_and(|mw| !mw.retired && mw.lease.epoch == *e && mw.lease.expires_at > now)
+        })
+    }
+
+    /// When the run next has work, ignoring leases: the time of its first unprocessed event, or
+    /// its earliest timer.
+    fn work_at(run: &MemRun) -> Option<Timestamp> {
+        if run.record.status != RunStatus::Running {
+            return None;
+        }
+        let pending = run
+            .events
+            .get(usize::try_from(run.record.processed_seq).unwrap_or(usize::MAX))
+            .map(|e| e.at);
+        let timer = run.timers.values().min().copied();
+        match (pending, timer) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Writes `events` at the run's next seq with their effects. The caller has checked
+    /// preconditions; this checks hook tokens, the one failure that depends on other runs.
+    fn write(
+        &mut self,
+        run_id: &RunId,
+        events: Vec<Event>,
+        now: Timestamp,
+    ) -> Result<(u64, u64), StoreError> {
+        let run = self.runs.get(run_id).expect("caller checked the run");
+        let fx = Effects::of(run.record.execution, &events);
+        for (i, (token, _, _)) in fx.hooks_created.iter().enumerate() {
+            if self.hooks.contains_key(token)
+                || fx.hooks_created[..i].iter().any(|(t, _, _)| t == token)
+            {
+                return Err(StoreError::AlreadyExists {
+                    what: "hook token",
+                    id: token.clone(),
+                    hint: "a live hook already has this token; choose another token or wait for its run to end",
+                });
+            }
+        }
+        let run = self.runs.get_mut(run_id).expect("caller checked the run");
+        let first = run.record.next_seq;
+        for (i, event) in events.into_iter().enumerate() {
+            run.events.push(StoredEvent {
+                seq: first + i as u64,
+                at: now,
+                event,
+            });
+        }
+        run.record.next_seq = run.events.len() as u64;
+        run.record.updated_at = now;
+        for (cmd, due) in &fx.timers_set {
+            run.timers.insert(*cmd, *due);
+        }
+        for cmd in &fx.timers_cleared {
+            run.timers.remove(cmd);
+        }
+        if fx.cancel_requested {
+            run.record.cancel_requested = true;
+        }
+        if let Some(status) = fx.status {
+            run.record.status = status;
+        }
+        let ended = fx.ends_run();
+        if ended {
+            run.timers.clear();
+            run.record.owner = None;
+        }
+        let (session, call) = (run.record.session_id.clone(), run.record.call_id.clone());
+        let next = run.record.next_seq;
+        for (token, cmd, _) in fx.hooks_created {
+            self.hooks.insert(token, (run_id.clone(), cmd));
+        }
+        for (request_id, cmd, request) in fx.requests_opened {
+            let pending = PendingRequest {
+                request_id: request_id.clone(),
+                run_id: run_id.clone(),
+                session_id: session.clone(),
+                cmd,
+                request,
+                requested_at: now,
+            };
+            self.requests.insert(
+                request_id,
+                MemRequest {
+                    pending,
+                    state: RequestState::Pending,
+                },
+            );
+        }
+        for request_id in fx.requests_closed {
+            if let Some(r) = self.requests.get_mut(&request_id) {
+                if matches!(r.state, RequestState::Pending) {
+                    r.state = RequestState::Withdrawn;
+                }
+            }
+        }
+        if ended {
+            self.hooks.retain(|_, (r, _)| r != run_id);
+            for r in self.requests.values_mut() {
+                if &r.pending.run_id == run_id && matches!(r.state, RequestState::Pending) {
+                    r.state = RequestState::Withdrawn;
+                }
+            }
+        }
+        let log = self.sessions.entry(session.clone()).or_default();
+        for event in fx.session_events {
+            log.push(SessionEntry {
+                session_id: session.clone(),
+                seq: log.len() as u64,
+                at: now,
+                run_id: run_id.clone(),
+                call_id: call.clone(),
+                event,
+            });
+        }
+        Ok((first, next))
+    }
+
+    fn check_lease_current(&self, lease: &Lease, run: &str) -> Result<(), StoreError> {
+        match self.workers.get(&lease.worker) {
+            Some(w) if !w.retired && w.lease.epoch == lease.epoch => Ok(()),
+            _ => Err(fenced(lease, run)),
+        }
+    }
+}
+
+fn fenced(lease: &Lease, run: &str) -> StoreError {
+    StoreError::Fenced {
+        run: run.to_owned(),
+        worker: lease.worker.to_string(),
+        epoch: lease.epoch,
+    }
+}
+
+#[async_trait]
+impl JournalStore for MemoryStore {
+    fn backend(&self) -> &'static str {
+        "memory"
+    }
+
+    async fn create_run(&self, new: NewRun, now: Timestamp) -> Result<CreatedRun, StoreError> {
+        new.validate()?;
+        let key = new.key();
+        let mut st = self.state.lock().expect("memory store lock");
+        if let Some(existing) = st.keys.get(&key) {
+            let run = st.run(existing)?;
+            if !new.matches(&run.events[0].event) {
+                return Err(StoreError::IdempotencyMismatch {
+                    key,
+                    existing: existing.clone(),
+                });
+            }
+            return Ok(CreatedRun {
+                run: run.record.clone(),
+                created: false,
+            });
+        }
+        if st.runs.contains_key(&new.run_id) {
+            return Err(StoreError::AlreadyExists {
+                what: "run",
+                id: new.run_id.to_string(),
+                hint: "run ids are unique; use a fresh id",
+            });
+        }
+        let record = RunRecord {
+            run_id: new.run_id.clone(),
+            idempotency_key: key.clone(),
+            workflow_id: new.workflow_id.clone(),
+            deployment_id: new.deployment_id.clone(),
+            tool: new.tool.clone(),
+            session_id: new.session_id.clone(),
+            call_id: new.call_id.clone(),
+            execution: new.execution,
+            status: RunStatus::Running,
+            next_seq: 1,
+            processed_seq: 0,
+            cancel_requested: false,
+            activations: 0,
+            owner: None,
+            created_at: now,
+            updated_at: now,
+        };
+        let run = MemRun {
+            record: record.clone(),
+            events: vec![StoredEvent {
+                seq: 0,
+                at: now,
+                event: new.started_event(),
+            }],
+            append_ids: HashMap::new(),
+            timers: BTreeMap::new(),
+        };
+        st.runs.insert(new.run_id.clone(), run);
+        st.order.push(new.run_id.clone());
+        st.keys.insert(key, new.run_id);
+        Ok(CreatedRun {
+            run: record,
+            created: true,
+        })
+    }
+
+    async fn append(&self, a: Append) -> Result<Appended, StoreError> {
+        check_limits(&a.events)?;
+        if a.events
+            .iter()
+            .any(|e| matches!(e, Event::RunStarted { .. }))
+        {
+            return Err(StoreError::InvalidInput(
+                "RunStarted is written by create_run, never appended".into(),
+            ));
+        }
+        let mut st = self.state.lock().expect("memory store lock");
+        let run = st.run(&a.run)?;
+        if let Some(done) = run.append_ids.get(&a.append_id) {
+            return Ok(Appended {
+                duplicate: true,
+                ..*done
+            });
+        }
+        if run.record.status.is_terminal() {
+            return Err(StoreError::RunEnded { run: a.run.clone() });
+        }
+        if run.record.owner.as_ref() != Some(&(a.lease.worker.clone(), a.lease.epoch)) {
+            return Err(fenced(&a.lease, a.run.as_str()));
+        }
+        st.check_lease_current(&a.lease, a.run.as_str())?;
+        let run = st.run(&a.run)?;
+        if run.record.next_seq != a.expected_seq {
+            return Err(StoreError::Conflict {
+                run: a.run.clone(),
+                expected: a.expected_seq,
+                actual: run.record.next_seq,
+            });
+        }
+        let (first_seq, next_seq) = st.write(&a.run, a.events, a.now)?;
+        let run = st.runs.get_mut(&a.run).expect("checked");
+        run.record.processed_seq = next_seq;
+        run.record.activations = 0;
+        let out = Appended {
+            first_seq,
+            next_seq,
+            duplicate: false,
+        };
+        run.append_ids.insert(a.append_id, out);
+        Ok(out)
+    }
+
+    async fn read(
+        &self,
+        run: &RunId,
+        from_seq: u64,
+        max: usize,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        if max == 0 {
+            return Err(StoreError::InvalidInput("read needs max > 0".into()));
+        }
+        let st = self.state.lock().expect("memory store lock");
+        let r = st.run(run)?;
+        let len = r.events.len() as u64;
+        if from_seq > len {
+            return Err(StoreError::InvalidInput(format!(
+                "read from seq {from_seq} is past the end of run {run} (next seq {len})"
+            )));
+        }
+        let start = from_seq as usize;
+        let end = start.saturating_add(max).min(r.events.len());
+        Ok(r.events[start..end].to_vec())
+    }
+
+    async fn get_run(&self, run: &RunId) -> Result<RunRecord, StoreError> {
+        let st = self.state.lock().expect("memory store lock");
+        Ok(st.run(run)?.record.clone())
+    }
+
+    async fn list_runs(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError> {
+        let st = self.state.lock().expect("memory store lock");
+        let it = st
+            .order
+            .iter()
+            .map(|id| &st.runs[id].record)
+            .filter(|r| query.matches(r))
+            .cloned();
+        Ok(if query.limit == 0 {
+            it.collect()
+        } else {
+            it.take(query.limit).collect()
+        })
+    }
+
+    async fn answer(
+        &self,
+        request: &RequestId,
+        response: InputResponse,
+        now: Timestamp,
+    ) -> Result<Delivered, StoreError> {
+        let mut st = self.state.lock().expect("memory store lock");
+        let r = st
+            .requests
+            .get(request)
+            .ok_or_else(|| StoreError::not_found("request", request))?;
+        let run_id = r.pending.run_id.clone();
+        match &r.state {
+            RequestState::Answered { response: prev, seq } => {
+                return if prev == &response {
+                    Ok(Delivered {
+                        run: run_id,
+                        seq: *seq,
+                        duplicate: true,
+                    })
+                } else {
+                    Err(StoreError::AlreadyAnswered {
+                        request: request.clone(),
+                    })
+                };
+            }
+            RequestState::Withdrawn => {
+                return Err(StoreError::Withdrawn {
+                    request: request.clone(),
+                })
+            }
+            RequestState::Pending => {}
+        }
+        r.pending
+            .request
+            .accepts(&response)
+            .map_err(|reason| StoreError::InvalidAnswer {
+                request: request.clone(),
+                reason,
+            })?;
+        if st.run(&run_id)?.record.status.is_terminal() {
+            return Err(StoreError::Withdrawn {
+                request: request.clone(),
+            });
+        }
+        let event = Event::InputAnswered {
+            request_id: request.clone(),
+            response: response.clone(),
+        };
+        check_limits(std::slice::from_ref(&event))?;
+        let (seq, _) = st.write(&run_id, vec![event], now)?;
+        st.requests.get_mut(request).expect("checked").state =
+            RequestState::Answered { response, seq };
+        Ok(Delivered {
+            run: run_id,
+            seq,
+            duplicate: false,
+        })
+    }
+
+    async fn deliver_hook(
+        &self,
+        token: &str,
+        payload: Payload,
+        dedupe_key: Option<&str>,
+        now: Timestamp,
+    ) -> Result<Delivered, StoreError> {
+        if token.is_empty() {
+            return Err(StoreError::InvalidInput("hook token must not be empty".into()));
+        }
+        if dedupe_key == Some("") {
+            return Err(StoreError::InvalidInput(
+                "dedupe key must not be empty; pass None for at-least-once delivery".into(),
+            ));
+        }
+        let mut st = self.state.lock().expect("memory store lock");
+        let (run_id, cmd) = st
+            .hooks
+            .get(token)
+            .cloned()
+            .ok_or_else(|| StoreError::not_found("hook token", token))?;
+        let key = dedupe_key.map(|k| (run_id.clone(), cmd, k.to_owned()));
+        if let Some(seq) = key.as_ref().and_then(|k| st.hook_dedupe.get(k)) {
+            return Ok(Delivered {
+                run: run_id,
+                seq: *seq,
+                duplicate: true,
+            });
+        }
+        let event = Event::HookReceived { cmd, payload };
+        check_limits(std::slice::from_ref(&event))?;
+        let (seq, _) = st.write(&run_id, vec![event], now)?;
+        if let Some(k) = key {
+            st.hook_dedupe.insert(k, seq);
+        }
+        Ok(Delivered {
+            run: run_id,
+            seq,
+            duplicate: false,
+        })
+    }
+
+    async fn request_cancel(
+        &self,
+        run: &RunId,
+        reason: &str,
+        now: Timestamp,
+    ) -> Result<CancelOutcome, StoreError> {
+        let mut st = self.state.lock().expect("memory store lock");
+        let r = &st.run(run)?.record;
+        if r.status.is_terminal() {
+            return Ok(CancelOutcome::AlreadyEnded { status: r.status });
+        }
+        if r.cancel_requested {
+            return Ok(CancelOutcome::AlreadyRequested);
+        }
+        let event = Event::CancelRequested {
+            reason: reason.to_owned(),
+        };
+        check_limits(std::slice::from_ref(&event))?;
+        let (seq, _) = st.write(run, vec![event], now)?;
+        Ok(CancelOutcome::Requested { seq })
+    }
+
+    async fn resolve_blocked(
+        &self,
+        run: &RunId,
+        resolution: Resolution,
+        now: Timestamp,
+    ) -> Result<u64, StoreError> {
+        let mut st = self.state.lock().expect("memory store lock");
+        let status = st.run(run)?.record.status;
+        if status != RunStatus::Blocked {
+            return Err(StoreError::InvalidInput(format!(
+                "run {run} is {}, not blocked; only a blocked run can be resumed or failed this way",
+                status.as_str()
+            )));
+        }
+        let events = match resolution {
+            Resolution::Resume => vec![Event::RunResumed],
+            Resolution::Fail { error } => {
+                let mut pending: Vec<&MemRequest> = st
+                    .requests
+                    .values()
+                    .filter(|r| {
+                        &r.pending.run_id == run && matches!(r.state, RequestState::Pending)
+                    })
+                    .collect();
+                pending.sort_by_key(|r| r.pending.cmd);
+                let mut events: Vec<Event> = pending
+                    .into_iter()
+                    .map(|r| Event::InputWithdrawn {
+                        request_id: r.pending.request_id.clone(),
+                    })
+                    .collect();
+                events.push(Event::RunFailed { error });
+                events
+            }
+        };
+        let (seq, _) = st.write(run, events, now)?;
+        Ok(seq)
+    }
+
+    async fn pending_requests(
+        &self,
+        session: &SessionId,
+    ) -> Result<Vec<PendingRequest>, StoreError> {
+        let st = self.state.lock().expect("memory store lock");
+        let mut out: Vec<PendingRequest> = st
+            .requests
+            .values()
+            .filter(|r| {
+                &r.pending.session_id == session && matches!(r.state, RequestState::Pending)
+            })
+            .map(|r| r.pending.clone())
+            .collect();
+        out.sort_by(|a, b| {
+            (a.requested_at, &a.request_id).cmp(&(b.requested_at, &b.request_id))
+        });
+        Ok(out)
+    }
+
+    async fn read_session(
+        &self,
+        session: &SessionId,
+        from_seq: u64,
+        max: usize,
+    ) -> Result<Vec<SessionEntry>, StoreError> {
+        if max == 0 {
+            return Err(StoreError::InvalidInput("read_session needs max > 0".into()));
+        }
+        let st = self.state.lock().expect("memory store lock");
+        Ok(st
+            .sessions
+            .get(session)
+            .map(|log| {
+                log.iter()
+                    .skip(usize::try_from(from_seq).unwrap_or(usize::MAX))
+                    .take(max)
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    async fn register_worker(
+        &self,
+        worker: &WorkerId,
+        deployment: &DeploymentId,
+        ttl: Duration,
+        now: Timestamp,
+    ) -> Result<Lease, StoreError> {
+        if worker.as_str().is_empty() || deployment.as_str().is_empty() {
+            return Err(StoreError::InvalidInput(
+                "worker id and deployment id must not be empty".into(),
+            ));
+        }
+        let mut st = self.state.lock().expect("memory store lock");
+        let epoch = st.workers.get(worker).map_or(1, |w| w.lease.epoch + 1);
+        let lease = Lease {
+            worker: worker.clone(),
+            deployment: deployment.clone(),
+            epoch,
+            expires_at: now.plus(ttl),
+        };
+        st.workers.insert(
+            worker.clone(),
+            MemWorker {
+                lease: lease.clone(),
+                retired: false,
+            },
+        );
+        Ok(lease)
+    }
+
+    async fn heartbeat(
+        &self,
+        lease: &Lease,
+        ttl: Duration,
+        now: Timestamp,
+    ) -> Result<Lease, StoreError> {
+        let mut st = self.state.lock().expect("memory store lock");
+        let w = st
+            .workers
+            .get_mut(&lease.worker)
+            .ok_or_else(|| StoreError::not_found("worker", &lease.worker))?;
+        if w.retired || w.lease.epoch != lease.epoch {
+            return Err(fenced(lease, ""));
+        }
+        w.lease.expires_at = now.plus(ttl);
+        Ok(w.lease.clone())
+    }
+
+    async fn claim(
+        &self,
+        lease: &Lease,
+        max: usize,
+        now: Timestamp,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let mut st = self.state.lock().expect("memory store lock");
+        match st.workers.get(&lease.worker) {
+            Some(w) if !w.retired && w.lease.epoch == lease.epoch && w.lease.expires_at > now => {}
+            _ => return Err(fenced(lease, "")),
+        }
+        let mut ready: Vec<(Timestamp, usize, RunId)> = st
+            .order
+            .iter()
+            .enumerate()
+            .filter_map(|(i, id)| {
+                let run = &st.runs[id];
+                if run.record.deployment_id != lease.deployment || st.held(&run.record, now) {
+                    return None;
+                }
+                State::work_at(run)
+                    .filter(|at| *at <= now)
+                    .map(|at| (at, i, id.clone()))
+            })
+            .collect();
+        ready.sort();
+        let mut out = Vec::new();
+        for (_, _, id) in ready.into_iter().take(max) {
+            let run = st.runs.get_mut(&id).expect("listed");
+            run.record.owner = Some((lease.worker.clone(), lease.epoch));
+            run.record.activations += 1;
+            run.record.updated_at = now;
+            out.push(run.record.clone());
+        }
+        Ok(out)
+    }
+
+    async fn release(
+        &self,
+        lease: &Lease,
+        run: &RunId,
+        processed_seq: u64,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let mut st = self.state.lock().expect("memory store lock");
+        let owner = st.run(run)?.record.owner.clone();
+        if owner.as_ref() != Some(&(lease.worker.clone(), lease.epoch)) {
+            return Err(fenced(lease, run.as_str()));
+        }
+        st.check_lease_current(lease, run.as_str())?;
+        let r = &mut st.runs.get_mut(run).expect("checked").record;
+        r.owner = None;
+        r.processed_seq = r.processed_seq.max(processed_seq.min(r.next_seq));
+        r.updated_at = now;
+        Ok(())
+    }
+
+    async fn retire_worker(&self, lease: &Lease, now: Timestamp) -> Result<(), StoreError> {
+        let mut st = self.state.lock().expect("memory store lock");
+        st.check_lease_current(lease, "")?;
+        let me = Some((lease.worker.clone(), lease.epoch));
+        for run in st.runs.values_mut() {
+            if run.record.owner == me {
+                run.record.owner = None;
+                run.record.updated_at = now;
+            }
+        }
+        if let Some(w) = st.workers.get_mut(&lease.worker) {
+            w.retired = true;
+        }
+        Ok(())
+    }
+
+    async fn next_wake(
+        &self,
+        deployment: &DeploymentId,
+        now: Timestamp,
+    ) -> Result<Option<Timestamp>, StoreError> {
+        let st = self.state.lock().expect("memory store lock");
+        Ok(st
+            .runs
+            .values()
+            .filter(|r| &r.record.deployment_id == deployment && !st.held(&r.record, now))
+            .filter_map(State::work_at)
+            .min())
+    }
+}

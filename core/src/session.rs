@@ -1,0 +1,108 @@
+//! The session channel's event types and the per-session log entries stores keep.
+
+use crate::event::{InputRequest, Payload};
+use crate::ids::{CallId, RequestId, RunId, SessionId};
+use crate::time::Timestamp;
+use serde::{Deserialize, Serialize};
+
+/// One event on a session's channel. Stores write these in the same transaction as the journal
+/// event that causes them, so none is lost or doubled.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum SessionEvent {
+    /// `ctx.ask` published a request.
+    #[serde(rename = "input.requested")]
+    InputRequested {
+        /// The request id to answer.
+        request_id: RequestId,
+        /// What is asked.
+        request: InputRequest,
+    },
+    /// A request was answered.
+    #[serde(rename = "input.answered")]
+    InputAnswered {
+        /// The request.
+        request_id: RequestId,
+    },
+    /// A request can no longer be answered.
+    #[serde(rename = "input.withdrawn")]
+    InputWithdrawn {
+        /// The request.
+        request_id: RequestId,
+    },
+    /// A progress snapshot of a default-execution call: last-write-wins per call id, never in
+    /// model history.
+    #[serde(rename = "action.partial")]
+    ActionPartial {
+        /// The snapshot.
+        value: Payload,
+    },
+    /// Stream-only progress of a background task.
+    #[serde(rename = "task.progress")]
+    TaskProgress {
+        /// The snapshot.
+        value: Payload,
+    },
+    /// A background task's message to the parent agent (requests a turn).
+    #[serde(rename = "task.message")]
+    TaskMessage {
+        /// The message.
+        message: Payload,
+    },
+    /// A background task completed.
+    #[serde(rename = "task.completed")]
+    TaskCompleted {
+        /// Its output.
+        output: Payload,
+    },
+    /// A background task failed.
+    #[serde(rename = "task.failed")]
+    TaskFailed {
+        /// Why.
+        error: String,
+    },
+    /// A background task was cancelled.
+    #[serde(rename = "task.cancelled")]
+    TaskCancelled,
+    /// A default-execution call was settled: one call, one result.
+    #[serde(rename = "tool.settled")]
+    ToolSettled {
+        /// The result.
+        result: ToolResult,
+    },
+}
+
+/// How a default-execution tool call was settled.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum ToolResult {
+    /// The run's output.
+    Completed {
+        /// The output.
+        output: Payload,
+    },
+    /// The run's error.
+    Failed {
+        /// The error.
+        error: String,
+    },
+    /// The run was cancelled.
+    Cancelled,
+}
+
+/// One entry of a session's log, with its own per-session seq (from 0).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionEntry {
+    /// The session.
+    pub session_id: SessionId,
+    /// Position in the session's log, from 0; SSE resume replays from here.
+    pub seq: u64,
+    /// When it was written.
+    pub at: Timestamp,
+    /// The run that caused it.
+    pub run_id: RunId,
+    /// The tool call of that run (the task id of a background run is its run id).
+    pub call_id: CallId,
+    /// The event.
+    pub event: SessionEvent,
+}

@@ -1,0 +1,762 @@
+//! The [`JournalStore`] contract that every backend implements, and the records it deals in.
+
+use crate::error::StoreError;
+use crate::event::{Event, Execution, InputRequest, InputResponse, Payload, StoredEvent};
+use crate::ids::{
+    AppendId, CallId, DeploymentId, RequestId, RunId, SessionId, WorkerId, WorkflowId,
+};
+use crate::session::{SessionEntry, SessionEvent, ToolResult};
+use crate::time::Timestamp;
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use std::fmt::Debug;
+use std::time::Duration;
+
+/// At most this many events in one append.
+pub const MAX_EVENTS_PER_APPEND: usize = 100;
+/// At most this many bytes of JSON in one payload (4 MiB).
+pub const MAX_PAYLOAD_BYTES: usize = 4 * 1024 * 1024;
+/// At most this many bytes of payload in one append, all events together (4 MiB).
+pub const MAX_APPEND_PAYLOAD_BYTES: usize = 4 * 1024 * 1024;
+/// The page size [`JournalStoreExt::read_all`] asks for.
+pub const READ_PAGE: usize = 4096;
+
+/// Where a run stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// Not ended; claimable when it has work.
+    Running,
+    /// Parked by the engine (non-determinism, panicking body, poison loop) until an operator
+    /// resumes or fails it. Not claimable; deliveries are still accepted.
+    Blocked,
+    /// Ended with an output.
+    Completed,
+    /// Ended with an error.
+    Failed,
+    /// Ended cancelled.
+    Cancelled,
+}
+
+impl RunStatus {
+    /// Whether the run has ended.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled
+        )
+    }
+
+    /// The lowercase name, as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Blocked => "blocked",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// Parses [`RunStatus::as_str`].
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "running" => RunStatus::Running,
+            "blocked" => RunStatus::Blocked,
+            "completed" => RunStatus::Completed,
+            "failed" => RunStatus::Failed,
+            "cancelled" => RunStatus::Cancelled,
+            _ => return None,
+        })
+    }
+}
+
+/// What [`JournalStore::create_run`] needs. The store writes `RunStarted` at seq 0.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewRun {
+    /// The id to give the run if it is new.
+    pub run_id: RunId,
+    /// Dedupes starts; `None` means `"{session_id}/{call_id}"`.
+    pub idempotency_key: Option<String>,
+    /// The body.
+    pub workflow_id: WorkflowId,
+    /// The deployment the run is pinned to.
+    pub deployment_id: DeploymentId,
+    /// Model-visible tool name.
+    pub tool: String,
+    /// The tool input (a JSON object).
+    pub input: Payload,
+    /// The session.
+    pub session_id: SessionId,
+    /// The tool call.
+    pub call_id: CallId,
+    /// Default or background.
+    pub execution: Execution,
+}
+
+impl NewRun {
+    /// The effective idempotency key.
+    pub fn key(&self) -> String {
+        self.idempotency_key
+            .clone()
+            .unwrap_or_else(|| format!("{}/{}", self.session_id, self.call_id))
+    }
+
+    /// The `RunStarted` event for this run.
+    pub fn started_event(&self) -> Event {
+        Event::RunStarted {
+            workflow_id: self.workflow_id.clone(),
+            deployment_id: self.deployment_id.clone(),
+            tool: self.tool.clone(),
+            input: self.input.clone(),
+            session_id: self.session_id.clone(),
+            call_id: self.call_id.clone(),
+            execution: self.execution,
+        }
+    }
+
+    /// Checks the contract's rules for a start: non-empty ids and key, payload within limits.
+    ///
+    /// # Errors
+    /// `InvalidInput` or `LimitExceeded`, saying which field.
+    pub fn validate(&self) -> Result<(), StoreError> {
+        for (what, v) in [
+            ("run id", self.run_id.as_str()),
+            ("workflow id", self.workflow_id.as_str()),
+            ("deployment id", self.deployment_id.as_str()),
+            ("session id", self.session_id.as_str()),
+            ("call id", self.call_id.as_str()),
+        ] {
+            if v.is_empty() {
+                return Err(StoreError::InvalidInput(format!("{what} must not be empty")));
+            }
+        }
+        if matches!(&self.idempotency_key, Some(k) if k.is_empty()) {
+            return Err(StoreError::InvalidInput(
+                "idempotency key must not be empty; pass None for the default session/call key"
+                    .into(),
+            ));
+        }
+        check_limits(std::slice::from_ref(&self.started_event()))
+    }
+
+    /// Whether `existing` was started by an identical request (same workflow, tool, input and
+    /// execution), so a repeated key may return it.
+    pub fn matches(&self, existing: &Event) -> bool {
+        match existing {
+            Event::RunStarted {
+                workflow_id,
+                tool,
+                input,
+                execution,
+                ..
+            } => {
+                workflow_id == &self.workflow_id
+                    && tool == &self.tool
+                    && input == &self.input
+                    && execution == &self.execution
+            }
+            _ => false,
+        }
+    }
+}
+
+/// What a store knows of a run beside its journal.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// The run.
+    pub run_id: RunId,
+    /// Its idempotency key.
+    pub idempotency_key: String,
+    /// The body.
+    pub workflow_id: WorkflowId,
+    /// The deployment it is pinned to.
+    pub deployment_id: DeploymentId,
+    /// Model-visible tool name.
+    pub tool: String,
+    /// The session.
+    pub session_id: SessionId,
+    /// The tool call.
+    pub call_id: CallId,
+    /// Default or background.
+    pub execution: Execution,
+    /// Where it stands.
+    pub status: RunStatus,
+    /// The journal's next seq (its length).
+    pub next_seq: u64,
+    /// How far a worker has processed the journal: events at or past this seq are undelivered.
+    pub processed_seq: u64,
+    /// Whether a cancel was requested.
+    pub cancel_requested: bool,
+    /// Claims since the last successful worker append: a run whose activations keep dying
+    /// counts up here, so the engine can park it as poisoned.
+    pub activations: u32,
+    /// The worker holding it, if any, with the epoch it claimed under.
+    pub owner: Option<(WorkerId, u64)>,
+    /// When it was created.
+    pub created_at: Timestamp,
+    /// When it last changed.
+    pub updated_at: Timestamp,
+}
+
+/// The answer of [`JournalStore::create_run`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CreatedRun {
+    /// The run (new or existing).
+    pub run: RunRecord,
+    /// False when the idempotency key named an existing run.
+    pub created: bool,
+}
+
+/// A worker's lease: one per worker, renewed by heartbeats. Every run the worker claims is held
+/// under it; a newer epoch of the same worker id supersedes (fences) the older.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    /// The worker.
+    pub worker: WorkerId,
+    /// The deployment whose runs it claims.
+    pub deployment: DeploymentId,
+    /// Incarnation number; grows at every registration of this worker id.
+    pub epoch: u64,
+    /// The lease is valid until then unless renewed.
+    pub expires_at: Timestamp,
+}
+
+/// A conditional, fenced append.
+#[derive(Clone, Debug)]
+pub struct Append {
+    /// The run.
+    pub run: RunId,
+    /// The seq the first event must get (the journal's next seq as the writer last saw it).
+    pub expected_seq: u64,
+    /// The writer's lease; must be the run's owner at its current epoch.
+    pub lease: Lease,
+    /// Recognises a retry of this append after an ambiguous commit.
+    pub append_id: AppendId,
+    /// 1 to [`MAX_EVENTS_PER_APPEND`] events.
+    pub events: Vec<Event>,
+    /// The writer's clock, stamped on each event.
+    pub now: Timestamp,
+}
+
+/// The answer of a successful append.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Appended {
+    /// Seq of the first event written.
+    pub first_seq: u64,
+    /// The journal's next seq after the append.
+    pub next_seq: u64,
+    /// True when this append id had landed before (an ambiguous commit's retry).
+    pub duplicate: bool,
+}
+
+/// The answer of a successful external delivery.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delivered {
+    /// The run delivered to.
+    pub run: RunId,
+    /// The seq of the delivered event.
+    pub seq: u64,
+    /// True when this was a retry of a delivery already accepted (same dedupe key, or the same
+    /// answer again); nothing new was written.
+    pub duplicate: bool,
+}
+
+/// The answer of [`JournalStore::request_cancel`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// `CancelRequested` was written at this seq.
+    Requested {
+        /// Its seq.
+        seq: u64,
+    },
+    /// A cancel was requested before; nothing new was written.
+    AlreadyRequested,
+    /// The run had ended; nothing was written.
+    AlreadyEnded {
+        /// How it ended.
+        status: RunStatus,
+    },
+}
+
+/// An operator's decision on a blocked run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Resolution {
+    /// Make it claimable again (after a fix was deployed): writes `RunResumed`.
+    Resume,
+    /// End it failed, which settles its tool call: withdraws its pending requests and writes
+    /// `RunFailed`.
+    Fail {
+        /// The error the call is settled with.
+        error: String,
+    },
+}
+
+/// Which runs [`JournalStore::list_runs`] returns. All set fields must match.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunQuery {
+    /// Runs of this session (the task index).
+    pub session: Option<SessionId>,
+    /// Runs in this status.
+    pub status: Option<RunStatus>,
+    /// Runs of this deployment.
+    pub deployment: Option<DeploymentId>,
+    /// At most this many (0 means no limit); ordered by creation time, then run id.
+    pub limit: usize,
+}
+
+impl RunQuery {
+    /// Whether `run` matches the filters (not the limit).
+    pub fn matches(&self, run: &RunRecord) -> bool {
+        self.session.as_ref().is_none_or(|s| s == &run.session_id)
+            && self.status.is_none_or(|s| s == run.status)
+            && self
+                .deployment
+                .as_ref()
+                .is_none_or(|d| d == &run.deployment_id)
+    }
+}
+
+/// An input request that can still be answered.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingRequest {
+    /// The request.
+    pub request_id: RequestId,
+    /// Its run.
+    pub run_id: RunId,
+    /// Its session.
+    pub session_id: SessionId,
+    /// The command that asked.
+    pub cmd: u64,
+    /// What was asked.
+    pub request: InputRequest,
+    /// When.
+    pub requested_at: Timestamp,
+}
+
+/// Checks the per-append limits: event count and payload sizes.
+///
+/// # Errors
+/// `InvalidInput` for an empty list, `LimitExceeded` naming the limit.
+pub fn check_limits(events: &[Event]) -> Result<(), StoreError> {
+    if events.is_empty() {
+        return Err(StoreError::InvalidInput(
+            "an append needs at least one event".into(),
+        ));
+    }
+    if events.len() > MAX_EVENTS_PER_APPEND {
+        return Err(StoreError::LimitExceeded {
+            what: "events in one append",
+            actual: events.len(),
+            limit: MAX_EVENTS_PER_APPEND,
+        });
+    }
+    let mut total = 0;
+    for e in events {
+        let n = e.payload_bytes();
+        if n > MAX_PAYLOAD_BYTES {
+            return Err(StoreError::LimitExceeded {
+                what: "payload bytes of one event",
+                actual: n,
+                limit: MAX_PAYLOAD_BYTES,
+            });
+        }
+        total += n;
+    }
+    if total > MAX_APPEND_PAYLOAD_BYTES {
+        return Err(StoreError::LimitExceeded {
+            what: "payload bytes of one append",
+            actual: total,
+            limit: MAX_APPEND_PAYLOAD_BYTES,
+        });
+    }
+    Ok(())
+}
+
+/// The index changes an append implies, computed once here so that every backend derives the
+/// same hooks, requests, timers, status and session events from the same events.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Effects {
+    /// `(token, cmd, webhook)` to register; a token that is live (for any run) fails the append
+    /// with `AlreadyExists`.
+    pub hooks_created: Vec<(String, u64, bool)>,
+    /// Requests that became pending.
+    pub requests_opened: Vec<(RequestId, u64, InputRequest)>,
+    /// Requests answered or withdrawn by these events.
+    pub requests_closed: Vec<RequestId>,
+    /// `(cmd, due)` timers to set (replacing a timer of the same cmd).
+    pub timers_set: Vec<(u64, Timestamp)>,
+    /// Timers to clear.
+    pub timers_cleared: Vec<u64>,
+    /// The status after these events, if they change it.
+    pub status: Option<RunStatus>,
+    /// Whether a `CancelRequested` is among them.
+    pub cancel_requested: bool,
+    /// Session events to write, in order, in the same transaction.
+    pub session_events: Vec<SessionEvent>,
+}
+
+impl Effects {
+    /// Whether these events end the run. A backend then also releases every hook token of the
+    /// run, closes every pending request and drops every timer, whatever the events named.
+    pub fn ends_run(&self) -> bool {
+        self.status.is_some_and(RunStatus::is_terminal)
+    }
+
+    /// Computes the effects of `events` appended to a run with the given execution mode.
+    pub fn of(execution: Execution, events: &[Event]) -> Self {
+        let mut fx = Effects::default();
+        let background = execution == Execution::Background;
+        for e in events {
+            match e {
+                Event::StepCompleted { cmd, .. } | Event::SleepFired { cmd } => {
+                    fx.timers_cleared.push(*cmd)
+                }
+                Event::StepFailed { cmd, retry_at, .. } => match retry_at {
+                    Some(at) => fx.timers_set.push((*cmd, *at)),
+                    None => fx.timers_cleared.push(*cmd),
+                },
+                Event::SleepScheduled { cmd, wake_at } => fx.timers_set.push((*cmd, *wake_at)),
+                Event::HookCreated {
+                    cmd,
+                    token,
+                    webhook,
+                } => fx.hooks_created.push((token.clone(), *cmd, *webhook)),
+                Event::InputRequested {
+                    cmd,
+                    request_id,
+                    request,
+                } => {
+                    fx.requests_opened
+                        .push((request_id.clone(), *cmd, request.clone()));
+                    fx.session_events.push(SessionEvent::InputRequested {
+                        request_id: request_id.clone(),
+                        request: request.clone(),
+                    });
+                }
+                Event::InputAnswered { request_id, .. } => {
+                    fx.requests_closed.push(request_id.clone());
+                    fx.session_events.push(SessionEvent::InputAnswered {
+                        request_id: request_id.clone(),
+                    });
+                }
+                Event::InputWithdrawn { request_id } => {
+                    fx.requests_closed.push(request_id.clone());
+                    fx.session_events.push(SessionEvent::InputWithdrawn {
+                        request_id: request_id.clone(),
+                    });
+                }
+                Event::Progress { value, .. } => fx.session_events.push(if background {
+                    SessionEvent::TaskProgress {
+                        value: value.clone(),
+                    }
+                } else {
+                    SessionEvent::ActionPartial {
+                        value: value.clone(),
+                    }
+                }),
+                Event::MessagePosted { message, .. } => {
+                    fx.session_events.push(SessionEvent::TaskMessage {
+                        message: message.clone(),
+                    })
+                }
+                Event::CancelRequested { .. } => fx.cancel_requested = true,
+                Event::RunCompleted { output } => {
+                    fx.status = Some(RunStatus::Completed);
+                    fx.session_events.push(if background {
+                        SessionEvent::TaskCompleted {
+                            output: output.clone(),
+                        }
+                    } else {
+                        SessionEvent::ToolSettled {
+                            result: ToolResult::Completed {
+                                output: output.clone(),
+                            },
+                        }
+                    });
+                }
+                Event::RunFailed { error } => {
+                    fx.status = Some(RunStatus::Failed);
+                    fx.session_events.push(if background {
+                        SessionEvent::TaskFailed {
+                            error: error.clone(),
+                        }
+                    } else {
+                        SessionEvent::ToolSettled {
+                            result: ToolResult::Failed {
+                                error: error.clone(),
+                            },
+                        }
+                    });
+                }
+                Event::RunCancelled => {
+                    fx.status = Some(RunStatus::Cancelled);
+                    fx.session_events.push(if background {
+                        SessionEvent::TaskCancelled
+                    } else {
+                        SessionEvent::ToolSettled {
+                            result: ToolResult::Cancelled,
+                        }
+                    });
+                }
+                Event::RunBlocked { .. } => fx.status = Some(RunStatus::Blocked),
+                Event::RunResumed => fx.status = Some(RunStatus::Running),
+                Event::RunStarted { .. }
+                | Event::HookReceived { .. }
+                | Event::AgentStarted { .. }
+                | Event::AgentCompleted { .. }
+                | Event::AgentFailed { .. } => {}
+            }
+        }
+        fx
+    }
+}
+
+/// Where a run's journal and indexes live. Held as `Arc<dyn JournalStore>`.
+///
+/// # Contract
+///
+/// Every backend gives these guarantees; `eve-conformance` checks each one.
+///
+/// 1. **Linearizable appends.** [`append`](Self::append) writes all its events or none, only if
+///    the journal's next seq is `expected_seq`, only if the append's lease owns the run at the
+///    worker's current epoch; of concurrent appends at one seq exactly one wins, the rest get
+///    `Conflict { expected, actual }`. A retry of an append that landed (same `append_id`) is
+///    answered as success with `duplicate: true`. A store may group several runs' appends into
+///    one transaction, but each append has its own outcome.
+/// 2. **External deliveries, exactly once.** [`answer`](Self::answer) (atomic with the check that
+///    the request is pending and accepts the response; the same answer again is a duplicate
+///    success, a different one `AlreadyAnswered`, after the run ended `Withdrawn`),
+///    [`deliver_hook`](Self::deliver_hook) (deduped by an optional caller key; without one,
+///    at-least-once) and [`request_cancel`](Self::request_cancel): each writes one event at the
+///    next seq, chosen by the store, and needs no lease. Ended runs refuse deliveries.
+/// 3. **Idempotent starts.** [`create_run`](Self::create_run) returns the existing run for a
+///    repeated idempotency key, also under concurrent duplicates; the same key with a different
+///    input is `IdempotencyMismatch`.
+/// 4. **Hooks.** A `HookCreated` event registers its token; a token maps to at most one live
+///    hook store-wide (a second registration fails the append with `AlreadyExists`); tokens are
+///    released when the run ends; deliveries to unknown tokens are `NotFound`.
+/// 5. **Durable wake-ups and leases.** A running run is *claimable* when no valid lease holds it
+///    and it has work: an event at or past `processed_seq`, or a timer (`SleepScheduled`, a
+///    `StepFailed` retry) due at `now`. [`claim`](Self::claim) hands such runs to one worker,
+///    earliest work first; the run stays that worker's until it [`release`](Self::release)s it,
+///    ends it, or the worker's lease expires or is superseded. Nothing due is lost across
+///    crashes: work lives only in the store.
+/// 6. **Faithful reads.** [`read`](Self::read) returns exactly what was appended, in seq order,
+///    payloads byte for byte, paged; payloads up to [`MAX_PAYLOAD_BYTES`].
+/// 7. **Queries.** Runs by id, by session, by status; pending requests by session; the session
+///    log by seq.
+///
+/// Time is always an argument (`now`), never the store's own clock, so tests can simulate it.
+/// Limits are the same on every backend: [`MAX_EVENTS_PER_APPEND`], [`MAX_PAYLOAD_BYTES`],
+/// [`MAX_APPEND_PAYLOAD_BYTES`], checked with [`check_limits`].
+///
+/// # Cancel safety
+/// Dropping a future of a write (append, delivery, claim) may leave it applied or not; the
+/// write itself is atomic. Retry an append with the same `append_id` to learn which.
+#[async_trait]
+pub trait JournalStore: Debug + Send + Sync + 'static {
+    /// A short name for messages and benchmarks: "memory", "sqlite", "postgres", "dynamodb".
+    fn backend(&self) -> &'static str;
+
+    /// Starts a run (writes `RunStarted` at seq 0) or returns the run its idempotency key
+    /// already names.
+    ///
+    /// # Errors
+    /// `InvalidInput` (empty ids or key), `LimitExceeded`, `IdempotencyMismatch`,
+    /// `AlreadyExists` (the run id exists under another key).
+    async fn create_run(&self, run: NewRun, now: Timestamp) -> Result<CreatedRun, StoreError>;
+
+    /// The conditional, fenced append of guarantee 1. Applies the [`Effects`] of its events in
+    /// the same transaction. A successful append also sets `processed_seq` to the new next seq
+    /// (the writer has seen its own events) and resets `activations`.
+    ///
+    /// # Errors
+    /// `Conflict`, `Fenced`, `NotFound` (run), `RunEnded`, `AlreadyExists` (hook token live),
+    /// `InvalidInput` (empty list, a `RunStarted`), `LimitExceeded`.
+    async fn append(&self, append: Append) -> Result<Appended, StoreError>;
+
+    /// Up to `max` events from `from_seq` on, in order. `from_seq` equal to the journal's length
+    /// gives an empty page.
+    ///
+    /// # Errors
+    /// `NotFound` (run), `InvalidInput` (`from_seq` past the end, or `max` = 0), `Corrupt`.
+    async fn read(
+        &self,
+        run: &RunId,
+        from_seq: u64,
+        max: usize,
+    ) -> Result<Vec<StoredEvent>, StoreError>;
+
+    /// The run's record.
+    ///
+    /// # Errors
+    /// `NotFound`.
+    async fn get_run(&self, run: &RunId) -> Result<RunRecord, StoreError>;
+
+    /// Runs matching `query`, oldest first.
+    ///
+    /// # Errors
+    /// Backend faults only.
+    async fn list_runs(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError>;
+
+    /// Answers a pending request: writes `InputAnswered` at the run's next seq.
+    ///
+    /// # Errors
+    /// `NotFound` (unknown request), `AlreadyAnswered` (answered with another response),
+    /// `Withdrawn` (the run ended or withdrew it), `InvalidAnswer`.
+    async fn answer(
+        &self,
+        request: &RequestId,
+        response: InputResponse,
+        now: Timestamp,
+    ) -> Result<Delivered, StoreError>;
+
+    /// Delivers a payload to the live hook of `token`: writes `HookReceived` at the run's next
+    /// seq. With a `dedupe_key`, a repeated key for the same hook is a duplicate success.
+    ///
+    /// # Errors
+    /// `NotFound` (no live hook has this token), `InvalidInput` (empty token or key),
+    /// `LimitExceeded`.
+    async fn deliver_hook(
+        &self,
+        token: &str,
+        payload: Payload,
+        dedupe_key: Option<&str>,
+        now: Timestamp,
+    ) -> Result<Delivered, StoreError>;
+
+    /// Requests cancellation: writes `CancelRequested` once.
+    ///
+    /// # Errors
+    /// `NotFound`.
+    async fn request_cancel(
+        &self,
+        run: &RunId,
+        reason: &str,
+        now: Timestamp,
+    ) -> Result<CancelOutcome, StoreError>;
+
+    /// Resumes or fails a blocked run.
+    ///
+    /// # Errors
+    /// `NotFound`; `InvalidInput` when the run is not blocked.
+    async fn resolve_blocked(
+        &self,
+        run: &RunId,
+        resolution: Resolution,
+        now: Timestamp,
+    ) -> Result<u64, StoreError>;
+
+    /// Pending requests of a session, oldest first.
+    ///
+    /// # Errors
+    /// Backend faults only.
+    async fn pending_requests(
+        &self,
+        session: &SessionId,
+    ) -> Result<Vec<PendingRequest>, StoreError>;
+
+    /// Up to `max` entries of a session's log from `from_seq` on (an unknown session has an
+    /// empty log).
+    ///
+    /// # Errors
+    /// `InvalidInput` (`max` = 0), `Corrupt`.
+    async fn read_session(
+        &self,
+        session: &SessionId,
+        from_seq: u64,
+        max: usize,
+    ) -> Result<Vec<SessionEntry>, StoreError>;
+
+    /// Registers (or re-registers) a worker: a new epoch that supersedes every earlier one of
+    /// this worker id, valid for `ttl`.
+    ///
+    /// # Errors
+    /// `InvalidInput` (empty id).
+    async fn register_worker(
+        &self,
+        worker: &WorkerId,
+        deployment: &DeploymentId,
+        ttl: Duration,
+        now: Timestamp,
+    ) -> Result<Lease, StoreError>;
+
+    /// Renews a lease for another `ttl` from `now`.
+    ///
+    /// # Errors
+    /// `Fenced` when the epoch was superseded; `NotFound` for an unknown (retired) worker.
+    async fn heartbeat(
+        &self,
+        lease: &Lease,
+        ttl: Duration,
+        now: Timestamp,
+    ) -> Result<Lease, StoreError>;
+
+    /// Claims up to `max` claimable runs of the lease's deployment, earliest work first, and
+    /// counts one activation on each.
+    ///
+    /// # Errors
+    /// `Fenced` when the lease is superseded or expired at `now`.
+    async fn claim(
+        &self,
+        lease: &Lease,
+        max: usize,
+        now: Timestamp,
+    ) -> Result<Vec<RunRecord>, StoreError>;
+
+    /// Gives a run back, recording that the journal was processed up to `processed_seq`
+    /// (exclusive). Deliveries after that seq make it claimable again.
+    ///
+    /// # Errors
+    /// `Fenced` when the lease does not own the run; `NotFound`.
+    async fn release(
+        &self,
+        lease: &Lease,
+        run: &RunId,
+        processed_seq: u64,
+        now: Timestamp,
+    ) -> Result<(), StoreError>;
+
+    /// Releases every run the lease holds and retires the worker (graceful shutdown).
+    ///
+    /// # Errors
+    /// `Fenced` when the epoch was superseded.
+    async fn retire_worker(&self, lease: &Lease, now: Timestamp) -> Result<(), StoreError>;
+
+    /// The earliest time a run of `deployment` that no valid lease holds will have work (now or
+    /// later), so an idle worker knows how long it may sleep. `None`: nothing scheduled.
+    ///
+    /// # Errors
+    /// Backend faults only.
+    async fn next_wake(
+        &self,
+        deployment: &DeploymentId,
+        now: Timestamp,
+    ) -> Result<Option<Timestamp>, StoreError>;
+}
+
+/// Conveniences over [`JournalStore`], for every store.
+#[async_trait]
+pub trait JournalStoreExt: JournalStore {
+    /// The whole journal from `from_seq`, read page by page.
+    ///
+    /// # Errors
+    /// As [`JournalStore::read`].
+    async fn read_all(&self, run: &RunId, from_seq: u64) -> Result<Vec<StoredEvent>, StoreError> {
+        let mut out = Vec::new();
+        let mut seq = from_seq;
+        loop {
+            let page = self.read(run, seq, READ_PAGE).await?;
+            let Some(last) = page.last() else {
+                return Ok(out);
+            };
+            // A backend may return short pages (DynamoDB's 1 MB query pages), so only an empty
+            // page ends the journal.
+            seq = last.seq + 1;
+            out.extend(page);
+        }
+    }
+}
+
+impl<T: JournalStore + ?Sized> JournalStoreExt for T {}
