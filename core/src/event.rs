@@ -227,8 +227,10 @@ impl InputResponse {
 ///
 /// Adding a variant is a compatible change; changing or removing one needs a new
 /// [`crate::codec::FORMAT_VERSION`].
+///
+/// Stored externally tagged (`{"StepCompleted": {..}}`): unlike an internally tagged enum, that
+/// lets payloads stay raw JSON bytes when decoding.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type")]
 pub enum Event {
     /// Always seq 0.
     RunStarted {
@@ -389,7 +391,7 @@ pub enum Event {
 }
 
 impl Event {
-    /// The variant's name, as stored in the `type` tag.
+    /// The variant's name, as stored in the tag.
     pub fn kind(&self) -> &'static str {
         match self {
             Event::RunStarted { .. } => "RunStarted",

@@ -7,8 +7,11 @@ use serde::{Deserialize, Serialize};
 
 /// One event on a session's channel. Stores write these in the same transaction as the journal
 /// event that causes them, so none is lost or doubled.
+///
+/// Serialized as `{"type": "input.requested", "data": {..}}` (adjacently tagged, so payloads stay
+/// raw JSON).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type")]
+#[serde(tag = "type", content = "data")]
 pub enum SessionEvent {
     /// `ctx.ask` published a request.
     #[serde(rename = "input.requested")]
@@ -74,7 +77,7 @@ pub enum SessionEvent {
 
 /// How a default-execution tool call was settled.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "status", rename_all = "lowercase")]
+#[serde(tag = "status", content = "data", rename_all = "lowercase")]
 pub enum ToolResult {
     /// The run's output.
     Completed {
@@ -105,4 +108,28 @@ pub struct SessionEntry {
     pub call_id: CallId,
     /// The event.
     pub event: SessionEvent,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_events_round_trip_with_raw_payloads() {
+        let events = vec![
+            SessionEvent::ToolSettled {
+                result: ToolResult::Completed {
+                    output: Payload::from_json(r#"{"x": [1, 2]}"#).unwrap(),
+                },
+            },
+            SessionEvent::TaskCancelled,
+            SessionEvent::ActionPartial {
+                value: Payload::from_json("7").unwrap(),
+            },
+        ];
+        let json = serde_json::to_string(&events).unwrap();
+        assert!(json.contains(r#""type":"tool.settled""#), "{json}");
+        let back: Vec<SessionEvent> = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, events);
+    }
 }
