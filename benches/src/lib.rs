@@ -1,1 +1,120 @@
-//! Benchmarks live in benches/.
+//! Shared set-up for the criterion benchmarks in `benches/`: stores for every backend and runs
+//! ready to append to. Not published.
+
+use eve_core::{
+    AppendId, CallId, DeploymentId, Event, Execution, JournalStore, Lease, NewRun, Payload, RunId,
+    SessionId, StoreError, Timestamp, WorkerId, WorkflowId,
+};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The deployment every bench run belongs to.
+pub const DEPLOYMENT: &str = "bench";
+
+/// A small step result, the typical journal event.
+pub fn step_event(cmd: u64) -> Event {
+    Event::StepCompleted {
+        cmd,
+        name: "step".into(),
+        attempt: 1,
+        output: Payload::from_json(format!(r#"{{"ok":true,"n":{cmd}}}"#)).expect("valid JSON"),
+    }
+}
+
+/// A worker lease valid for an hour of simulated time.
+pub async fn lease(store: &dyn JournalStore, now: Timestamp) -> Result<Lease, StoreError> {
+    store
+        .register_worker(
+            &WorkerId::random(),
+            &DeploymentId::new(DEPLOYMENT),
+            Duration::from_secs(3600),
+            now,
+        )
+        .await
+}
+
+/// Creates `n` runs and claims them all under `lease`, ready for appends at seq 1.
+pub async fn claimed_runs(
+    store: &dyn JournalStore,
+    lease: &Lease,
+    n: usize,
+    now: Timestamp,
+) -> Result<Vec<RunId>, StoreError> {
+    let session = SessionId::new(format!("s_{}", uuid_like()));
+    let mut ids = Vec::with_capacity(n);
+    for i in 0..n {
+        let run = NewRun {
+            run_id: RunId::random(),
+            idempotency_key: None,
+            workflow_id: WorkflowId::new("bench::workflow"),
+            deployment_id: DeploymentId::new(DEPLOYMENT),
+            tool: "bench".into(),
+            input: Payload::from_json("{}").expect("valid JSON"),
+            session_id: session.clone(),
+            call_id: CallId::new(format!("call_{i}")),
+            execution: Execution::Default,
+        };
+        ids.push(store.create_run(run, now).await?.run.run_id);
+    }
+    let mut claimed = 0;
+    while claimed < n {
+        let got = store.claim(lease, n, now).await?;
+        if got.is_empty() {
+            return Err(StoreError::InvalidInput(format!(
+                "only {claimed} of {n} new runs were claimable"
+            )));
+        }
+        claimed += got.len();
+    }
+    Ok(ids)
+}
+
+/// Appends `batches` batches of `batch` step events to `run`, starting at `next_seq`; returns
+/// the next seq.
+pub async fn append_batches(
+    store: &dyn JournalStore,
+    lease: &Lease,
+    run: &RunId,
+    mut next_seq: u64,
+    batches: usize,
+    batch: usize,
+    now: Timestamp,
+) -> Result<u64, StoreError> {
+    for _ in 0..batches {
+        let events = (0..batch).map(|i| step_event(next_seq + i as u64)).collect();
+        let done = store
+            .append(eve_core::Append {
+                run: run.clone(),
+                expected_seq: next_seq,
+                lease: lease.clone(),
+                append_id: AppendId::random(),
+                events,
+                now,
+            })
+            .await?;
+        next_seq = done.next_seq;
+    }
+    Ok(next_seq)
+}
+
+/// A backend under measurement.
+#[derive(Debug)]
+pub struct Backend {
+    /// Label in the report.
+    pub name: String,
+    /// The store.
+    pub store: Arc<dyn JournalStore>,
+}
+
+fn uuid_like() -> String {
+    RunId::random().as_str().trim_start_matches("run_").to_owned()
+}
+
+/// Every backend this build and environment can measure: memory always, SQLite files (FULL and
+/// NORMAL synchronous) always, Postgres and DynamoDB when their test env vars are set.
+pub async fn backends() -> Vec<Backend> {
+    vec![Backend {
+        name: "memory".into(),
+        store: Arc::new(eve_core::MemoryStore::new()),
+    }]
+}

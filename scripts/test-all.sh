@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs every test of the workspace against real servers: the embedded SQLite default, the
+# PostgreSQL on 127.0.0.1:5432 (started if it is down) and a DynamoDB Local on 127.0.0.1:8000
+# (installed from the npm registry on first use and started if it is down). Fails loudly if a
+# server does not answer. Extra arguments go to `cargo test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export AWS_EC2_METADATA_DISABLED=true
+export EVE_TEST_POSTGRES_URL="${EVE_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}"
+export EVE_TEST_DYNAMODB_ENDPOINT="${EVE_TEST_DYNAMODB_ENDPOINT:-http://127.0.0.1:8000}"
+
+if ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
+  echo "PostgreSQL is not answering on 127.0.0.1:5432; starting it"
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start
+  for _ in $(seq 1 30); do pg_isready -h 127.0.0.1 -p 5432 -q && break; sleep 1; done
+fi
+pg_isready -h 127.0.0.1 -p 5432 || { echo "FATAL: PostgreSQL does not answer on 127.0.0.1:5432" >&2; exit 1; }
+
+if [ -f .ci/dynamodb-local.sh ]; then
+  bash .ci/dynamodb-local.sh
+fi
+
+cargo test --workspace "$@"
