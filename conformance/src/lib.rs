@@ -1,12 +1,56 @@
 //! eve-conformance: the suite every [`JournalStore`] must pass.
 //!
-//! A backend crate implements [`StoreFactory`] in its tests and calls the suite's macro once; the
+//! A backend crate implements [`StoreFactory`] in its tests and calls [`store_suite!`] once; the
 //! suite owns the list of cases, so a new case reaches every backend and none is skipped by
 //! omission.
+//!
+//! ```ignore
+//! // tests/conformance.rs of a backend crate
+//! eve_conformance::store_suite!(MyFactory::new());
+//! // a server backend: skipped loudly (not failed) when the variable is unset
+//! eve_conformance::store_suite!(skip_unless = "EVE_TEST_POSTGRES_URL", PgFactory::from_env().await);
+//! ```
+//!
+//! The factory expression is evaluated inside each generated (async) test, so it may `.await`.
+//! It may yield a [`StoreFactory`], or an `Option` of one (`None` skips the case with a printed
+//! `skipped:` line). Each case becomes one `#[test]` running on a two-worker multi-thread tokio
+//! runtime (what `#[tokio::test(flavor = "multi_thread", worker_threads = 2)]` builds); the
+//! caller needs no tokio dependency of its own.
+//!
+//! A binary can run the same cases with [`run_store_suite`], which returns a [`Report`].
+//!
+//! # Environment
+//!
+//! - `EVE_CONFORMANCE_CASES`: how many random call sequences the model-based test runs (default
+//!   [`DEFAULT_CASES`], chosen so a server backend's whole store suite stays well under three
+//!   minutes).
+//! - `EVE_CONFORMANCE_DEEP=1`: deep mode for nightly runs, [`DEEP_CASES`] sequences (an explicit
+//!   `EVE_CONFORMANCE_CASES` wins).
+//! - `EVE_CONFORMANCE_SEED`: replay the model-based test from this seed (printed on failure).
+//!
+//! # Families
+//!
+//! [`store::appends`], [`store::starts`], [`store::deliveries`], [`store::hooks`],
+//! [`store::leases`], [`store::wakeups`], [`store::reads`], [`store::limits`],
+//! [`store::persistence`], [`store::isolation`], [`store::sessions`], [`store::blocked`] and
+//! [`store::sequences`] (the model-based test against [`model::Model`]).
 
 use async_trait::async_trait;
 use eve_core::{JournalStore, StoreError};
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use std::fmt;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub mod fixtures;
+pub mod store;
+
+/// Random call sequences the model-based test runs by default.
+pub const DEFAULT_CASES: u32 = 32;
+/// Random call sequences in deep mode (`EVE_CONFORMANCE_DEEP=1`).
+pub const DEEP_CASES: u32 = 1024;
 
 /// A store the factory made, with where its storage lives.
 #[derive(Debug, Clone)]
@@ -29,4 +73,242 @@ pub trait StoreFactory: Send + Sync + 'static {
     /// after a restart) would open it. `Ok(None)` when the backend is not persistent (memory):
     /// the cases that need it are then skipped for that backend, and say so.
     async fn open(&self, location: &str) -> Result<Option<Arc<dyn JournalStore>>, StoreError>;
+}
+
+/// What a factory expression given to [`store_suite!`] may yield: a factory, or `None` to skip.
+pub trait FactorySource {
+    /// The factory, or why the cases are skipped.
+    ///
+    /// # Errors
+    /// The reason to print in the `skipped:` line.
+    fn into_factory(self) -> Result<Arc<dyn StoreFactory>, String>;
+}
+
+impl<F: StoreFactory> FactorySource for F {
+    fn into_factory(self) -> Result<Arc<dyn StoreFactory>, String> {
+        Ok(Arc::new(self))
+    }
+}
+
+impl<F: StoreFactory> FactorySource for Option<F> {
+    fn into_factory(self) -> Result<Arc<dyn StoreFactory>, String> {
+        self.map(|f| Arc::new(f) as Arc<dyn StoreFactory>)
+            .ok_or_else(|| "the factory expression gave None".to_owned())
+    }
+}
+
+/// How many random sequences the model-based test runs: `EVE_CONFORMANCE_CASES`, else
+/// [`DEEP_CASES`] under `EVE_CONFORMANCE_DEEP=1`, else [`DEFAULT_CASES`].
+///
+/// # Panics
+/// When `EVE_CONFORMANCE_CASES` is set but is not a number (a typo should not silently run the
+/// default).
+pub fn case_count() -> u32 {
+    if let Ok(v) = std::env::var("EVE_CONFORMANCE_CASES") {
+        return v.trim().parse().unwrap_or_else(|_| {
+            panic!("EVE_CONFORMANCE_CASES={v:?} is not a number; set it to a case count like 32")
+        });
+    }
+    match std::env::var("EVE_CONFORMANCE_DEEP").as_deref() {
+        Ok("1") | Ok("true") | Ok("yes") => DEEP_CASES,
+        _ => DEFAULT_CASES,
+    }
+}
+
+/// One store case: an async fn taking the factory and panicking on failure.
+pub type StoreCase = for<'a> fn(&'a dyn StoreFactory) -> BoxFuture<'a, ()>;
+
+/// Every store-level case, by name (`family::case`). [`store_suite!`] and [`run_store_suite`]
+/// both expand from the same list.
+pub fn store_cases() -> &'static [(&'static str, StoreCase)] {
+    __store_cases!(table)
+}
+
+/// How one case ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CaseOutcome {
+    /// Passed.
+    Passed,
+    /// Panicked with this message.
+    Failed(String),
+}
+
+/// One case's result.
+#[derive(Debug, Clone)]
+pub struct CaseResult {
+    /// `family::case`.
+    pub name: &'static str,
+    /// How it ended.
+    pub outcome: CaseOutcome,
+    /// How long it took.
+    pub elapsed: Duration,
+}
+
+/// What [`run_store_suite`] found.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// Every case, in suite order.
+    pub cases: Vec<CaseResult>,
+}
+
+impl Report {
+    /// Whether every case passed.
+    pub fn passed(&self) -> bool {
+        self.cases.iter().all(|c| c.outcome == CaseOutcome::Passed)
+    }
+
+    /// The failed cases.
+    pub fn failures(&self) -> impl Iterator<Item = &CaseResult> {
+        self.cases
+            .iter()
+            .filter(|c| matches!(c.outcome, CaseOutcome::Failed(_)))
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for c in &self.cases {
+            match &c.outcome {
+                CaseOutcome::Passed => writeln!(f, "ok     {} ({:.2?})", c.name, c.elapsed)?,
+                CaseOutcome::Failed(m) => {
+                    writeln!(f, "FAILED {} ({:.2?}): {m}", c.name, c.elapsed)?
+                }
+            }
+        }
+        let failed = self.failures().count();
+        write!(
+            f,
+            "{} cases: {} passed, {failed} failed",
+            self.cases.len(),
+            self.cases.len() - failed
+        )
+    }
+}
+
+/// Runs every store case against `factory`, one after another, catching each case's panic.
+/// Cases that need [`StoreFactory::open`] pass with a printed note when it gives `None`.
+///
+/// Must run on a multi-thread tokio runtime (the concurrency cases spawn tasks).
+pub async fn run_store_suite(factory: &dyn StoreFactory) -> Report {
+    let mut report = Report::default();
+    for (name, case) in store_cases() {
+        let start = Instant::now();
+        let outcome = match AssertUnwindSafe(case(factory)).catch_unwind().await {
+            Ok(()) => CaseOutcome::Passed,
+            Err(panic) => CaseOutcome::Failed(panic_message(&*panic)),
+        };
+        report.cases.push(CaseResult {
+            name,
+            outcome,
+            elapsed: start.elapsed(),
+        });
+    }
+    report
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panicked with a non-string payload".to_owned()
+    }
+}
+
+/// Support for the macros; not part of the API.
+#[doc(hidden)]
+pub mod __private {
+    pub use futures::future::BoxFuture;
+
+    /// Runs `fut` on the runtime `#[tokio::test(flavor = "multi_thread", worker_threads = 2)]`
+    /// builds.
+    pub fn block_on<F: std::future::Future>(fut: F) -> F::Output {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("build the tokio runtime for a conformance case")
+            .block_on(fut)
+    }
+
+    /// Whether `var` is set and non-empty.
+    pub fn env_set(var: &str) -> bool {
+        std::env::var(var).is_ok_and(|v| !v.is_empty())
+    }
+}
+
+/// Expands every store-level conformance case into a named `#[test]` in the calling crate.
+///
+/// Forms:
+/// - `store_suite!(factory_expr)`: the expression yields a [`StoreFactory`] or an `Option` of one
+///   (see [`FactorySource`]); `None` skips with a printed `skipped:` line.
+/// - `store_suite!(skip_unless = "ENV_VAR", factory_expr)`: when `ENV_VAR` is unset or empty,
+///   every case prints `skipped: <case>: ENV_VAR is unset` and passes without evaluating the
+///   expression. When it is set, a server that does not answer fails the cases.
+///
+/// The expression is evaluated once per case, inside the async test, so it may `.await`.
+#[macro_export]
+macro_rules! store_suite {
+    (skip_unless = $var:literal, $factory:expr $(,)?) => {
+        $crate::__store_cases!(tests { Some($var) } { $factory });
+    };
+    ($factory:expr $(,)?) => {
+        $crate::__store_cases!(tests { None::<&str> } { $factory });
+    };
+}
+
+/// The one list of store cases. `table` gives [`store_cases`]; `tests` expands them as tests.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __store_cases {
+    ($mode:ident $($args:tt)*) => {
+        $crate::__store_cases! { @expand $mode { $($args)* } [
+            appends::concurrent_appends_one_winner,
+            appends::append_is_all_or_nothing,
+            appends::retry_of_landed_append_is_duplicate,
+            appends::append_to_ended_run_refused,
+            starts::create_run_is_idempotent,
+            starts::concurrent_create_run_one_run,
+            starts::same_key_different_input_mismatch,
+            limits::append_limits_are_typed_errors,
+            limits::read_limits_are_typed_errors,
+            limits::empty_keys_are_invalid,
+        ] }
+    };
+    (@expand table {} [$($family:ident :: $case:ident),* $(,)?]) => {
+        &[$(
+            (concat!(stringify!($family), "::", stringify!($case)), {
+                fn case<'a>(
+                    f: &'a dyn $crate::StoreFactory,
+                ) -> $crate::__private::BoxFuture<'a, ()> {
+                    ::std::boxed::Box::pin($crate::store::$family::$case(f))
+                }
+                case as $crate::StoreCase
+            }),
+        )*]
+    };
+    (@expand tests { { $skip:expr } { $factory:expr } } [$($family:ident :: $case:ident),* $(,)?]) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::__private::block_on(async {
+                    let name = concat!(stringify!($family), "::", stringify!($case));
+                    let skip: ::std::option::Option<&str> = $skip;
+                    if let ::std::option::Option::Some(var) = skip {
+                        if !$crate::__private::env_set(var) {
+                            println!("skipped: {name}: {var} is unset; set it to run this case against a real server");
+                            return;
+                        }
+                    }
+                    match $crate::FactorySource::into_factory($factory) {
+                        ::std::result::Result::Ok(factory) => {
+                            $crate::store::$family::$case(&*factory).await
+                        }
+                        ::std::result::Result::Err(why) => println!("skipped: {name}: {why}"),
+                    }
+                })
+            }
+        )*
+    };
 }
