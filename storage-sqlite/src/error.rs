@@ -1,0 +1,59 @@
+//! Mapping sqlx errors to [`StoreError`] kinds: no sqlx type reaches the public API.
+
+use eve_core::StoreError;
+
+pub(crate) const BACKEND: &str = "sqlite";
+
+/// Busy and locked databases, lost workers and pool timeouts are transient (`Unavailable`);
+/// everything else is `Other`.
+pub(crate) fn map_sqlx(e: sqlx::Error) -> StoreError {
+    let transient = match &e {
+        sqlx::Error::Database(db) => db
+            .code()
+            .and_then(|c| c.parse::<i32>().ok())
+            // The primary result code is the low byte of the extended one.
+            .is_some_and(|c| matches!(c & 0xff, 5 | 6)),
+        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed => true,
+        _ => false,
+    };
+    if transient {
+        StoreError::Unavailable {
+            backend: BACKEND,
+            message: e.to_string(),
+        }
+    } else {
+        StoreError::Other {
+            backend: BACKEND,
+            source: Box::new(e),
+        }
+    }
+}
+
+/// A backend failure described by a message.
+pub(crate) fn other(message: String) -> StoreError {
+    StoreError::Other {
+        backend: BACKEND,
+        source: message.into(),
+    }
+}
+
+/// The error every op of a batch gets when the batch's transaction could not be committed: the
+/// same kind as `e` (transient stays retryable), with its message.
+pub(crate) fn batch_failed(e: &StoreError) -> StoreError {
+    if e.is_retryable() {
+        StoreError::Unavailable {
+            backend: BACKEND,
+            message: format!("the transaction was not committed: {e}"),
+        }
+    } else {
+        other(format!("the transaction was not committed: {e}"))
+    }
+}
+
+/// The writer task is gone (the runtime shut down, or it panicked).
+pub(crate) fn writer_gone() -> StoreError {
+    StoreError::Unavailable {
+        backend: BACKEND,
+        message: "the store's writer task has stopped; open the store again".into(),
+    }
+}
