@@ -45,6 +45,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub mod fixtures;
+pub mod model;
 pub mod store;
 
 /// Random call sequences the model-based test runs by default.
@@ -271,9 +272,33 @@ macro_rules! __store_cases {
             starts::create_run_is_idempotent,
             starts::concurrent_create_run_one_run,
             starts::same_key_different_input_mismatch,
+            deliveries::concurrent_hook_dedupe_one_event,
+            deliveries::concurrent_answers_one_answered,
+            deliveries::answer_semantics,
+            deliveries::deliveries_to_ended_run_refused,
+            deliveries::cancel_request_once,
+            hooks::hook_token_unique_and_released,
+            hooks::concurrent_hook_registration_one_winner,
+            leases::two_claimers_one_holder,
+            leases::expired_lease_is_fenced_and_forks_nothing,
+            leases::reregister_bumps_epoch_and_fences,
+            leases::heartbeat_and_retire,
+            wakeups::due_order_and_not_yet_due,
+            wakeups::nothing_due_left_unclaimed,
+            wakeups::processed_seq_and_release,
+            reads::large_payload_round_trips,
+            reads::ten_thousand_events_page_in_order,
+            reads::payload_bytes_are_kept_exactly,
             limits::append_limits_are_typed_errors,
             limits::read_limits_are_typed_errors,
             limits::empty_keys_are_invalid,
+            persistence::everything_survives_reopen,
+            persistence::two_handles_share_one_store,
+            isolation::stores_never_see_each_other,
+            sessions::session_log_in_order,
+            sessions::queries_by_session_and_status,
+            blocked::resolve_blocked_resume_and_fail,
+            sequences::random_sequences_match_model,
         ] }
     };
     (@expand table {} [$($family:ident :: $case:ident),* $(,)?]) => {

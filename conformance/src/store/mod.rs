@@ -2,5 +2,15 @@
 //! and panics with a message naming the broken guarantee.
 
 pub mod appends;
+pub mod blocked;
+pub mod deliveries;
+pub mod hooks;
+pub mod isolation;
+pub mod leases;
 pub mod limits;
+pub mod persistence;
+pub mod reads;
+pub mod sessions;
 pub mod starts;
+pub mod wakeups;
+pub mod sequences;

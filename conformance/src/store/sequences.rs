@@ -1,0 +1,620 @@
+//! The model-based property test: random sequences of store calls, run against the store (and,
+//! when the factory can open a second handle, interleaved across two handles) and against the
+//! reference [`Model`]; every outcome and the final journals, records and session logs must
+//! agree. Failing sequences shrink to a minimal one and print the seed that reproduces them.
+
+use crate::fixtures::{json, unique, T0};
+use crate::model::{Check, Model};
+use crate::{case_count, StoreFactory};
+use eve_core::{
+    Append, AppendId, CallId, DeploymentId, Event, Execution, InputOption, InputRequest,
+    InputResponse, JournalStore, JournalStoreExt, Lease, NewRun, RequestId, Resolution, RunId,
+    RunQuery, RunStatus, SessionId, Timestamp, WorkerId, WorkflowId,
+};
+use proptest::collection::vec;
+use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Lease length the sequences register workers with; `Advance` steps go past it.
+const TTL: Duration = Duration::from_secs(30);
+/// Shrinking stops after this many re-runs of a failing sequence.
+const SHRINK_BUDGET: u32 = 200;
+const PAYLOADS: [&str; 3] = ["{\"ok\": true}", "[1,2 , 3]", "\"é\\n\""];
+
+/// One event an append carries; cmds, tokens and times are resolved when it runs.
+#[derive(Debug, Clone)]
+pub enum Ev {
+    /// `StepCompleted`.
+    Step(u8),
+    /// `StepFailed` with a retry this many 100 ms later.
+    Retry(u16),
+    /// `StepFailed`, fatal.
+    Fatal,
+    /// `SleepScheduled` this many 100 ms later.
+    Sleep(u16),
+    /// `SleepFired` of one of the run's live timers.
+    Fire(u8),
+    /// `HookCreated` with one of four tokens.
+    Hook(u8),
+    /// `InputRequested`.
+    Ask,
+    /// `Progress`.
+    Progress(u8),
+    /// `MessagePosted`.
+    Message,
+    /// `RunCompleted`.
+    Complete(u8),
+    /// `RunFailed`.
+    Fail,
+    /// `RunCancelled`.
+    Cancelled,
+    /// `RunBlocked`.
+    Block,
+}
+
+/// Which `expected_seq` an append names.
+#[derive(Debug, Clone, Copy)]
+pub enum SeqPick {
+    /// The journal's next seq.
+    Right,
+    /// One less (a writer that missed an event).
+    Stale,
+    /// One more.
+    Ahead,
+}
+
+/// One store call of a sequence. Indices pick among what exists when the call runs.
+#[derive(Debug, Clone)]
+pub enum Op {
+    /// `create_run`.
+    Create {
+        /// Session 0 or 1.
+        session: u8,
+        /// An explicit key, or the default session/call key.
+        key: Option<u8>,
+        /// Call id (collides with the default key on purpose).
+        call: u8,
+        /// Input 0 or 1 (a repeated key with another input is a mismatch).
+        input: u8,
+        /// Background execution.
+        background: bool,
+        /// Reuse an existing run's id under a fresh key.
+        reuse_id: Option<u8>,
+        /// Deployment: mostly the workers' one.
+        dep: u8,
+    },
+    /// `append`.
+    Append {
+        /// Run.
+        run: u8,
+        /// Worker.
+        worker: u8,
+        /// Use the worker's first (stale) lease.
+        stale: bool,
+        /// Expected seq.
+        seq: SeqPick,
+        /// Events.
+        events: Vec<Ev>,
+    },
+    /// Re-send an earlier append verbatim (same append id).
+    Retry(u8),
+    /// `answer`.
+    Answer {
+        /// Request.
+        req: u8,
+        /// 0 yes, 1 no, 2 text, 3 an option not offered.
+        resp: u8,
+    },
+    /// `deliver_hook`.
+    Deliver {
+        /// Token.
+        token: u8,
+        /// Dedupe key.
+        key: Option<u8>,
+        /// Payload.
+        payload: u8,
+    },
+    /// `request_cancel`.
+    Cancel(u8),
+    /// `resolve_blocked`.
+    Resolve {
+        /// Run.
+        run: u8,
+        /// Fail instead of resume.
+        fail: bool,
+    },
+    /// `register_worker`.
+    Register(u8),
+    /// `heartbeat`.
+    Heartbeat {
+        /// Worker.
+        worker: u8,
+        /// With its first lease.
+        stale: bool,
+    },
+    /// `claim`.
+    Claim {
+        /// Worker.
+        worker: u8,
+        /// Max runs.
+        max: u8,
+        /// With its first lease.
+        stale: bool,
+    },
+    /// `release`.
+    Release {
+        /// Worker.
+        worker: u8,
+        /// Run.
+        run: u8,
+        /// 0: next seq, 1: zero, 2: past the end.
+        processed: u8,
+        /// With its first lease.
+        stale: bool,
+    },
+    /// `retire_worker`.
+    Retire(u8),
+    /// Advance the simulated clock.
+    Advance(u32),
+    /// `read`.
+    Read {
+        /// Run.
+        run: u8,
+        /// 0: start, 1: middle, 2: end, 3: past the end.
+        from: u8,
+        /// 0, 1, 2 or 1000.
+        max: u8,
+    },
+    /// A query: 0 list_runs, 1 pending_requests, 2 read_session, 3 get_run, 4 next_wake.
+    Query {
+        /// Which.
+        kind: u8,
+        /// First argument.
+        a: u8,
+        /// Second argument.
+        b: u8,
+    },
+}
+
+fn ev() -> impl Strategy<Value = Ev> {
+    prop_oneof![
+        4 => any::<u8>().prop_map(Ev::Step),
+        2 => (1..400u16).prop_map(Ev::Retry),
+        1 => Just(Ev::Fatal),
+        2 => (1..400u16).prop_map(Ev::Sleep),
+        2 => any::<u8>().prop_map(Ev::Fire),
+        2 => any::<u8>().prop_map(Ev::Hook),
+        2 => Just(Ev::Ask),
+        1 => any::<u8>().prop_map(Ev::Progress),
+        1 => Just(Ev::Message),
+        1 => any::<u8>().prop_map(Ev::Complete),
+        1 => Just(Ev::Fail),
+        1 => Just(Ev::Cancelled),
+        1 => Just(Ev::Block),
+    ]
+}
+
+fn seq_pick() -> impl Strategy<Value = SeqPick> {
+    prop_oneof![6 => Just(SeqPick::Right), 1 => Just(SeqPick::Stale), 1 => Just(SeqPick::Ahead)]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (0..2u8, prop::option::of(0..3u8), 0..3u8, 0..2u8, any::<bool>(), prop::option::weighted(0.1, any::<u8>()), any::<u8>())
+            .prop_map(|(session, key, call, input, background, reuse_id, dep)| Op::Create { session, key, call, input, background, reuse_id, dep }),
+        6 => (any::<u8>(), 0..3u8, prop::bool::weighted(0.15), seq_pick(), vec(ev(), 1..4))
+            .prop_map(|(run, worker, stale, seq, events)| Op::Append { run, worker, stale, seq, events }),
+        1 => any::<u8>().prop_map(Op::Retry),
+        2 => (any::<u8>(), 0..4u8).prop_map(|(req, resp)| Op::Answer { req, resp }),
+        2 => (0..4u8, prop::option::of(0..3u8), 0..3u8).prop_map(|(token, key, payload)| Op::Deliver { token, key, payload }),
+        1 => any::<u8>().prop_map(Op::Cancel),
+        1 => (any::<u8>(), any::<bool>()).prop_map(|(run, fail)| Op::Resolve { run, fail }),
+        2 => (0..3u8).prop_map(Op::Register),
+        1 => (0..3u8, prop::bool::weighted(0.2)).prop_map(|(worker, stale)| Op::Heartbeat { worker, stale }),
+        3 => (0..3u8, 1..4u8, prop::bool::weighted(0.15)).prop_map(|(worker, max, stale)| Op::Claim { worker, max, stale }),
+        2 => (0..3u8, any::<u8>(), 0..3u8, prop::bool::weighted(0.15))
+            .prop_map(|(worker, run, processed, stale)| Op::Release { worker, run, processed, stale }),
+        1 => (0..3u8).prop_map(Op::Retire),
+        2 => (0..40_000u32).prop_map(Op::Advance),
+        1 => (any::<u8>(), 0..4u8, 0..4u8).prop_map(|(run, from, max)| Op::Read { run, from, max }),
+        2 => (0..5u8, any::<u8>(), any::<u8>()).prop_map(|(kind, a, b)| Op::Query { kind, a, b }),
+    ]
+}
+
+/// The strategy for whole sequences: `(handle, call)` pairs.
+pub fn sequence() -> impl Strategy<Value = Vec<(u8, Op)>> {
+    vec((any::<u8>(), op()), 1..40)
+}
+
+struct Harness {
+    handles: Vec<Arc<dyn JournalStore>>,
+    model: Model,
+    now: Timestamp,
+    prefix: String,
+    made: u32,
+    leases: [Vec<Lease>; 3],
+    sent: Vec<Append>,
+    cmd: u64,
+}
+
+impl Harness {
+    fn dep(&self, i: u8) -> DeploymentId {
+        DeploymentId::new(format!("{}-d{}", self.prefix, i % 2))
+    }
+
+    fn worker_id(&self, w: u8) -> WorkerId {
+        WorkerId::new(format!("{}-w{w}", self.prefix))
+    }
+
+    /// Workers 0 and 1 serve deployment 0, worker 2 deployment 1.
+    fn worker_dep(&self, w: u8) -> DeploymentId {
+        self.dep(u8::from(w == 2))
+    }
+
+    fn lease(&self, w: u8, stale: bool) -> Lease {
+        let all = &self.leases[w as usize % 3];
+        let pick = if stale { all.first() } else { all.last() };
+        pick.cloned().unwrap_or_else(|| Lease {
+            worker: self.worker_id(w),
+            deployment: self.worker_dep(w),
+            epoch: 0,
+            expires_at: self.now,
+        })
+    }
+
+    fn run(&self, i: u8) -> RunId {
+        let runs = self.model.runs();
+        if runs.is_empty() || i % 16 == 15 {
+            RunId::new(format!("{}-unknown", self.prefix))
+        } else {
+            runs[i as usize % runs.len()].clone()
+        }
+    }
+
+    fn token(&self, t: u8) -> String {
+        format!("{}-t{}", self.prefix, t % 4)
+    }
+
+    fn session(&self, s: u8) -> SessionId {
+        SessionId::new(format!("{}-s{}", self.prefix, s % 2))
+    }
+
+    fn event(&mut self, run: &RunId, e: &Ev) -> Event {
+        self.cmd += 1;
+        let cmd = self.cmd;
+        let later = |n: u16| self.now.plus(Duration::from_millis(u64::from(n) * 100));
+        match e {
+            Ev::Step(p) => Event::StepCompleted { cmd, name: format!("s{cmd}"), attempt: 1, output: json(PAYLOADS[*p as usize % 3]) },
+            Ev::Retry(d) => Event::StepFailed { cmd, name: format!("s{cmd}"), attempt: 1, error: "flaky".into(), fatal: false, retry_at: Some(later(*d)) },
+            Ev::Fatal => Event::StepFailed { cmd, name: format!("s{cmd}"), attempt: 2, error: "fatal".into(), fatal: true, retry_at: None },
+            Ev::Sleep(d) => Event::SleepScheduled { cmd, wake_at: later(*d) },
+            Ev::Fire(i) => {
+                let timers = self.model.timers(run);
+                let cmd = if timers.is_empty() { cmd } else { timers[*i as usize % timers.len()] };
+                Event::SleepFired { cmd }
+            }
+            Ev::Hook(t) => Event::HookCreated { cmd, token: self.token(*t), webhook: t % 2 == 0 },
+            Ev::Ask => {
+                let opt = |id: &str| InputOption { id: id.into(), label: id.into(), description: None, style: None };
+                Event::InputRequested {
+                    cmd,
+                    request_id: RequestId::for_command(run, cmd),
+                    request: InputRequest {
+                        prompt: format!("q{cmd}"),
+                        display: eve_core::Display::Select,
+                        options: vec![opt("yes"), opt("no")],
+                        allow_freeform: cmd % 2 == 0,
+                    },
+                }
+            }
+            Ev::Progress(p) => Event::Progress { cmd, value: json(PAYLOADS[*p as usize % 3]) },
+            Ev::Message => Event::MessagePosted { cmd, message: json("\"msg\"") },
+            Ev::Complete(p) => Event::RunCompleted { output: json(PAYLOADS[*p as usize % 3]) },
+            Ev::Fail => Event::RunFailed { error: "failed".into() },
+            Ev::Cancelled => Event::RunCancelled,
+            Ev::Block => Event::RunBlocked { reason: "[EVE-TEST] blocked".into() },
+        }
+    }
+
+    async fn step(&mut self, handle: u8, op: &Op) -> Check {
+        let store = Arc::clone(&self.handles[handle as usize % self.handles.len()]);
+        let st = &*store;
+        let now = self.now;
+        match op {
+            Op::Create { session, key, call, input, background, reuse_id, dep } => {
+                self.made += 1;
+                let mut run_id = RunId::new(format!("{}-r{:04}", self.prefix, self.made));
+                let mut idempotency_key = key.map(|k| format!("{}-k{k}", self.prefix));
+                if let Some(i) = reuse_id {
+                    if !self.model.runs().is_empty() {
+                        run_id = self.run(*i % 15);
+                        idempotency_key = Some(format!("{}-fresh{}", self.prefix, self.made));
+                    }
+                }
+                let new = NewRun {
+                    run_id,
+                    idempotency_key,
+                    workflow_id: WorkflowId::new("seq::workflow"),
+                    deployment_id: self.dep(u8::from(dep % 4 == 3)),
+                    tool: "seq_tool".into(),
+                    input: json(if *input == 0 { "{\"a\": 1}" } else { "{\"a\":2}" }),
+                    session_id: self.session(*session),
+                    call_id: CallId::new(format!("c{call}")),
+                    execution: if *background { Execution::Background } else { Execution::Default },
+                };
+                let r = st.create_run(new.clone(), now).await;
+                self.model.check_create(&new, now, &r)
+            }
+            Op::Append { run, worker, stale, seq, events } => {
+                let run = self.run(*run);
+                let next = self.model.record(&run).map_or(1, |r| r.next_seq);
+                let expected_seq = match seq {
+                    SeqPick::Right => next,
+                    SeqPick::Stale => next.saturating_sub(1),
+                    SeqPick::Ahead => next + 1,
+                };
+                let events: Vec<Event> = events.iter().map(|e| self.event(&run, e)).collect();
+                let a = Append { run: run.clone(), expected_seq, lease: self.lease(*worker, *stale), append_id: AppendId::new(unique("append")), events, now };
+                self.sent.push(a.clone());
+                let r = st.append(a.clone()).await;
+                self.model.check_append(&a.run, a.expected_seq, &a.lease, &a.append_id, &a.events, a.now, &r)
+            }
+            Op::Retry(i) => {
+                let Some(a) = (!self.sent.is_empty()).then(|| self.sent[*i as usize % self.sent.len()].clone()) else {
+                    return Ok(());
+                };
+                let r = st.append(a.clone()).await;
+                self.model.check_append(&a.run, a.expected_seq, &a.lease, &a.append_id, &a.events, a.now, &r)
+            }
+            Op::Answer { req, resp } => {
+                let reqs = self.model.requests();
+                let id = if reqs.is_empty() || req % 10 == 9 {
+                    RequestId::new(format!("{}-unknown-request", self.prefix))
+                } else {
+                    reqs[*req as usize % reqs.len()].clone()
+                };
+                let response = match resp {
+                    0 => InputResponse::option("yes"),
+                    1 => InputResponse::option("no"),
+                    2 => InputResponse::text("free"),
+                    _ => InputResponse::option("maybe"),
+                };
+                let r = st.answer(&id, response.clone(), now).await;
+                self.model.check_answer(&id, &response, now, &r)
+            }
+            Op::Deliver { token, key, payload } => {
+                let token = self.token(*token);
+                let key = key.map(|k| format!("dk{k}"));
+                let payload = json(PAYLOADS[*payload as usize % 3]);
+                let r = st.deliver_hook(&token, payload.clone(), key.as_deref(), now).await;
+                self.model.check_deliver(&token, &payload, key.as_deref(), now, &r)
+            }
+            Op::Cancel(run) => {
+                let run = self.run(*run);
+                let r = st.request_cancel(&run, "sequence", now).await;
+                self.model.check_cancel(&run, "sequence", now, &r)
+            }
+            Op::Resolve { run, fail } => {
+                let run = self.run(*run);
+                let res = if *fail { Resolution::Fail { error: "operator".into() } } else { Resolution::Resume };
+                let r = st.resolve_blocked(&run, res.clone(), now).await;
+                self.model.check_resolve(&run, &res, now, &r)
+            }
+            Op::Register(w) => {
+                let (id, dep) = (self.worker_id(*w), self.worker_dep(*w));
+                let r = st.register_worker(&id, &dep, TTL, now).await;
+                self.model.check_register(&id, &dep, TTL, now, &r)?;
+                self.leases[*w as usize % 3].push(r.expect("checked"));
+                Ok(())
+            }
+            Op::Heartbeat { worker, stale } => {
+                let lease = self.lease(*worker, *stale);
+                let r = st.heartbeat(&lease, TTL, now).await;
+                self.model.check_heartbeat(&lease, TTL, now, &r)?;
+                if let Ok(l) = r {
+                    if let Some(last) = self.leases[*worker as usize % 3].iter_mut().rev().find(|x| x.epoch == l.epoch) {
+                        *last = l;
+                    }
+                }
+                Ok(())
+            }
+            Op::Claim { worker, max, stale } => {
+                let lease = self.lease(*worker, *stale);
+                let r = st.claim(&lease, *max as usize, now).await;
+                self.model.check_claim(&lease, *max as usize, now, &r)
+            }
+            Op::Release { worker, run, processed, stale } => {
+                let lease = self.lease(*worker, *stale);
+                let run = self.run(*run);
+                let next = self.model.record(&run).map_or(1, |r| r.next_seq);
+                let p = match processed {
+                    0 => next,
+                    1 => 0,
+                    _ => next + 5,
+                };
+                let r = st.release(&lease, &run, p, now).await;
+                self.model.check_release(&lease, &run, p, now, &r)
+            }
+            Op::Retire(w) => {
+                let lease = self.lease(*w, false);
+                let r = st.retire_worker(&lease, now).await;
+                self.model.check_retire(&lease, now, &r)
+            }
+            Op::Advance(ms) => {
+                self.now = self.now.plus(Duration::from_millis(u64::from(*ms)));
+                Ok(())
+            }
+            Op::Read { run, from, max } => {
+                let run = self.run(*run);
+                let len = self.model.journal(&run).map_or(0, |j| j.len() as u64);
+                let from = match from {
+                    0 => 0,
+                    1 => len / 2,
+                    2 => len,
+                    _ => len + 1,
+                };
+                let max = [0, 1, 2, 1000][*max as usize % 4];
+                let r = st.read(&run, from, max).await;
+                self.model.check_read(&run, from, max, &r)
+            }
+            Op::Query { kind, a, b } => match kind {
+                0 => {
+                    let statuses = [RunStatus::Running, RunStatus::Blocked, RunStatus::Completed, RunStatus::Failed, RunStatus::Cancelled];
+                    let q = RunQuery {
+                        session: (a % 3 != 2).then(|| self.session(*a)),
+                        status: (b % 6 != 5).then(|| statuses[*b as usize % 6 % 5]),
+                        deployment: (a % 5 == 4).then(|| self.dep(0)),
+                        limit: (*b as usize / 64) % 3,
+                    };
+                    let r = st.list_runs(&q).await;
+                    self.model.check_list(&q, &r)
+                }
+                1 => {
+                    let s = self.session(*a);
+                    let r = st.pending_requests(&s).await;
+                    self.model.check_pending(&s, &r)
+                }
+                2 => {
+                    let s = self.session(*a);
+                    let (from, max) = (u64::from(b % 4), [0, 1, 3, 100][*b as usize / 4 % 4]);
+                    let r = st.read_session(&s, from, max).await;
+                    self.model.check_read_session(&s, from, max, &r)
+                }
+                3 => {
+                    let run = self.run(*a);
+                    let r = st.get_run(&run).await;
+                    self.model.check_get(&run, &r)
+                }
+                _ => {
+                    let dep = self.dep(*a);
+                    let r = st.next_wake(&dep, now).await;
+                    self.model.check_next_wake(&dep, now, &r)
+                }
+            },
+        }
+    }
+
+    /// After the sequence: every journal, record and session log, read through every handle.
+    async fn final_check(&self) -> Check {
+        for (h, st) in self.handles.iter().enumerate() {
+            for run in self.model.runs() {
+                let j = st.read_all(run, 0).await.map_err(|e| format!("final read of {run} (handle {h}): {e}"))?;
+                let want = self.model.journal(run).expect("model run");
+                if j != want {
+                    return Err(format!("final journal of {run} (handle {h}) differs\n  store: {j:?}\n  model: {want:?}"));
+                }
+                self.model.check_get(run, &st.get_run(run).await).map_err(|e| format!("final (handle {h}): {e}"))?;
+            }
+            for s in 0..2 {
+                let s = self.session(s);
+                let log = st.read_session(&s, 0, 100_000).await;
+                self.model.check_read_session(&s, 0, 100_000, &log).map_err(|e| format!("final (handle {h}): {e}"))?;
+                self.model.check_pending(&s, &st.pending_requests(&s).await).map_err(|e| format!("final (handle {h}): {e}"))?;
+            }
+            self.model
+                .check_list(&RunQuery::default(), &st.list_runs(&RunQuery::default()).await)
+                .map_err(|e| format!("final (handle {h}): {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs one sequence on a fresh store; `Err` says which call broke the contract and how.
+pub async fn run_sequence(factory: &dyn StoreFactory, ops: &[(u8, Op)]) -> Check {
+    let opened = factory.create().await.map_err(|e| format!("StoreFactory::create failed: {e}"))?;
+    let mut handles = vec![Arc::clone(&opened.store)];
+    if let Some(second) = factory.open(&opened.location).await.map_err(|e| format!("StoreFactory::open failed: {e}"))? {
+        handles.push(second);
+    }
+    let mut h = Harness {
+        handles,
+        model: Model::default(),
+        now: T0,
+        prefix: unique("seq"),
+        made: 0,
+        leases: Default::default(),
+        sent: Vec::new(),
+        cmd: 0,
+    };
+    for (i, (handle, op)) in ops.iter().enumerate() {
+        h.step(*handle, op).await.map_err(|e| format!("call #{i} {op:?} on handle {}: {e}", *handle as usize % h.handles.len()))?;
+    }
+    h.final_check().await
+}
+
+fn seed_from_env() -> u64 {
+    match std::env::var("EVE_CONFORMANCE_SEED") {
+        Ok(s) => s.trim().parse().unwrap_or_else(|_| panic!("EVE_CONFORMANCE_SEED={s:?} is not a u64 seed")),
+        Err(_) => {
+            let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            (t.as_nanos() as u64) ^ (u64::from(std::process::id()) << 32)
+        }
+    }
+}
+
+/// [`case_count`] random call sequences match the reference model; shrinks and prints the seed
+/// (`EVE_CONFORMANCE_SEED`) on failure.
+pub async fn random_sequences_match_model(factory: &dyn StoreFactory) {
+    let seed = seed_from_env();
+    let cases = case_count();
+    println!("store sequences: {cases} cases, seed {seed} (EVE_CONFORMANCE_SEED={seed} replays them)");
+    let mut bytes = [0u8; 32];
+    for (i, chunk) in bytes.chunks_mut(8).enumerate() {
+        chunk.copy_from_slice(&(seed.wrapping_add(i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)).to_le_bytes());
+    }
+    // Proptest's value trees are not `Send`, so generation and shrinking run on their own
+    // thread and hand each sequence to this task, which runs it on the store.
+    let (to_runner, mut sequences) = tokio::sync::mpsc::unbounded_channel::<(u32, Vec<(u8, Op)>)>();
+    let (to_generator, verdicts) = std::sync::mpsc::channel::<bool>();
+    let generator = std::thread::spawn(move || {
+        let mut runner = TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &bytes));
+        let strategy = sequence();
+        let run = |case: u32, ops: Vec<(u8, Op)>| -> Option<bool> {
+            to_runner.send((case, ops)).ok()?;
+            verdicts.recv().ok()
+        };
+        for case in 0..cases {
+            let mut tree = strategy.new_tree(&mut runner).expect("generate a call sequence");
+            match run(case, tree.current()) {
+                Some(true) => continue,
+                Some(false) => {}
+                None => return,
+            }
+            let mut budget = SHRINK_BUDGET;
+            if !tree.simplify() {
+                return;
+            }
+            while budget > 0 {
+                budget -= 1;
+                match run(case, tree.current()) {
+                    Some(false) if tree.simplify() => {}
+                    Some(true) if tree.complicate() => {}
+                    _ => return,
+                }
+            }
+            return;
+        }
+    });
+    let mut failure = None;
+    while let Some((case, ops)) = sequences.recv().await {
+        let result = run_sequence(factory, &ops).await;
+        let passed = result.is_ok();
+        if let Err(why) = result {
+            failure = Some((case, ops, why));
+        }
+        if to_generator.send(passed).is_err() {
+            break;
+        }
+    }
+    generator.join().expect("the sequence generator thread panicked");
+    if let Some((case, best, why)) = failure {
+        panic!(
+            "store call sequence {case} of {cases} broke the contract (seed {seed}; rerun with EVE_CONFORMANCE_SEED={seed}).\n\
+             Shrunk to {} calls ((handle, call) pairs):\n{best:#?}\n{why}",
+            best.len()
+        );
+    }
+}
