@@ -1,0 +1,391 @@
+//! Connecting: configuration, the HTTP client (rustls with ring), the retry wrapper that counts
+//! calls, and the fault injector that tests throttling (DynamoDB Local never throttles).
+
+use aws_sdk_dynamodb::config::retry::RetryConfig;
+use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
+use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region, SharedHttpClient};
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_smithy_runtime_api::client::http::{
+    HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpConnector,
+};
+use aws_smithy_runtime_api::client::orchestrator::{HttpRequest, HttpResponse};
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_runtime_api::http::StatusCode;
+use aws_smithy_types::body::SdkBody;
+use eve_core::StoreError;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub(crate) const BACKEND: &str = "dynamodb";
+
+/// How to reach a DynamoDB table with [`crate::DynamoStore::connect`].
+///
+/// Credentials are always static: `connect` never consults the environment, profile files or
+/// the instance-metadata service. DynamoDB Local accepts any key made of letters and digits.
+#[derive(Clone, Debug)]
+pub struct DynamoConfig {
+    /// The endpoint, e.g. `http://127.0.0.1:8000` for DynamoDB Local; `None` uses AWS's regional
+    /// endpoint.
+    pub endpoint_url: Option<String>,
+    /// The region to sign for.
+    pub region: String,
+    /// The table (see the crate docs for its definition).
+    pub table: String,
+    /// Static access key id.
+    pub access_key_id: String,
+    /// Static secret access key.
+    pub secret_access_key: String,
+    /// How many partitions a deployment's wake-up index is spread over (≥ 1). Claims and
+    /// `next_wake` query each shard, so keep it small; raise it for deployments with thousands
+    /// of wake-ups per second.
+    pub wake_shards: u32,
+    /// Attempts per DynamoDB call before a throttled or transient fault surfaces as
+    /// `StoreError::Unavailable` (≥ 1).
+    pub max_attempts: u32,
+    /// First backoff; doubles per attempt (with jitter), capped at one second.
+    pub base_backoff: Duration,
+    /// Test hook: answers some requests with injected faults before they reach DynamoDB.
+    pub faults: Option<FaultInjector>,
+}
+
+impl DynamoConfig {
+    /// A configuration for DynamoDB Local (or any endpoint URL) with dummy static credentials.
+    pub fn local(endpoint_url: impl Into<String>, table: impl Into<String>) -> Self {
+        Self {
+            endpoint_url: Some(endpoint_url.into()),
+            region: "us-east-1".into(),
+            table: table.into(),
+            access_key_id: "evelocal".into(),
+            secret_access_key: "evelocalsecret".into(),
+            wake_shards: 4,
+            max_attempts: 8,
+            base_backoff: Duration::from_millis(10),
+            faults: None,
+        }
+    }
+
+    pub(crate) fn client(&self) -> aws_sdk_dynamodb::Client {
+        use aws_smithy_http_client::tls;
+        let https: SharedHttpClient = aws_smithy_http_client::Builder::new()
+            .tls_provider(tls::Provider::Rustls(
+                tls::rustls_provider::CryptoMode::Ring,
+            ))
+            .build_https();
+        let http = match &self.faults {
+            Some(f) => SharedHttpClient::new(FaultClient {
+                inner: https,
+                faults: f.clone(),
+            }),
+            None => https,
+        };
+        let mut b = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new(self.region.clone()))
+            .credentials_provider(Credentials::new(
+                self.access_key_id.clone(),
+                self.secret_access_key.clone(),
+                None,
+                None,
+                "eve-static",
+            ))
+            .http_client(http)
+            // The store retries itself (and counts every attempt), so the SDK does not.
+            .retry_config(RetryConfig::disabled())
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .connect_timeout(Duration::from_secs(3))
+                    .operation_attempt_timeout(Duration::from_secs(20))
+                    .build(),
+            );
+        if let Some(url) = &self.endpoint_url {
+            b = b.endpoint_url(url.clone());
+        }
+        aws_sdk_dynamodb::Client::from_conf(b.build())
+    }
+}
+
+/// Injects faults for tests: the next `n` requests are answered with a DynamoDB error response
+/// (HTTP 400 with the error's `__type`, exactly as DynamoDB sends it) without reaching the
+/// server, so the SDK parses it as the real thing.
+#[derive(Clone, Debug, Default)]
+pub struct FaultInjector {
+    inner: Arc<FaultState>,
+}
+
+#[derive(Debug, Default)]
+struct FaultState {
+    remaining: AtomicU32,
+    code: Mutex<String>,
+    injected: AtomicU32,
+}
+
+impl FaultInjector {
+    /// An injector that injects nothing until told.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Answers the next `n` requests with `code` (for example
+    /// `ProvisionedThroughputExceededException`, `ThrottlingException`,
+    /// `TransactionConflictException`, `InternalServerError`).
+    pub fn fail_next(&self, n: u32, code: &str) {
+        *self.inner.code.lock().expect("fault lock") = code.to_owned();
+        self.inner.remaining.store(n, Ordering::SeqCst);
+    }
+
+    /// How many faults were injected so far.
+    pub fn injected(&self) -> u32 {
+        self.inner.injected.load(Ordering::SeqCst)
+    }
+
+    fn take(&self) -> Option<String> {
+        self.inner
+            .remaining
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .ok()
+            .map(|_| {
+                self.inner.injected.fetch_add(1, Ordering::SeqCst);
+                self.inner.code.lock().expect("fault lock").clone()
+            })
+    }
+}
+
+#[derive(Debug)]
+struct FaultClient {
+    inner: SharedHttpClient,
+    faults: FaultInjector,
+}
+
+impl HttpClient for FaultClient {
+    fn http_connector(
+        &self,
+        settings: &HttpConnectorSettings,
+        components: &RuntimeComponents,
+    ) -> SharedHttpConnector {
+        SharedHttpConnector::new(FaultConnector {
+            inner: self.inner.http_connector(settings, components),
+            faults: self.faults.clone(),
+        })
+    }
+}
+
+#[derive(Debug)]
+struct FaultConnector {
+    inner: SharedHttpConnector,
+    faults: FaultInjector,
+}
+
+impl HttpConnector for FaultConnector {
+    fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
+        match self.faults.take() {
+            None => self.inner.call(request),
+            Some(code) => {
+                let status = if code.starts_with("InternalServer") || code == "ServiceUnavailable" {
+                    500
+                } else {
+                    400
+                };
+                let body = format!(
+                    r#"{{"__type":"com.amazonaws.dynamodb.v20120810#{code}","message":"injected by eve's FaultInjector"}}"#
+                );
+                let mut resp = HttpResponse::new(
+                    StatusCode::try_from(status).expect("valid status"),
+                    SdkBody::from(body),
+                );
+                resp.headers_mut()
+                    .insert("content-type", "application/x-amz-json-1.0");
+                HttpConnectorFuture::ready(Ok(resp))
+            }
+        }
+    }
+}
+
+/// DynamoDB calls (attempts, retries included) made by a store handle, by operation name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CallCounts(pub BTreeMap<&'static str, u64>);
+
+impl CallCounts {
+    /// All calls together.
+    pub fn total(&self) -> u64 {
+        self.0.values().sum()
+    }
+
+    /// The calls made since `earlier` was taken.
+    pub fn since(&self, earlier: &CallCounts) -> CallCounts {
+        CallCounts(
+            self.0
+                .iter()
+                .map(|(k, v)| (*k, v - earlier.0.get(k).copied().unwrap_or(0)))
+                .filter(|(_, v)| *v > 0)
+                .collect(),
+        )
+    }
+}
+
+/// What went wrong with one call, once retries are done.
+#[derive(Debug)]
+pub(crate) enum CallError<E> {
+    /// The service answered with this modeled error (a condition failed, a transaction was
+    /// cancelled, …): the caller decides.
+    Service(E),
+    /// Anything else, already mapped.
+    Store(StoreError),
+}
+
+/// Error codes that mean "try again later".
+fn transient_code(code: &str) -> bool {
+    matches!(
+        code,
+        "ProvisionedThroughputExceededException"
+            | "ThrottlingException"
+            | "RequestLimitExceeded"
+            | "TransactionConflictException"
+            | "TransactionInProgressException"
+            | "InternalServerError"
+            | "ServiceUnavailable"
+            | "LimitExceededException"
+    )
+}
+
+/// Cancellation reason codes that mean "try again later".
+pub(crate) fn transient_reason(code: &str) -> bool {
+    matches!(
+        code,
+        "TransactionConflict" | "ThrottlingError" | "ProvisionedThroughputExceeded"
+    )
+}
+
+/// The retry policy and the call counter of one store handle.
+#[derive(Debug)]
+pub(crate) struct Caller {
+    pub(crate) max_attempts: u32,
+    pub(crate) base_backoff: Duration,
+    counts: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+impl Caller {
+    pub(crate) fn new(max_attempts: u32, base_backoff: Duration) -> Self {
+        Self {
+            max_attempts: max_attempts.max(1),
+            base_backoff,
+            counts: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    pub(crate) fn counts(&self) -> CallCounts {
+        CallCounts(self.counts.lock().expect("counter lock").clone())
+    }
+
+    pub(crate) fn count(&self, op: &'static str) {
+        *self
+            .counts
+            .lock()
+            .expect("counter lock")
+            .entry(op)
+            .or_default() += 1;
+    }
+
+    pub(crate) async fn backoff(&self, attempt: u32) {
+        let exp = self
+            .base_backoff
+            .saturating_mul(1u32 << attempt.min(10))
+            .min(Duration::from_secs(1));
+        // Full jitter, from a cheap random source: contention backs off apart.
+        let jitter = uuid::Uuid::new_v4().as_u128() as u64 % (exp.as_micros() as u64 + 1);
+        tokio::time::sleep(Duration::from_micros(jitter)).await;
+    }
+
+    /// Runs `f` until it succeeds, fails for good, or `max_attempts` transient faults in a row;
+    /// `is_transient_service` says which modeled service errors are contention to retry (for
+    /// transactions: cancellations whose reasons are all conflicts or throttling).
+    pub(crate) async fn call<T, E, F, Fut>(
+        &self,
+        op: &'static str,
+        is_transient_service: impl Fn(&E) -> bool,
+        f: F,
+    ) -> Result<T, CallError<E>>
+    where
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+    {
+        let mut attempt = 0;
+        loop {
+            self.count(op);
+            let err = match f().await {
+                Ok(v) => return Ok(v),
+                Err(e) => e,
+            };
+            let (transient, message) = match &err {
+                SdkError::ServiceError(se) => {
+                    let e = se.err();
+                    let code = e.code().unwrap_or("");
+                    if transient_code(code) || is_transient_service(e) {
+                        (true, format!("{code}: {}", e.message().unwrap_or("")))
+                    } else {
+                        match err {
+                            SdkError::ServiceError(se) => {
+                                return Err(CallError::Service(se.into_err()))
+                            }
+                            _ => unreachable!("matched above"),
+                        }
+                    }
+                }
+                SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) => (
+                    true,
+                    aws_smithy_types::error::display::DisplayErrorContext(&err).to_string(),
+                ),
+                SdkError::ResponseError(_) => (
+                    true,
+                    aws_smithy_types::error::display::DisplayErrorContext(&err).to_string(),
+                ),
+                _ => {
+                    return Err(CallError::Store(StoreError::Other {
+                        backend: BACKEND,
+                        source: format!(
+                            "{op} failed: {}",
+                            aws_smithy_types::error::display::DisplayErrorContext(&err)
+                        )
+                        .into(),
+                    }))
+                }
+            };
+            attempt += 1;
+            if !transient || attempt >= self.max_attempts {
+                return Err(CallError::Store(StoreError::Unavailable {
+                    backend: BACKEND,
+                    message: format!(
+                        "{op} still failing after {attempt} attempts (throttled, contended or unreachable): {message}"
+                    ),
+                }));
+            }
+            tracing::debug!(op, attempt, %message, "transient DynamoDB fault; backing off");
+            self.backoff(attempt).await;
+        }
+    }
+}
+
+/// Maps a modeled service error that the caller did not handle.
+pub(crate) fn unexpected<E: ProvideErrorMetadata + std::fmt::Display>(
+    op: &'static str,
+    table: &str,
+    e: E,
+) -> StoreError {
+    let code = e.code().unwrap_or("unknown");
+    let hint = if code == "ResourceNotFoundException" {
+        format!("; does table {table:?} exist? create it with DynamoStore::create_table() or the command in the crate docs")
+    } else {
+        String::new()
+    };
+    StoreError::Other {
+        backend: BACKEND,
+        source: format!(
+            "{op} failed with {code}: {}{hint}",
+            e.message().unwrap_or("")
+        )
+        .into(),
+    }
+}

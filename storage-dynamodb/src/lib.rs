@@ -1,0 +1,139 @@
+//! eve-storage-dynamodb: [`DynamoStore`], the DynamoDB backend of eve's [`JournalStore`]
+//! contract, on `aws-sdk-dynamodb`.
+//!
+//! DynamoDB has no multi-row SQL transactions; every guarantee of the contract is built from
+//! conditional writes and `TransactWriteItems` on **one table**, never grouping two runs in one
+//! transaction.
+//!
+//! # Connecting
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), eve_core::StoreError> {
+//! use eve_storage_dynamodb::{DynamoConfig, DynamoStore};
+//! // DynamoDB Local (or any endpoint URL) with static dummy credentials: the SDK never probes
+//! // the instance-metadata service or the environment for credentials.
+//! let store = DynamoStore::connect(DynamoConfig::local("http://127.0.0.1:8000", "eve")).await?;
+//! store.create_table().await?; // tests and first deployments
+//! # Ok(()) }
+//! ```
+//!
+//! Against AWS, build an `aws_sdk_dynamodb::Client` yourself and use
+//! [`DynamoStore::from_client`], or enable the `sdk-config` feature for
+//! `DynamoStore::from_sdk_config` (the AWS credential chain; off by default because it doubles a
+//! cold build).
+//!
+//! # Table definition
+//!
+//! [`DynamoStore::create_table`] creates it (on-demand billing). For operators, the same table:
+//!
+//! ```text
+//! aws dynamodb create-table --table-name eve \
+//!   --billing-mode PAY_PER_REQUEST \
+//!   --attribute-definitions \
+//!     AttributeName=pk,AttributeType=S AttributeName=sk,AttributeType=S \
+//!     AttributeName=g1pk,AttributeType=S AttributeName=g1sk,AttributeType=S \
+//!     AttributeName=g2pk,AttributeType=S AttributeName=g2sk,AttributeType=S \
+//!     AttributeName=g3pk,AttributeType=S AttributeName=g3sk,AttributeType=S \
+//!     AttributeName=g4pk,AttributeType=S AttributeName=g4sk,AttributeType=S \
+//!   --key-schema AttributeName=pk,KeyType=HASH AttributeName=sk,KeyType=RANGE \
+//!   --global-secondary-indexes \
+//!     'IndexName=gsi1,KeySchema=[{AttributeName=g1pk,KeyType=HASH},{AttributeName=g1sk,KeyType=RANGE}],Projection={ProjectionType=ALL}' \
+//!     'IndexName=gsi2,KeySchema=[{AttributeName=g2pk,KeyType=HASH},{AttributeName=g2sk,KeyType=RANGE}],Projection={ProjectionType=ALL}' \
+//!     'IndexName=gsi3,KeySchema=[{AttributeName=g3pk,KeyType=HASH},{AttributeName=g3sk,KeyType=RANGE}],Projection={ProjectionType=ALL}' \
+//!     'IndexName=gsi4,KeySchema=[{AttributeName=g4pk,KeyType=HASH},{AttributeName=g4sk,KeyType=RANGE}],Projection={ProjectionType=KEYS_ONLY}'
+//! ```
+//!
+//! # Single-table design
+//!
+//! Key schema: `pk` (S, partition) and `sk` (S, sort). Seqs in sort keys are zero-padded to 20
+//! digits; times are `i64` milliseconds with the sign bit flipped, zero-padded, so they sort.
+//!
+//! | item | `pk` | `sk` | holds |
+//! | --- | --- | --- | --- |
+//! | run header | `RUN#{run}` | `EV~` | `h`: the [`RunRecord`](eve_core::RunRecord) plus timers, live hook tokens, pending requests and the time of the first unprocessed event, as JSON; `ver`: a version bumped by every write; `next_seq`; the GSI keys below |
+//! | event batch (one per append) | `RUN#{run}` | `EV#{last_seq}` | `f` first seq, `n` count, `v` format version, `at`, `b` the batch of [`eve_core::codec::encode_batch`] (or a chunk pointer) |
+//! | payload chunk | same `pk` as its owner | `CH#{nonce}#{i}` | `d`: ≤ 350,000 bytes of a large body |
+//! | append id | `RUN#{run}` | `AID#{append_id}` | `f`, `x`: the answer a retried append gets |
+//! | hook dedupe | `RUN#{run}` | `HD#{cmd}#{key}` | `seq` of the accepted delivery |
+//! | idempotency key | `IDEM#{key}` | `-` | `run` |
+//! | hook token | `HOOK#{token}` | `-` | `run`, `cmd` (exists only while the hook is live) |
+//! | input request | `REQ#{request}` | `-` | run, session, cmd, the request, `st` pending/answered/withdrawn, the answer and its seq |
+//! | session counter | `SESS#{session}` | `CTR` | `next`: the session log's next seq |
+//! | session log batch | `SESS#{session}` | `LOG#{last_seq}` | `f`, `n`, `b`: the [`SessionEntry`](eve_core::SessionEntry)s one write made |
+//! | worker | `WORKER#{worker}` | `-` | `epoch`, `dep`, `exp` (lease expiry), `ret` (retired) |
+//!
+//! Event and session batches are keyed by their **last** seq, so one `Query` with
+//! `sk >= EV#{from_seq}` starts at the batch holding `from_seq`; the run header's `EV~` sorts
+//! after every batch, so the page that reaches the end of the journal also returns the header
+//! (no extra call to tell "past the end" from "unknown run").
+//!
+//! Global secondary indexes (all sparse: an item is in an index only while it has its keys):
+//!
+//! | GSI | `g*pk` | `g*sk` | used by |
+//! | --- | --- | --- | --- |
+//! | `gsi1` | `WAKE#{deployment}#{shard}` on run headers that have work (an undelivered event or a timer) | `{work_at}#{created_at}#{run}` | [`claim`](eve_core::JournalStore::claim), [`next_wake`](eve_core::JournalStore::next_wake): due runs by time, no table scan; `shard` = hash(run) mod [`DynamoConfig::wake_shards`] spreads a deployment's wake-ups over partitions |
+//! | `gsi1` | `PREQ#{session}` on pending request items | `{requested_at}#{request}` | [`pending_requests`](eve_core::JournalStore::pending_requests) |
+//! | `gsi2` | `SRUNS#{session}` on run headers | `{created_at}#{run}` | [`list_runs`](eve_core::JournalStore::list_runs) by session (the task index) |
+//! | `gsi3` | `RUNS#{status}` on run headers | `{created_at}#{run}` | `list_runs` by status (and all runs: one query per status) |
+//! | `gsi4` | `OWN#{worker}#{epoch}` on claimed run headers | `{run}` | [`retire_worker`](eve_core::JournalStore::retire_worker) releasing its runs |
+//!
+//! # Commit protocol
+//!
+//! Every write to a run is a read-modify-write of its header guarded by `ver`:
+//!
+//! * **Appends (guarantee 1)** are one `TransactWriteItems`: `Put` of the header (condition
+//!   `ver = :read AND next_seq = :expected`), `Put` of the event batch
+//!   (`attribute_not_exists`), a `ConditionCheck` on the worker item (`epoch = :epoch AND ret =
+//!   false`: fencing), `Put` of the append-id item, and the effects (hook token puts with
+//!   `attribute_not_exists`, request items, session log batch and counter, hook deletions and
+//!   request withdrawals at run end). The header a handle last wrote is cached, so a worker's
+//!   steady-state append is **one call**; a stale cache only costs a failed condition and a
+//!   re-read. A cancelled transaction is decoded from its cancellation reasons: the header's
+//!   condition → re-read and decide `Conflict { expected, actual }` / `Fenced` / `RunEnded`
+//!   (or, when the append id item exists, a duplicate success); the worker check → `Fenced`; a
+//!   hook token → `AlreadyExists`.
+//! * **Deliveries (guarantee 2)** read the header (strongly consistent) and commit the same way;
+//!   `answer` adds an `Update` of the request item conditioned on `st = pending`, `deliver_hook`
+//!   with a key adds a `Put` of the dedupe item with `attribute_not_exists`. Losing a race
+//!   re-reads and retries, so each delivery lands once at the next seq.
+//! * **Idempotent starts (guarantee 3)**: one transaction puts the idempotency item, the header
+//!   and the `RunStarted` batch, each with `attribute_not_exists`; a lost race reads the winner.
+//! * **Hooks (guarantee 4)**: the token item is put with `attribute_not_exists` in the append
+//!   that creates it and deleted in the write that ends the run.
+//! * **Wake-ups and leases (guarantee 5)**: the header's `g1` keys are recomputed at every write
+//!   (earliest of the first unprocessed event's time and the timers); a claim queries the due
+//!   part of `g1`, skips runs a valid lease holds, and takes each run with a `Put` conditioned on
+//!   `ver`. GSIs are eventually consistent on AWS: a stale entry can only be skipped (the `ver`
+//!   condition fails), never double-claimed; a late one is found at the next claim.
+//! * **Reads (guarantee 6)** are strongly consistent queries, at least 100 items a page.
+//!
+//! # Limits
+//!
+//! * Bodies (event batches, session log batches, requests, answers) over 350,000 bytes, or
+//!   that would push one transaction past 3 MB, are written first as chunk items
+//!   (`BatchWriteItem`) and committed by a pointer in the transaction; reads reassemble them byte
+//!   for byte. Chunks of a write that did not commit are deleted (best effort) or stay
+//!   unreferenced.
+//! * A transaction holds at most 100 items. An append whose effects need more (say 60 hooks and
+//!   50 requests in one batch) is **refused** with `LimitExceeded { what: "DynamoDB transaction
+//!   items of one write" }`, never split: split the events over several appends.
+//! * Throttling (`ProvisionedThroughputExceededException`, `ThrottlingException`,
+//!   `RequestLimitExceeded`), `TransactionConflictException`, transaction cancellations for
+//!   conflict or throttling, 5xx and network faults are retried with exponential backoff and
+//!   jitter ([`DynamoConfig::max_attempts`]), then surface as `StoreError::Unavailable`.
+//! * Ordering ties: runs created at the same millisecond are listed and claimed in run id order
+//!   (the contract's "creation time, then run id").
+
+mod client;
+mod item;
+mod store;
+
+pub use client::{CallCounts, DynamoConfig, FaultInjector};
+pub use store::DynamoStore;
+
+/// Re-exported so callers can build a client for [`DynamoStore::from_client`] without naming the
+/// crate themselves.
+pub use aws_sdk_dynamodb;
+
+#[cfg(feature = "sdk-config")]
+pub use aws_config;
