@@ -233,6 +233,13 @@ pub mod __private {
             .block_on(fut)
     }
 
+    /// Prints `skipped: <case>: <why>` straight to stderr, past the test harness's output
+    /// capture, so plain `cargo test` shows what did not run.
+    pub fn skipped(case: &str, why: &str) {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "skipped: {case}: {why}");
+    }
+
     /// Whether `var` is set and non-empty.
     pub fn env_set(var: &str) -> bool {
         std::env::var(var).is_ok_and(|v| !v.is_empty())
@@ -322,7 +329,7 @@ macro_rules! __store_cases {
                     let skip: ::std::option::Option<&str> = $skip;
                     if let ::std::option::Option::Some(var) = skip {
                         if !$crate::__private::env_set(var) {
-                            println!("skipped: {name}: {var} is unset; set it to run this case against a real server");
+                            $crate::__private::skipped(name, &format!("{var} is unset; set it to run this case against a real server"));
                             return;
                         }
                     }
@@ -330,7 +337,7 @@ macro_rules! __store_cases {
                         ::std::result::Result::Ok(factory) => {
                             $crate::store::$family::$case(&*factory).await
                         }
-                        ::std::result::Result::Err(why) => println!("skipped: {name}: {why}"),
+                        ::std::result::Result::Err(why) => $crate::__private::skipped(name, &why),
                     }
                 })
             }

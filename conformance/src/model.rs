@@ -9,9 +9,9 @@
 
 use eve_core::{
     AppendId, CancelOutcome, CreatedRun, Delivered, DeploymentId, Event, Execution, InputRequest,
-    InputResponse, Lease, NewRun, Payload, PendingRequest, RequestId, Resolution, RunId,
-    RunQuery, RunRecord, RunStatus, SessionEntry, SessionEvent, SessionId, StoreError,
-    StoredEvent, Timestamp, ToolResult, WorkerId,
+    InputResponse, Lease, NewRun, Payload, PendingRequest, RequestId, Resolution, RunId, RunQuery,
+    RunRecord, RunStatus, SessionEntry, SessionEvent, SessionId, StoreError, StoredEvent,
+    Timestamp, ToolResult, WorkerId,
 };
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -55,7 +55,9 @@ fn expect_err<T: std::fmt::Debug>(
 ) -> Check {
     match actual {
         Err(e) if allowed.contains(&kind(e)) => Ok(()),
-        other => Err(format!("{what}: expected an error of kind {allowed:?}, got {other:?}")),
+        other => Err(format!(
+            "{what}: expected an error of kind {allowed:?}, got {other:?}"
+        )),
     }
 }
 
@@ -123,6 +125,20 @@ impl Model {
     /// Every request ever opened, in order.
     pub fn requests(&self) -> &[RequestId] {
         &self.request_order
+    }
+
+    /// Requests that are pending now, in the order they were opened.
+    pub fn pending_ids(&self) -> Vec<RequestId> {
+        self.request_order
+            .iter()
+            .filter(|id| self.requests[*id].state == ReqState::Pending)
+            .cloned()
+            .collect()
+    }
+
+    /// Tokens of live hooks.
+    pub fn live_tokens(&self) -> Vec<String> {
+        self.hooks.keys().cloned().collect()
     }
 
     /// Sessions that have a log.
@@ -449,7 +465,11 @@ impl Model {
         };
         match actual {
             Ok(c) if c.created => Self::same_record("create_run", &c.run, &rec)?,
-            other => return Err(format!("create_run of a new key: expected a new run, got {other:?}")),
+            other => {
+                return Err(format!(
+                    "create_run of a new key: expected a new run, got {other:?}"
+                ))
+            }
         }
         let started = new.started_event();
         self.runs.insert(
@@ -622,7 +642,11 @@ impl Model {
         actual: &Result<Delivered, StoreError>,
     ) -> Check {
         let Some((run_id, cmd)) = self.hooks.get(token).cloned() else {
-            return expect_err("a delivery to a token with no live hook", actual, &["NotFound"]);
+            return expect_err(
+                "a delivery to a token with no live hook",
+                actual,
+                &["NotFound"],
+            );
         };
         let key = dedupe_key.map(|k| (run_id.clone(), cmd, k.to_owned()));
         if let Some(seq) = key.as_ref().and_then(|k| self.dedupe.get(k)).copied() {
@@ -710,7 +734,11 @@ impl Model {
             return expect_err("resolve_blocked of an unknown run", actual, &["NotFound"]);
         };
         if run.rec.status != RunStatus::Blocked {
-            return expect_err("resolve_blocked of a run that is not blocked", actual, &["InvalidInput"]);
+            return expect_err(
+                "resolve_blocked of a run that is not blocked",
+                actual,
+                &["InvalidInput"],
+            );
         }
         let seq = run.rec.next_seq;
         match actual {
@@ -798,7 +826,11 @@ impl Model {
             return expect_err("heartbeat of an unknown worker", actual, &["NotFound"]);
         };
         if w.retired {
-            return expect_err("heartbeat of a retired worker", actual, &["Fenced", "NotFound"]);
+            return expect_err(
+                "heartbeat of a retired worker",
+                actual,
+                &["Fenced", "NotFound"],
+            );
         }
         if w.epoch != lease.epoch {
             return expect_err("heartbeat under a superseded epoch", actual, &["Fenced"]);
@@ -812,7 +844,10 @@ impl Model {
         };
         match actual {
             Ok(l) if l == &expected => {
-                self.workers.get_mut(&lease.worker).expect("known").expires_at = l.expires_at;
+                self.workers
+                    .get_mut(&lease.worker)
+                    .expect("known")
+                    .expires_at = l.expires_at;
                 Ok(())
             }
             Err(StoreError::Fenced { .. }) if expired => Ok(()),
@@ -833,7 +868,11 @@ impl Model {
             .get(&lease.worker)
             .is_some_and(|w| !w.retired && w.epoch == lease.epoch && w.expires_at > now);
         if !valid {
-            return expect_err("claim under an expired, superseded or unknown lease", actual, &["Fenced"]);
+            return expect_err(
+                "claim under an expired, superseded or unknown lease",
+                actual,
+                &["Fenced"],
+            );
         }
         let claimed = match actual {
             Ok(c) => c,
@@ -862,12 +901,17 @@ impl Model {
                 return Err(format!("claim returned {id} twice"));
             }
             let Some(t) = ready.get(*id) else {
-                return Err(format!("claim returned {id}, which is not claimable at {now}; claimable: {ready:?}"));
+                return Err(format!(
+                    "claim returned {id}, which is not claimable at {now}; claimable: {ready:?}"
+                ));
             };
             latest_taken = latest_taken.max(Some(*t));
         }
         if let Some(latest) = latest_taken {
-            if let Some((skipped, t)) = ready.iter().find(|(id, t)| !ids.contains(id) && **t < latest) {
+            if let Some((skipped, t)) = ready
+                .iter()
+                .find(|(id, t)| !ids.contains(id) && **t < latest)
+            {
                 return Err(format!(
                     "claim must take earliest work first: left {skipped} (work at {t}) for a run with work at {latest}"
                 ));
@@ -909,7 +953,9 @@ impl Model {
                 run.rec.updated_at = now;
                 Ok(())
             }
-            (s, other) => Err(format!("release by the owner ({s:?}): expected Ok, got {other:?}")),
+            (s, other) => Err(format!(
+                "release by the owner ({s:?}): expected Ok, got {other:?}"
+            )),
         }
     }
 
@@ -921,7 +967,11 @@ impl Model {
         actual: &Result<(), StoreError>,
     ) -> Check {
         if !self.current(lease) {
-            return expect_err("retire under a superseded or unknown lease", actual, &["Fenced"]);
+            return expect_err(
+                "retire under a superseded or unknown lease",
+                actual,
+                &["Fenced"],
+            );
         }
         let expired = self.workers[&lease.worker].expires_at <= now;
         match actual {
@@ -936,7 +986,10 @@ impl Model {
                 run.rec.updated_at = now;
             }
         }
-        self.workers.get_mut(&lease.worker).expect("current").retired = true;
+        self.workers
+            .get_mut(&lease.worker)
+            .expect("current")
+            .retired = true;
         Ok(())
     }
 
@@ -968,7 +1021,13 @@ impl Model {
         let want = &run.events[start..(start + max).min(run.events.len())];
         match actual {
             // A backend may return a short page, but never a wrong one.
-            Ok(page) if !page.is_empty() && page.len() <= want.len() && page[..] == want[..page.len()] => Ok(()),
+            Ok(page)
+                if !page.is_empty()
+                    && page.len() <= want.len()
+                    && page[..] == want[..page.len()] =>
+            {
+                Ok(())
+            }
             Ok(page) if page.is_empty() && want.is_empty() => Ok(()),
             other => Err(format!(
                 "read({run_id}, {from_seq}, {max}): expected {want:?}, got {other:?}"
@@ -986,7 +1045,11 @@ impl Model {
     }
 
     /// `list_runs(query)`: creation order, then run id.
-    pub fn check_list(&self, query: &RunQuery, actual: &Result<Vec<RunRecord>, StoreError>) -> Check {
+    pub fn check_list(
+        &self,
+        query: &RunQuery,
+        actual: &Result<Vec<RunRecord>, StoreError>,
+    ) -> Check {
         let mut want: Vec<&RunRecord> = self
             .order
             .iter()
@@ -1000,7 +1063,9 @@ impl Model {
         let want: Vec<RunRecord> = want.into_iter().map(comparable).collect();
         match actual {
             Ok(got) if got.iter().map(comparable).collect::<Vec<_>>() == want => Ok(()),
-            other => Err(format!("list_runs({query:?}): expected {want:?}, got {other:?}")),
+            other => Err(format!(
+                "list_runs({query:?}): expected {want:?}, got {other:?}"
+            )),
         }
     }
 
@@ -1022,13 +1087,18 @@ impl Model {
             Ok(g) => g,
             Err(e) => return Err(format!("pending_requests({session}) failed: {e:?}")),
         };
-        if got.windows(2).any(|w| w[0].requested_at > w[1].requested_at) {
+        if got
+            .windows(2)
+            .any(|w| w[0].requested_at > w[1].requested_at)
+        {
             return Err(format!("pending_requests must be oldest first: {got:?}"));
         }
         let mut sorted = got.clone();
         sorted.sort_by_key(key);
         if sorted != want {
-            return Err(format!("pending_requests({session}): expected {want:?}, got {got:?}"));
+            return Err(format!(
+                "pending_requests({session}): expected {want:?}, got {got:?}"
+            ));
         }
         Ok(())
     }
@@ -1045,7 +1115,12 @@ impl Model {
             return expect_err("read_session with max = 0", actual, &["InvalidInput"]);
         }
         let log = self.session_log(session);
-        let want: Vec<SessionEntry> = log.iter().skip(from_seq as usize).take(max).cloned().collect();
+        let want: Vec<SessionEntry> = log
+            .iter()
+            .skip(from_seq as usize)
+            .take(max)
+            .cloned()
+            .collect();
         match actual {
             Ok(got) if got == &want => Ok(()),
             other => Err(format!(
@@ -1069,7 +1144,9 @@ impl Model {
             .min();
         match actual {
             Ok(t) if *t == want => Ok(()),
-            other => Err(format!("next_wake({deployment}) at {now}: expected {want:?}, got {other:?}")),
+            other => Err(format!(
+                "next_wake({deployment}) at {now}: expected {want:?}, got {other:?}"
+            )),
         }
     }
 

@@ -12,44 +12,118 @@ pub async fn resolve_blocked_resume_and_fail(factory: &dyn StoreFactory) {
     let st = &*s.store;
     let (run, lease) = started(st, new_run("blocked"), at(0)).await;
     let id = &run.run_id;
-    assert_err!(st.resolve_blocked(id, Resolution::Resume, at(1)).await, StoreError::InvalidInput(_), "resolving a running run");
     assert_err!(
-        st.resolve_blocked(&eve_core::RunId::new(unique("nope")), Resolution::Resume, at(1)).await,
+        st.resolve_blocked(id, Resolution::Resume, at(1)).await,
+        StoreError::InvalidInput(_),
+        "resolving a running run"
+    );
+    assert_err!(
+        st.resolve_blocked(
+            &eve_core::RunId::new(unique("nope")),
+            Resolution::Resume,
+            at(1)
+        )
+        .await,
         StoreError::NotFound { .. },
         "resolving an unknown run"
     );
     let token = unique("token");
     let (r1, a1) = ask(id, 2);
     let (r2, a2) = ask(id, 3);
-    let blocked = Event::RunBlocked { reason: "[EVE0001] non-determinism at cmd 4".into() };
-    let ok = must_append(st, append(id, 1, &lease, vec![hook(1, &token), a1, a2, blocked.clone()], at(1))).await;
+    let blocked = Event::RunBlocked {
+        reason: "[EVE0001] non-determinism at cmd 4".into(),
+    };
+    let ok = must_append(
+        st,
+        append(
+            id,
+            1,
+            &lease,
+            vec![hook(1, &token), a1, a2, blocked.clone()],
+            at(1),
+        ),
+    )
+    .await;
     assert_eq!(record(st, id).await.status, RunStatus::Blocked);
-    st.release(&lease, id, ok.next_seq, at(2)).await.expect("release");
-    st.deliver_hook(&token, json("1"), None, at(3)).await.expect("a blocked run takes deliveries");
-    st.answer(&r1, InputResponse::option("no"), at(3)).await.expect("a blocked run's request is answerable");
+    st.release(&lease, id, ok.next_seq, at(2))
+        .await
+        .expect("release");
+    st.deliver_hook(&token, json("1"), None, at(3))
+        .await
+        .expect("a blocked run takes deliveries");
+    st.answer(&r1, InputResponse::option("no"), at(3))
+        .await
+        .expect("a blocked run's request is answerable");
     let w = worker(st, at(4)).await;
-    assert!(st.claim(&w, 10, at(4)).await.expect("claim").is_empty(), "a blocked run is not claimable, even with new events");
-    let seq = st.resolve_blocked(id, Resolution::Resume, at(5)).await.expect("resume");
+    assert!(
+        st.claim(&w, 10, at(4)).await.expect("claim").is_empty(),
+        "a blocked run is not claimable, even with new events"
+    );
+    let seq = st
+        .resolve_blocked(id, Resolution::Resume, at(5))
+        .await
+        .expect("resume");
     assert_eq!(seq, 7, "RunResumed at the next seq");
     assert_eq!(journal(st, id).await[7].event, Event::RunResumed);
     assert_eq!(record(st, id).await.status, RunStatus::Running);
     claim_run(st, &w, id, at(6)).await;
     must_append(st, append(id, 8, &w, vec![blocked], at(7))).await;
-    let seq = st.resolve_blocked(id, Resolution::Fail { error: "operator gave up".into() }, at(8)).await.expect("fail");
+    let seq = st
+        .resolve_blocked(
+            id,
+            Resolution::Fail {
+                error: "operator gave up".into(),
+            },
+            at(8),
+        )
+        .await
+        .expect("fail");
     assert_eq!(seq, 9, "the resolution's first event is at the next seq");
     let j = journal(st, id).await;
     assert_eq!(
         j[9..].iter().map(|e| e.event.clone()).collect::<Vec<_>>(),
-        vec![Event::InputWithdrawn { request_id: r2.clone() }, Event::RunFailed { error: "operator gave up".into() }],
+        vec![
+            Event::InputWithdrawn {
+                request_id: r2.clone()
+            },
+            Event::RunFailed {
+                error: "operator gave up".into()
+            }
+        ],
         "Fail withdraws the pending request (not the answered one) and fails the run"
     );
     let rec = record(st, id).await;
     assert_eq!((rec.status, rec.owner), (RunStatus::Failed, None));
-    assert_err!(st.answer(&r2, InputResponse::option("yes"), at(9)).await, StoreError::Withdrawn { .. }, "answer after Fail");
-    assert_err!(st.deliver_hook(&token, json("1"), None, at(9)).await, StoreError::NotFound { .. }, "hook after Fail");
-    assert_err!(st.resolve_blocked(id, Resolution::Resume, at(9)).await, StoreError::InvalidInput(_), "resolving a failed run");
-    let log = st.read_session(&run.session_id, 0, 100).await.expect("read_session");
-    let settled: Vec<_> = log.iter().filter(|e| matches!(e.event, SessionEvent::ToolSettled { .. })).collect();
+    assert_err!(
+        st.answer(&r2, InputResponse::option("yes"), at(9)).await,
+        StoreError::Withdrawn { .. },
+        "answer after Fail"
+    );
+    assert_err!(
+        st.deliver_hook(&token, json("1"), None, at(9)).await,
+        StoreError::NotFound { .. },
+        "hook after Fail"
+    );
+    assert_err!(
+        st.resolve_blocked(id, Resolution::Resume, at(9)).await,
+        StoreError::InvalidInput(_),
+        "resolving a failed run"
+    );
+    let log = st
+        .read_session(&run.session_id, 0, 100)
+        .await
+        .expect("read_session");
+    let settled: Vec<_> = log
+        .iter()
+        .filter(|e| matches!(e.event, SessionEvent::ToolSettled { .. }))
+        .collect();
     assert_eq!(settled.len(), 1, "one call, one result");
-    assert_eq!(settled[0].event, SessionEvent::ToolSettled { result: ToolResult::Failed { error: "operator gave up".into() } });
+    assert_eq!(
+        settled[0].event,
+        SessionEvent::ToolSettled {
+            result: ToolResult::Failed {
+                error: "operator gave up".into()
+            }
+        }
+    );
 }

@@ -12,21 +12,65 @@ pub async fn hook_token_unique_and_released(factory: &dyn StoreFactory) {
     let token = unique("token");
     let (a, la) = started(&*s.store, new_run("a"), at(0)).await;
     let (b, lb) = started(&*s.store, new_run("b"), at(0)).await;
-    must_append(&*s.store, append(&a.run_id, 1, &la, vec![hook(1, &token)], at(1))).await;
+    must_append(
+        &*s.store,
+        append(&a.run_id, 1, &la, vec![hook(1, &token)], at(1)),
+    )
+    .await;
     assert_err!(
-        s.store.append(append(&b.run_id, 1, &lb, vec![hook(1, &token)], at(1))).await,
+        s.store
+            .append(append(&b.run_id, 1, &lb, vec![hook(1, &token)], at(1)))
+            .await,
         StoreError::AlreadyExists { .. },
         "a second registration of a live token"
     );
-    let d = s.store.deliver_hook(&token, json("\"to a\""), None, at(2)).await.expect("deliver to a");
+    let d = s
+        .store
+        .deliver_hook(&token, json("\"to a\""), None, at(2))
+        .await
+        .expect("deliver to a");
     assert_eq!((d.run.clone(), d.seq), (a.run_id.clone(), 2));
-    must_append(&*s.store, append(&a.run_id, 3, &la, vec![Event::RunFailed { error: "boom".into() }], at(3))).await;
-    assert_err!(s.store.deliver_hook(&token, json("1"), None, at(4)).await, StoreError::NotFound { .. }, "a released token");
-    must_append(&*s.store, append(&b.run_id, 1, &lb, vec![hook(1, &token)], at(5))).await;
-    let d = s.store.deliver_hook(&token, json("\"to b\""), Some("k"), at(6)).await.expect("deliver to b");
-    assert_eq!((d.run, d.seq, d.duplicate), (b.run_id.clone(), 2, false), "the reused token reaches the new run");
+    must_append(
+        &*s.store,
+        append(
+            &a.run_id,
+            3,
+            &la,
+            vec![Event::RunFailed {
+                error: "boom".into(),
+            }],
+            at(3),
+        ),
+    )
+    .await;
+    assert_err!(
+        s.store.deliver_hook(&token, json("1"), None, at(4)).await,
+        StoreError::NotFound { .. },
+        "a released token"
+    );
+    must_append(
+        &*s.store,
+        append(&b.run_id, 1, &lb, vec![hook(1, &token)], at(5)),
+    )
+    .await;
+    let d = s
+        .store
+        .deliver_hook(&token, json("\"to b\""), Some("k"), at(6))
+        .await
+        .expect("deliver to b");
+    assert_eq!(
+        (d.run, d.seq, d.duplicate),
+        (b.run_id.clone(), 2, false),
+        "the reused token reaches the new run"
+    );
     let j = journal(&*s.store, &b.run_id).await;
-    assert_eq!(j[2].event, Event::HookReceived { cmd: 1, payload: json("\"to b\"") });
+    assert_eq!(
+        j[2].event,
+        Event::HookReceived {
+            cmd: 1,
+            payload: json("\"to b\"")
+        }
+    );
 }
 
 /// Runs racing to register one token: exactly one append wins.

@@ -10,7 +10,7 @@ pub mod leases;
 pub mod limits;
 pub mod persistence;
 pub mod reads;
+pub mod sequences;
 pub mod sessions;
 pub mod starts;
 pub mod wakeups;
-pub mod sequences;

@@ -18,6 +18,10 @@ use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Outcome counts by (call, outcome kind), printed after the run so coverage is visible.
+pub type Stats =
+    Arc<std::sync::Mutex<std::collections::BTreeMap<(&'static str, &'static str), u32>>>;
+
 /// Lease length the sequences register workers with; `Advance` steps go past it.
 const TTL: Duration = Duration::from_secs(30);
 /// Shrinking stops after this many re-runs of a failing sequence.
@@ -90,6 +94,8 @@ pub enum Op {
     Append {
         /// Run.
         run: u8,
+        /// Write as the run's current owner (a run that has one), not as `worker`.
+        owner: bool,
         /// Worker.
         worker: u8,
         /// Use the worker's first (stale) lease.
@@ -146,6 +152,8 @@ pub enum Op {
     },
     /// `release`.
     Release {
+        /// Release as the run's current owner (a run that has one), not as `worker`.
+        owner: bool,
         /// Worker.
         worker: u8,
         /// Run.
@@ -190,9 +198,7 @@ fn ev() -> impl Strategy<Value = Ev> {
         2 => Just(Ev::Ask),
         1 => any::<u8>().prop_map(Ev::Progress),
         1 => Just(Ev::Message),
-        1 => any::<u8>().prop_map(Ev::Complete),
-        1 => Just(Ev::Fail),
-        1 => Just(Ev::Cancelled),
+        1 => prop_oneof![any::<u8>().prop_map(Ev::Complete), Just(Ev::Fail), Just(Ev::Cancelled)],
         1 => Just(Ev::Block),
     ]
 }
@@ -205,20 +211,20 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         3 => (0..2u8, prop::option::of(0..3u8), 0..3u8, 0..2u8, any::<bool>(), prop::option::weighted(0.1, any::<u8>()), any::<u8>())
             .prop_map(|(session, key, call, input, background, reuse_id, dep)| Op::Create { session, key, call, input, background, reuse_id, dep }),
-        6 => (any::<u8>(), 0..3u8, prop::bool::weighted(0.15), seq_pick(), vec(ev(), 1..4))
-            .prop_map(|(run, worker, stale, seq, events)| Op::Append { run, worker, stale, seq, events }),
+        8 => (any::<u8>(), prop::bool::weighted(0.8), 0..3u8, prop::bool::weighted(0.15), seq_pick(), vec(ev(), 1..4))
+            .prop_map(|(run, owner, worker, stale, seq, events)| Op::Append { run, owner, worker, stale, seq, events }),
         1 => any::<u8>().prop_map(Op::Retry),
         2 => (any::<u8>(), 0..4u8).prop_map(|(req, resp)| Op::Answer { req, resp }),
-        2 => (0..4u8, prop::option::of(0..3u8), 0..3u8).prop_map(|(token, key, payload)| Op::Deliver { token, key, payload }),
+        2 => (0..8u8, prop::option::of(0..3u8), 0..3u8).prop_map(|(token, key, payload)| Op::Deliver { token, key, payload }),
         1 => any::<u8>().prop_map(Op::Cancel),
         1 => (any::<u8>(), any::<bool>()).prop_map(|(run, fail)| Op::Resolve { run, fail }),
-        2 => (0..3u8).prop_map(Op::Register),
-        1 => (0..3u8, prop::bool::weighted(0.2)).prop_map(|(worker, stale)| Op::Heartbeat { worker, stale }),
-        3 => (0..3u8, 1..4u8, prop::bool::weighted(0.15)).prop_map(|(worker, max, stale)| Op::Claim { worker, max, stale }),
-        2 => (0..3u8, any::<u8>(), 0..3u8, prop::bool::weighted(0.15))
-            .prop_map(|(worker, run, processed, stale)| Op::Release { worker, run, processed, stale }),
+        1 => (0..3u8).prop_map(Op::Register),
+        2 => (0..3u8, prop::bool::weighted(0.2)).prop_map(|(worker, stale)| Op::Heartbeat { worker, stale }),
+        4 => (0..3u8, 1..4u8, prop::bool::weighted(0.15)).prop_map(|(worker, max, stale)| Op::Claim { worker, max, stale }),
+        2 => (prop::bool::weighted(0.7), 0..3u8, any::<u8>(), 0..3u8, prop::bool::weighted(0.15))
+            .prop_map(|(owner, worker, run, processed, stale)| Op::Release { owner, worker, run, processed, stale }),
         1 => (0..3u8).prop_map(Op::Retire),
-        2 => (0..40_000u32).prop_map(Op::Advance),
+        2 => prop_oneof![4 => 0..8_000u32, 1 => 8_000..40_000u32].prop_map(Op::Advance),
         1 => (any::<u8>(), 0..4u8, 0..4u8).prop_map(|(run, from, max)| Op::Read { run, from, max }),
         2 => (0..5u8, any::<u8>(), any::<u8>()).prop_map(|(kind, a, b)| Op::Query { kind, a, b }),
     ]
@@ -238,6 +244,7 @@ struct Harness {
     leases: [Vec<Lease>; 3],
     sent: Vec<Append>,
     cmd: u64,
+    stats: Stats,
 }
 
 impl Harness {
@@ -274,6 +281,25 @@ impl Harness {
         }
     }
 
+    /// A run that has an owner whose lease this harness holds, and that lease.
+    fn owned(&self, i: u8) -> Option<(RunId, Lease)> {
+        let owned: Vec<(RunId, Lease)> = self
+            .model
+            .runs()
+            .iter()
+            .filter_map(|id| {
+                let (w, e) = self.model.record(id)?.owner.clone()?;
+                let lease = self
+                    .leases
+                    .iter()
+                    .filter_map(|all| all.last())
+                    .find(|l| l.worker == w && l.epoch == e)?;
+                Some((id.clone(), lease.clone()))
+            })
+            .collect();
+        (!owned.is_empty()).then(|| owned[i as usize % owned.len()].clone())
+    }
+
     fn token(&self, t: u8) -> String {
         format!("{}-t{}", self.prefix, t % 4)
     }
@@ -287,18 +313,53 @@ impl Harness {
         let cmd = self.cmd;
         let later = |n: u16| self.now.plus(Duration::from_millis(u64::from(n) * 100));
         match e {
-            Ev::Step(p) => Event::StepCompleted { cmd, name: format!("s{cmd}"), attempt: 1, output: json(PAYLOADS[*p as usize % 3]) },
-            Ev::Retry(d) => Event::StepFailed { cmd, name: format!("s{cmd}"), attempt: 1, error: "flaky".into(), fatal: false, retry_at: Some(later(*d)) },
-            Ev::Fatal => Event::StepFailed { cmd, name: format!("s{cmd}"), attempt: 2, error: "fatal".into(), fatal: true, retry_at: None },
-            Ev::Sleep(d) => Event::SleepScheduled { cmd, wake_at: later(*d) },
+            Ev::Step(p) => Event::StepCompleted {
+                cmd,
+                name: format!("s{cmd}"),
+                attempt: 1,
+                output: json(PAYLOADS[*p as usize % 3]),
+            },
+            Ev::Retry(d) => Event::StepFailed {
+                cmd,
+                name: format!("s{cmd}"),
+                attempt: 1,
+                error: "flaky".into(),
+                fatal: false,
+                retry_at: Some(later(*d)),
+            },
+            Ev::Fatal => Event::StepFailed {
+                cmd,
+                name: format!("s{cmd}"),
+                attempt: 2,
+                error: "fatal".into(),
+                fatal: true,
+                retry_at: None,
+            },
+            Ev::Sleep(d) => Event::SleepScheduled {
+                cmd,
+                wake_at: later(*d),
+            },
             Ev::Fire(i) => {
                 let timers = self.model.timers(run);
-                let cmd = if timers.is_empty() { cmd } else { timers[*i as usize % timers.len()] };
+                let cmd = if timers.is_empty() {
+                    cmd
+                } else {
+                    timers[*i as usize % timers.len()]
+                };
                 Event::SleepFired { cmd }
             }
-            Ev::Hook(t) => Event::HookCreated { cmd, token: self.token(*t), webhook: t % 2 == 0 },
+            Ev::Hook(t) => Event::HookCreated {
+                cmd,
+                token: self.token(*t),
+                webhook: t % 2 == 0,
+            },
             Ev::Ask => {
-                let opt = |id: &str| InputOption { id: id.into(), label: id.into(), description: None, style: None };
+                let opt = |id: &str| InputOption {
+                    id: id.into(),
+                    label: id.into(),
+                    description: None,
+                    style: None,
+                };
                 Event::InputRequested {
                     cmd,
                     request_id: RequestId::for_command(run, cmd),
@@ -310,13 +371,35 @@ impl Harness {
                     },
                 }
             }
-            Ev::Progress(p) => Event::Progress { cmd, value: json(PAYLOADS[*p as usize % 3]) },
-            Ev::Message => Event::MessagePosted { cmd, message: json("\"msg\"") },
-            Ev::Complete(p) => Event::RunCompleted { output: json(PAYLOADS[*p as usize % 3]) },
-            Ev::Fail => Event::RunFailed { error: "failed".into() },
+            Ev::Progress(p) => Event::Progress {
+                cmd,
+                value: json(PAYLOADS[*p as usize % 3]),
+            },
+            Ev::Message => Event::MessagePosted {
+                cmd,
+                message: json("\"msg\""),
+            },
+            Ev::Complete(p) => Event::RunCompleted {
+                output: json(PAYLOADS[*p as usize % 3]),
+            },
+            Ev::Fail => Event::RunFailed {
+                error: "failed".into(),
+            },
             Ev::Cancelled => Event::RunCancelled,
-            Ev::Block => Event::RunBlocked { reason: "[EVE-TEST] blocked".into() },
+            Ev::Block => Event::RunBlocked {
+                reason: "[EVE-TEST] blocked".into(),
+            },
         }
+    }
+
+    fn note<T>(&self, call: &'static str, r: &Result<T, eve_core::StoreError>) {
+        let outcome = r.as_ref().err().map_or("Ok", crate::model::kind);
+        *self
+            .stats
+            .lock()
+            .expect("stats lock")
+            .entry((call, outcome))
+            .or_default() += 1;
     }
 
     async fn step(&mut self, handle: u8, op: &Op) -> Check {
@@ -324,7 +407,15 @@ impl Harness {
         let st = &*store;
         let now = self.now;
         match op {
-            Op::Create { session, key, call, input, background, reuse_id, dep } => {
+            Op::Create {
+                session,
+                key,
+                call,
+                input,
+                background,
+                reuse_id,
+                dep,
+            } => {
                 self.made += 1;
                 let mut run_id = RunId::new(format!("{}-r{:04}", self.prefix, self.made));
                 let mut idempotency_key = key.map(|k| format!("{}-k{k}", self.prefix));
@@ -340,16 +431,42 @@ impl Harness {
                     workflow_id: WorkflowId::new("seq::workflow"),
                     deployment_id: self.dep(u8::from(dep % 4 == 3)),
                     tool: "seq_tool".into(),
-                    input: json(if *input == 0 { "{\"a\": 1}" } else { "{\"a\":2}" }),
+                    input: json(if *input == 0 {
+                        "{\"a\": 1}"
+                    } else {
+                        "{\"a\":2}"
+                    }),
                     session_id: self.session(*session),
                     call_id: CallId::new(format!("c{call}")),
-                    execution: if *background { Execution::Background } else { Execution::Default },
+                    execution: if *background {
+                        Execution::Background
+                    } else {
+                        Execution::Default
+                    },
                 };
                 let r = st.create_run(new.clone(), now).await;
+                self.note("create_run", &r);
                 self.model.check_create(&new, now, &r)
             }
-            Op::Append { run, worker, stale, seq, events } => {
-                let run = self.run(*run);
+            Op::Append {
+                run,
+                owner,
+                worker,
+                stale,
+                seq,
+                events,
+            } => {
+                if *owner && self.owned(*run).is_none() {
+                    // Nothing is held: claim first, as a worker would before appending.
+                    let lease = self.lease(*worker, false);
+                    let r = st.claim(&lease, 1, now).await;
+                    self.note("claim", &r);
+                    self.model.check_claim(&lease, 1, now, &r)?;
+                }
+                let (run, lease) = match self.owned(*run).filter(|_| *owner) {
+                    Some(found) => found,
+                    None => (self.run(*run), self.lease(*worker, *stale)),
+                };
                 let next = self.model.record(&run).map_or(1, |r| r.next_seq);
                 let expected_seq = match seq {
                     SeqPick::Right => next,
@@ -357,20 +474,52 @@ impl Harness {
                     SeqPick::Ahead => next + 1,
                 };
                 let events: Vec<Event> = events.iter().map(|e| self.event(&run, e)).collect();
-                let a = Append { run: run.clone(), expected_seq, lease: self.lease(*worker, *stale), append_id: AppendId::new(unique("append")), events, now };
+                let a = Append {
+                    run: run.clone(),
+                    expected_seq,
+                    lease,
+                    append_id: AppendId::new(unique("append")),
+                    events,
+                    now,
+                };
                 self.sent.push(a.clone());
                 let r = st.append(a.clone()).await;
-                self.model.check_append(&a.run, a.expected_seq, &a.lease, &a.append_id, &a.events, a.now, &r)
+                self.note("append", &r);
+                self.model.check_append(
+                    &a.run,
+                    a.expected_seq,
+                    &a.lease,
+                    &a.append_id,
+                    &a.events,
+                    a.now,
+                    &r,
+                )
             }
             Op::Retry(i) => {
-                let Some(a) = (!self.sent.is_empty()).then(|| self.sent[*i as usize % self.sent.len()].clone()) else {
+                let Some(a) = (!self.sent.is_empty())
+                    .then(|| self.sent[*i as usize % self.sent.len()].clone())
+                else {
                     return Ok(());
                 };
                 let r = st.append(a.clone()).await;
-                self.model.check_append(&a.run, a.expected_seq, &a.lease, &a.append_id, &a.events, a.now, &r)
+                self.note("append", &r);
+                self.model.check_append(
+                    &a.run,
+                    a.expected_seq,
+                    &a.lease,
+                    &a.append_id,
+                    &a.events,
+                    a.now,
+                    &r,
+                )
             }
             Op::Answer { req, resp } => {
-                let reqs = self.model.requests();
+                let pending = self.model.pending_ids();
+                let reqs = if req % 4 != 0 && !pending.is_empty() {
+                    pending
+                } else {
+                    self.model.requests().to_vec()
+                };
                 let id = if reqs.is_empty() || req % 10 == 9 {
                     RequestId::new(format!("{}-unknown-request", self.prefix))
                 } else {
@@ -383,29 +532,67 @@ impl Harness {
                     _ => InputResponse::option("maybe"),
                 };
                 let r = st.answer(&id, response.clone(), now).await;
+                self.note("answer", &r);
                 self.model.check_answer(&id, &response, now, &r)
             }
-            Op::Deliver { token, key, payload } => {
-                let token = self.token(*token);
+            Op::Deliver {
+                token,
+                key,
+                payload,
+            } => {
+                let live = self.model.live_tokens();
+                let token = if *token != 0 && !live.is_empty() {
+                    live[*token as usize % live.len()].clone()
+                } else {
+                    self.token(*token)
+                };
                 let key = key.map(|k| format!("dk{k}"));
                 let payload = json(PAYLOADS[*payload as usize % 3]);
-                let r = st.deliver_hook(&token, payload.clone(), key.as_deref(), now).await;
-                self.model.check_deliver(&token, &payload, key.as_deref(), now, &r)
+                let r = st
+                    .deliver_hook(&token, payload.clone(), key.as_deref(), now)
+                    .await;
+                self.note("deliver_hook", &r);
+                self.model
+                    .check_deliver(&token, &payload, key.as_deref(), now, &r)
             }
             Op::Cancel(run) => {
                 let run = self.run(*run);
                 let r = st.request_cancel(&run, "sequence", now).await;
+                self.note("request_cancel", &r);
                 self.model.check_cancel(&run, "sequence", now, &r)
             }
             Op::Resolve { run, fail } => {
-                let run = self.run(*run);
-                let res = if *fail { Resolution::Fail { error: "operator".into() } } else { Resolution::Resume };
+                let blocked: Vec<RunId> = self
+                    .model
+                    .runs()
+                    .iter()
+                    .filter(|id| {
+                        self.model
+                            .record(id)
+                            .is_some_and(|r| r.status == RunStatus::Blocked)
+                    })
+                    .cloned()
+                    .collect();
+                let run = if run % 4 != 0 && !blocked.is_empty() {
+                    blocked[*run as usize % blocked.len()].clone()
+                } else {
+                    self.run(*run)
+                };
+                let res = if *fail {
+                    Resolution::Fail {
+                        error: "operator".into(),
+                    }
+                } else {
+                    Resolution::Resume
+                };
                 let r = st.resolve_blocked(&run, res.clone(), now).await;
+                self.note("resolve_blocked", &r);
                 self.model.check_resolve(&run, &res, now, &r)
             }
             Op::Register(w) => {
                 let (id, dep) = (self.worker_id(*w), self.worker_dep(*w));
                 let r = st.register_worker(&id, &dep, TTL, now).await;
+                self.note("register_worker", &r);
                 self.model.check_register(&id, &dep, TTL, now, &r)?;
                 self.leases[*w as usize % 3].push(r.expect("checked"));
                 Ok(())
@@ -413,9 +600,14 @@ impl Harness {
             Op::Heartbeat { worker, stale } => {
                 let lease = self.lease(*worker, *stale);
                 let r = st.heartbeat(&lease, TTL, now).await;
+                self.note("heartbeat", &r);
                 self.model.check_heartbeat(&lease, TTL, now, &r)?;
                 if let Ok(l) = r {
-                    if let Some(last) = self.leases[*worker as usize % 3].iter_mut().rev().find(|x| x.epoch == l.epoch) {
+                    if let Some(last) = self.leases[*worker as usize % 3]
+                        .iter_mut()
+                        .rev()
+                        .find(|x| x.epoch == l.epoch)
+                    {
                         *last = l;
                     }
                 }
@@ -424,11 +616,27 @@ impl Harness {
             Op::Claim { worker, max, stale } => {
                 let lease = self.lease(*worker, *stale);
                 let r = st.claim(&lease, *max as usize, now).await;
+                self.note("claim", &r);
                 self.model.check_claim(&lease, *max as usize, now, &r)
             }
-            Op::Release { worker, run, processed, stale } => {
-                let lease = self.lease(*worker, *stale);
-                let run = self.run(*run);
+            Op::Release {
+                owner,
+                worker,
+                run,
+                processed,
+                stale,
+            } => {
+                if *owner && self.owned(*run).is_none() {
+                    // Nothing is held: claim first, as a worker would before appending.
+                    let lease = self.lease(*worker, false);
+                    let r = st.claim(&lease, 1, now).await;
+                    self.note("claim", &r);
+                    self.model.check_claim(&lease, 1, now, &r)?;
+                }
+                let (run, lease) = match self.owned(*run).filter(|_| *owner) {
+                    Some(found) => found,
+                    None => (self.run(*run), self.lease(*worker, *stale)),
+                };
                 let next = self.model.record(&run).map_or(1, |r| r.next_seq);
                 let p = match processed {
                     0 => next,
@@ -436,11 +644,13 @@ impl Harness {
                     _ => next + 5,
                 };
                 let r = st.release(&lease, &run, p, now).await;
+                self.note("release", &r);
                 self.model.check_release(&lease, &run, p, now, &r)
             }
             Op::Retire(w) => {
                 let lease = self.lease(*w, false);
                 let r = st.retire_worker(&lease, now).await;
+                self.note("retire_worker", &r);
                 self.model.check_retire(&lease, now, &r)
             }
             Op::Advance(ms) => {
@@ -458,11 +668,18 @@ impl Harness {
                 };
                 let max = [0, 1, 2, 1000][*max as usize % 4];
                 let r = st.read(&run, from, max).await;
+                self.note("read", &r);
                 self.model.check_read(&run, from, max, &r)
             }
             Op::Query { kind, a, b } => match kind {
                 0 => {
-                    let statuses = [RunStatus::Running, RunStatus::Blocked, RunStatus::Completed, RunStatus::Failed, RunStatus::Cancelled];
+                    let statuses = [
+                        RunStatus::Running,
+                        RunStatus::Blocked,
+                        RunStatus::Completed,
+                        RunStatus::Failed,
+                        RunStatus::Cancelled,
+                    ];
                     let q = RunQuery {
                         session: (a % 3 != 2).then(|| self.session(*a)),
                         status: (b % 6 != 5).then(|| statuses[*b as usize % 6 % 5]),
@@ -470,27 +687,32 @@ impl Harness {
                         limit: (*b as usize / 64) % 3,
                     };
                     let r = st.list_runs(&q).await;
+                    self.note("list_runs", &r);
                     self.model.check_list(&q, &r)
                 }
                 1 => {
                     let s = self.session(*a);
                     let r = st.pending_requests(&s).await;
+                    self.note("pending_requests", &r);
                     self.model.check_pending(&s, &r)
                 }
                 2 => {
                     let s = self.session(*a);
                     let (from, max) = (u64::from(b % 4), [0, 1, 3, 100][*b as usize / 4 % 4]);
                     let r = st.read_session(&s, from, max).await;
+                    self.note("read_session", &r);
                     self.model.check_read_session(&s, from, max, &r)
                 }
                 3 => {
                     let run = self.run(*a);
                     let r = st.get_run(&run).await;
+                    self.note("get_run", &r);
                     self.model.check_get(&run, &r)
                 }
                 _ => {
                     let dep = self.dep(*a);
                     let r = st.next_wake(&dep, now).await;
+                    self.note("next_wake", &r);
                     self.model.check_next_wake(&dep, now, &r)
                 }
             },
@@ -501,21 +723,33 @@ impl Harness {
     async fn final_check(&self) -> Check {
         for (h, st) in self.handles.iter().enumerate() {
             for run in self.model.runs() {
-                let j = st.read_all(run, 0).await.map_err(|e| format!("final read of {run} (handle {h}): {e}"))?;
+                let j = st
+                    .read_all(run, 0)
+                    .await
+                    .map_err(|e| format!("final read of {run} (handle {h}): {e}"))?;
                 let want = self.model.journal(run).expect("model run");
                 if j != want {
                     return Err(format!("final journal of {run} (handle {h}) differs\n  store: {j:?}\n  model: {want:?}"));
                 }
-                self.model.check_get(run, &st.get_run(run).await).map_err(|e| format!("final (handle {h}): {e}"))?;
+                self.model
+                    .check_get(run, &st.get_run(run).await)
+                    .map_err(|e| format!("final (handle {h}): {e}"))?;
             }
             for s in 0..2 {
                 let s = self.session(s);
                 let log = st.read_session(&s, 0, 100_000).await;
-                self.model.check_read_session(&s, 0, 100_000, &log).map_err(|e| format!("final (handle {h}): {e}"))?;
-                self.model.check_pending(&s, &st.pending_requests(&s).await).map_err(|e| format!("final (handle {h}): {e}"))?;
+                self.model
+                    .check_read_session(&s, 0, 100_000, &log)
+                    .map_err(|e| format!("final (handle {h}): {e}"))?;
+                self.model
+                    .check_pending(&s, &st.pending_requests(&s).await)
+                    .map_err(|e| format!("final (handle {h}): {e}"))?;
             }
             self.model
-                .check_list(&RunQuery::default(), &st.list_runs(&RunQuery::default()).await)
+                .check_list(
+                    &RunQuery::default(),
+                    &st.list_runs(&RunQuery::default()).await,
+                )
                 .map_err(|e| format!("final (handle {h}): {e}"))?;
         }
         Ok(())
@@ -523,10 +757,17 @@ impl Harness {
 }
 
 /// Runs one sequence on a fresh store; `Err` says which call broke the contract and how.
-pub async fn run_sequence(factory: &dyn StoreFactory, ops: &[(u8, Op)]) -> Check {
-    let opened = factory.create().await.map_err(|e| format!("StoreFactory::create failed: {e}"))?;
+pub async fn run_sequence(factory: &dyn StoreFactory, ops: &[(u8, Op)], stats: Stats) -> Check {
+    let opened = factory
+        .create()
+        .await
+        .map_err(|e| format!("StoreFactory::create failed: {e}"))?;
     let mut handles = vec![Arc::clone(&opened.store)];
-    if let Some(second) = factory.open(&opened.location).await.map_err(|e| format!("StoreFactory::open failed: {e}"))? {
+    if let Some(second) = factory
+        .open(&opened.location)
+        .await
+        .map_err(|e| format!("StoreFactory::open failed: {e}"))?
+    {
         handles.push(second);
     }
     let mut h = Harness {
@@ -538,18 +779,47 @@ pub async fn run_sequence(factory: &dyn StoreFactory, ops: &[(u8, Op)]) -> Check
         leases: Default::default(),
         sent: Vec::new(),
         cmd: 0,
+        stats,
     };
+    // Every sequence starts with its workers registered and two runs, so that the random calls
+    // mostly meet a store with something in it.
+    let preamble = [Op::Register(0), Op::Register(1), Op::Register(2)]
+        .into_iter()
+        .chain((0..2).map(|i| Op::Create {
+            session: i,
+            key: None,
+            call: i,
+            input: 0,
+            background: i == 1,
+            reuse_id: None,
+            dep: 0,
+        }));
+    for op in preamble {
+        h.step(0, &op)
+            .await
+            .map_err(|e| format!("preamble call {op:?}: {e}"))?;
+    }
     for (i, (handle, op)) in ops.iter().enumerate() {
-        h.step(*handle, op).await.map_err(|e| format!("call #{i} {op:?} on handle {}: {e}", *handle as usize % h.handles.len()))?;
+        h.step(*handle, op).await.map_err(|e| {
+            format!(
+                "call #{i} {op:?} on handle {}: {e}",
+                *handle as usize % h.handles.len()
+            )
+        })?;
     }
     h.final_check().await
 }
 
 fn seed_from_env() -> u64 {
     match std::env::var("EVE_CONFORMANCE_SEED") {
-        Ok(s) => s.trim().parse().unwrap_or_else(|_| panic!("EVE_CONFORMANCE_SEED={s:?} is not a u64 seed")),
+        Ok(s) => s
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("EVE_CONFORMANCE_SEED={s:?} is not a u64 seed")),
         Err(_) => {
-            let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
             (t.as_nanos() as u64) ^ (u64::from(std::process::id()) << 32)
         }
     }
@@ -560,24 +830,47 @@ fn seed_from_env() -> u64 {
 pub async fn random_sequences_match_model(factory: &dyn StoreFactory) {
     let seed = seed_from_env();
     let cases = case_count();
-    println!("store sequences: {cases} cases, seed {seed} (EVE_CONFORMANCE_SEED={seed} replays them)");
+    println!(
+        "store sequences: {cases} cases, seed {seed} (EVE_CONFORMANCE_SEED={seed} replays them)"
+    );
+    if let Err(why) = check_sequences(factory, cases, seed).await {
+        panic!("{why}");
+    }
+}
+
+/// Runs `cases` random call sequences from `seed` against fresh stores of `factory` and the
+/// model. `Err` holds the shrunk failing sequence, the seed and what went wrong.
+///
+/// # Errors
+/// The first sequence that broke the contract, shrunk.
+pub async fn check_sequences(factory: &dyn StoreFactory, cases: u32, seed: u64) -> Check {
     let mut bytes = [0u8; 32];
     for (i, chunk) in bytes.chunks_mut(8).enumerate() {
-        chunk.copy_from_slice(&(seed.wrapping_add(i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)).to_le_bytes());
+        chunk.copy_from_slice(
+            &(seed
+                .wrapping_add(i as u64)
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15))
+            .to_le_bytes(),
+        );
     }
     // Proptest's value trees are not `Send`, so generation and shrinking run on their own
     // thread and hand each sequence to this task, which runs it on the store.
     let (to_runner, mut sequences) = tokio::sync::mpsc::unbounded_channel::<(u32, Vec<(u8, Op)>)>();
     let (to_generator, verdicts) = std::sync::mpsc::channel::<bool>();
     let generator = std::thread::spawn(move || {
-        let mut runner = TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &bytes));
+        let mut runner = TestRunner::new_with_rng(
+            Config::default(),
+            TestRng::from_seed(RngAlgorithm::ChaCha, &bytes),
+        );
         let strategy = sequence();
         let run = |case: u32, ops: Vec<(u8, Op)>| -> Option<bool> {
             to_runner.send((case, ops)).ok()?;
             verdicts.recv().ok()
         };
         for case in 0..cases {
-            let mut tree = strategy.new_tree(&mut runner).expect("generate a call sequence");
+            let mut tree = strategy
+                .new_tree(&mut runner)
+                .expect("generate a call sequence");
             match run(case, tree.current()) {
                 Some(true) => continue,
                 Some(false) => {}
@@ -598,9 +891,10 @@ pub async fn random_sequences_match_model(factory: &dyn StoreFactory) {
             return;
         }
     });
+    let stats = Stats::default();
     let mut failure = None;
     while let Some((case, ops)) = sequences.recv().await {
-        let result = run_sequence(factory, &ops).await;
+        let result = run_sequence(factory, &ops, Arc::clone(&stats)).await;
         let passed = result.is_ok();
         if let Err(why) = result {
             failure = Some((case, ops, why));
@@ -609,12 +903,21 @@ pub async fn random_sequences_match_model(factory: &dyn StoreFactory) {
             break;
         }
     }
-    generator.join().expect("the sequence generator thread panicked");
+    generator
+        .join()
+        .expect("the sequence generator thread panicked");
+    let stats = stats.lock().expect("stats lock");
+    let summary: Vec<String> = stats
+        .iter()
+        .map(|((call, outcome), n)| format!("{call}:{outcome}={n}"))
+        .collect();
+    println!("store sequences: outcomes {}", summary.join(" "));
     if let Some((case, best, why)) = failure {
-        panic!(
+        return Err(format!(
             "store call sequence {case} of {cases} broke the contract (seed {seed}; rerun with EVE_CONFORMANCE_SEED={seed}).\n\
              Shrunk to {} calls ((handle, call) pairs):\n{best:#?}\n{why}",
             best.len()
-        );
+        ));
     }
+    Ok(())
 }

@@ -4,7 +4,8 @@
 use crate::fixtures::*;
 use crate::StoreFactory;
 use eve_core::{
-    CallId, Event, Execution, InputResponse, RunQuery, RunStatus, SessionEvent, SessionId, ToolResult,
+    CallId, Event, Execution, InputResponse, RunQuery, RunStatus, SessionEvent, SessionId,
+    ToolResult,
 };
 
 /// A default and a background run in one session: the session log holds their channel events in
@@ -25,31 +26,142 @@ pub async fn session_log_in_order(factory: &dyn StoreFactory) {
         Event::InputRequested { request, .. } => request.clone(),
         _ => unreachable!("ask builds InputRequested"),
     };
-    must_append(st, append(&fg_run.run_id, 1, &fl, vec![ask_ev, Event::Progress { cmd: 2, value: json("{\"pct\": 10}") }], at(1))).await;
-    must_append(st, append(&bg_run.run_id, 1, &bl, vec![Event::Progress { cmd: 1, value: json("1") }, Event::MessagePosted { cmd: 2, message: json("\"hi\"") }], at(2))).await;
-    st.answer(&req, InputResponse::option("yes"), at(3)).await.expect("answer");
-    must_append(st, append(&fg_run.run_id, 4, &fl, vec![completed("\"fg out\"")], at(4))).await;
-    must_append(st, append(&bg_run.run_id, 3, &bl, vec![Event::RunFailed { error: "bg broke".into() }], at(5))).await;
+    must_append(
+        st,
+        append(
+            &fg_run.run_id,
+            1,
+            &fl,
+            vec![
+                ask_ev,
+                Event::Progress {
+                    cmd: 2,
+                    value: json("{\"pct\": 10}"),
+                },
+            ],
+            at(1),
+        ),
+    )
+    .await;
+    must_append(
+        st,
+        append(
+            &bg_run.run_id,
+            1,
+            &bl,
+            vec![
+                Event::Progress {
+                    cmd: 1,
+                    value: json("1"),
+                },
+                Event::MessagePosted {
+                    cmd: 2,
+                    message: json("\"hi\""),
+                },
+            ],
+            at(2),
+        ),
+    )
+    .await;
+    st.answer(&req, InputResponse::option("yes"), at(3))
+        .await
+        .expect("answer");
+    must_append(
+        st,
+        append(&fg_run.run_id, 4, &fl, vec![completed("\"fg out\"")], at(4)),
+    )
+    .await;
+    must_append(
+        st,
+        append(
+            &bg_run.run_id,
+            3,
+            &bl,
+            vec![Event::RunFailed {
+                error: "bg broke".into(),
+            }],
+            at(5),
+        ),
+    )
+    .await;
     let expected = vec![
-        (at(1), &fg, SessionEvent::InputRequested { request_id: req.clone(), request }),
-        (at(1), &fg, SessionEvent::ActionPartial { value: json("{\"pct\": 10}") }),
+        (
+            at(1),
+            &fg,
+            SessionEvent::InputRequested {
+                request_id: req.clone(),
+                request,
+            },
+        ),
+        (
+            at(1),
+            &fg,
+            SessionEvent::ActionPartial {
+                value: json("{\"pct\": 10}"),
+            },
+        ),
         (at(2), &bg, SessionEvent::TaskProgress { value: json("1") }),
-        (at(2), &bg, SessionEvent::TaskMessage { message: json("\"hi\"") }),
-        (at(3), &fg, SessionEvent::InputAnswered { request_id: req.clone() }),
-        (at(4), &fg, SessionEvent::ToolSettled { result: ToolResult::Completed { output: json("\"fg out\"") } }),
-        (at(5), &bg, SessionEvent::TaskFailed { error: "bg broke".into() }),
+        (
+            at(2),
+            &bg,
+            SessionEvent::TaskMessage {
+                message: json("\"hi\""),
+            },
+        ),
+        (
+            at(3),
+            &fg,
+            SessionEvent::InputAnswered {
+                request_id: req.clone(),
+            },
+        ),
+        (
+            at(4),
+            &fg,
+            SessionEvent::ToolSettled {
+                result: ToolResult::Completed {
+                    output: json("\"fg out\""),
+                },
+            },
+        ),
+        (
+            at(5),
+            &bg,
+            SessionEvent::TaskFailed {
+                error: "bg broke".into(),
+            },
+        ),
     ];
-    let log = st.read_session(&session, 0, 1000).await.expect("read_session");
-    assert_eq!(log.len(), expected.len(), "one session entry per channel event: {log:#?}");
+    let log = st
+        .read_session(&session, 0, 1000)
+        .await
+        .expect("read_session");
+    assert_eq!(
+        log.len(),
+        expected.len(),
+        "one session entry per channel event: {log:#?}"
+    );
     for (i, (e, (t, run, ev))) in log.iter().zip(&expected).enumerate() {
         assert_eq!(e.seq, i as u64, "per-session seqs from 0");
         assert_eq!(&e.session_id, &session);
-        assert_eq!((&e.run_id, &e.call_id), (&run.run_id, &run.call_id), "entry {i} names its run and call");
+        assert_eq!(
+            (&e.run_id, &e.call_id),
+            (&run.run_id, &run.call_id),
+            "entry {i} names its run and call"
+        );
         assert_eq!((&e.at, &e.event), (t, ev), "entry {i}");
     }
     let tail = st.read_session(&session, 3, 2).await.expect("read_session");
-    assert_eq!(tail, log[3..5].to_vec(), "read_session pages from from_seq, at most max");
-    assert!(st.read_session(&session, 7, 10).await.expect("read past the end").is_empty());
+    assert_eq!(
+        tail,
+        log[3..5].to_vec(),
+        "read_session pages from from_seq, at most max"
+    );
+    assert!(st
+        .read_session(&session, 7, 10)
+        .await
+        .expect("read past the end")
+        .is_empty());
 }
 
 /// `list_runs` by session (the task index), status and deployment, oldest first, with a limit;
@@ -63,32 +175,89 @@ pub async fn queries_by_session_and_status(factory: &dyn StoreFactory) {
         let mut n = new_run(&format!("q{i}"));
         n.session_id = session.clone();
         n.call_id = CallId::new(format!("call-{i}"));
-        ids.push(st.create_run(n, at(i)).await.expect("create_run").run.run_id);
+        ids.push(
+            st.create_run(n, at(i))
+                .await
+                .expect("create_run")
+                .run
+                .run_id,
+        );
     }
-    st.create_run(new_run("elsewhere"), at(10)).await.expect("create_run");
+    st.create_run(new_run("elsewhere"), at(10))
+        .await
+        .expect("create_run");
     let w = worker(st, at(20)).await;
     claim_run(st, &w, &ids[1], at(20)).await;
     must_append(st, append(&ids[1], 1, &w, vec![completed("1")], at(21))).await;
     let (req, ask_ev) = ask(&ids[2], 1);
     must_append(st, append(&ids[2], 1, &w, vec![ask_ev], at(22))).await;
-    let by_session = st.list_runs(&RunQuery { session: Some(session.clone()), ..Default::default() }).await.expect("list_runs");
-    assert_eq!(by_session.iter().map(|r| r.run_id.clone()).collect::<Vec<_>>(), ids, "the session's runs, oldest first");
-    let running = st
-        .list_runs(&RunQuery { session: Some(session.clone()), status: Some(RunStatus::Running), ..Default::default() })
+    let by_session = st
+        .list_runs(&RunQuery {
+            session: Some(session.clone()),
+            ..Default::default()
+        })
         .await
         .expect("list_runs");
-    assert_eq!(running.iter().map(|r| r.run_id.clone()).collect::<Vec<_>>(), vec![ids[0].clone(), ids[2].clone(), ids[3].clone()]);
-    let done = st.list_runs(&RunQuery { status: Some(RunStatus::Completed), ..Default::default() }).await.expect("list_runs");
-    assert_eq!(done.iter().map(|r| r.run_id.clone()).collect::<Vec<_>>(), vec![ids[1].clone()]);
-    let limited = st.list_runs(&RunQuery { session: Some(session.clone()), limit: 2, ..Default::default() }).await.expect("list_runs");
+    assert_eq!(
+        by_session
+            .iter()
+            .map(|r| r.run_id.clone())
+            .collect::<Vec<_>>(),
+        ids,
+        "the session's runs, oldest first"
+    );
+    let running = st
+        .list_runs(&RunQuery {
+            session: Some(session.clone()),
+            status: Some(RunStatus::Running),
+            ..Default::default()
+        })
+        .await
+        .expect("list_runs");
+    assert_eq!(
+        running.iter().map(|r| r.run_id.clone()).collect::<Vec<_>>(),
+        vec![ids[0].clone(), ids[2].clone(), ids[3].clone()]
+    );
+    let done = st
+        .list_runs(&RunQuery {
+            status: Some(RunStatus::Completed),
+            ..Default::default()
+        })
+        .await
+        .expect("list_runs");
+    assert_eq!(
+        done.iter().map(|r| r.run_id.clone()).collect::<Vec<_>>(),
+        vec![ids[1].clone()]
+    );
+    let limited = st
+        .list_runs(&RunQuery {
+            session: Some(session.clone()),
+            limit: 2,
+            ..Default::default()
+        })
+        .await
+        .expect("list_runs");
     assert_eq!(limited.len(), 2, "limit caps the answer");
     assert_eq!(limited[0].run_id, ids[0]);
     let other_dep = st
-        .list_runs(&RunQuery { deployment: Some(eve_core::DeploymentId::new(unique("none"))), ..Default::default() })
+        .list_runs(&RunQuery {
+            deployment: Some(eve_core::DeploymentId::new(unique("none"))),
+            ..Default::default()
+        })
         .await
         .expect("list_runs");
     assert!(other_dep.is_empty());
-    let pending = st.pending_requests(&session).await.expect("pending_requests");
+    let pending = st
+        .pending_requests(&session)
+        .await
+        .expect("pending_requests");
     assert_eq!(pending.len(), 1);
-    assert_eq!((&pending[0].request_id, &pending[0].run_id, pending[0].requested_at), (&req, &ids[2], at(22)));
+    assert_eq!(
+        (
+            &pending[0].request_id,
+            &pending[0].run_id,
+            pending[0].requested_at
+        ),
+        (&req, &ids[2], at(22))
+    );
 }
