@@ -188,10 +188,13 @@ impl Wakeups {
     /// # Errors
     /// `Unavailable` when the store was dropped.
     pub async fn notified(&mut self) -> Result<(), StoreError> {
-        self.rx.changed().await.map_err(|_| StoreError::Unavailable {
-            backend: BACKEND,
-            message: "the store's wake-up listener stopped (the store was dropped)".into(),
-        })
+        self.rx
+            .changed()
+            .await
+            .map_err(|_| StoreError::Unavailable {
+                backend: BACKEND,
+                message: "the store's wake-up listener stopped (the store was dropped)".into(),
+            })
     }
 }
 
@@ -219,17 +222,42 @@ impl PostgresStore {
             })?
             .application_name(&options.application_name);
         let (host, port) = (connect.get_host().to_owned(), connect.get_port());
+        let refused = |e: String| {
+            StoreError::Unavailable {
+            backend: BACKEND,
+            message: format!(
+                "cannot connect to PostgreSQL at {host}:{port}: {e}; check that the server runs and the URL is right"
+            ),
+        }
+        };
+        // One direct attempt first: the pool retries refused connections until its acquire
+        // timeout, but a server that is not there should be reported at once.
+        {
+            use sqlx::Connection;
+            match tokio::time::timeout(
+                options.connect_timeout,
+                PgConnection::connect_with(&connect),
+            )
+            .await
+            {
+                Ok(Ok(conn)) => {
+                    let _ = conn.close().await;
+                }
+                Ok(Err(e)) => return Err(refused(e.to_string())),
+                Err(_) => {
+                    return Err(refused(format!(
+                        "no answer within {:?}",
+                        options.connect_timeout
+                    )))
+                }
+            }
+        }
         let pool = PgPoolOptions::new()
             .max_connections(options.pool_size.max(1))
             .acquire_timeout(options.connect_timeout)
             .connect_with(connect)
             .await
-            .map_err(|e| StoreError::Unavailable {
-                backend: BACKEND,
-                message: format!(
-                    "cannot connect to PostgreSQL at {host}:{port}: {e}; check that the server runs and the URL is right"
-                ),
-            })?;
+            .map_err(|e| refused(e.to_string()))?;
         Self::start(pool, &options.schema, options.writers, options.max_batch).await
     }
 
@@ -555,13 +583,11 @@ impl Db {
         .await
         .map_err(map_err)?;
         if ended {
-            sqlx::query(self.sql(
-                "DELETE FROM {s}.timers WHERE run_id = $1; ",
-            ))
-            .bind(run_id)
-            .execute(&mut *conn)
-            .await
-            .map_err(map_err)?;
+            sqlx::query(self.sql("DELETE FROM {s}.timers WHERE run_id = $1; "))
+                .bind(run_id)
+                .execute(&mut *conn)
+                .await
+                .map_err(map_err)?;
         } else {
             let sets: BTreeMap<u64, Timestamp> = fx.timers_set.iter().copied().collect();
             if !sets.is_empty() {
@@ -581,19 +607,18 @@ impl Db {
             }
             if !fx.timers_cleared.is_empty() {
                 let cmds: Vec<i64> = fx.timers_cleared.iter().map(|c| *c as i64).collect();
-                sqlx::query(self.sql(
-                    "DELETE FROM {s}.timers WHERE run_id = $1 AND cmd = ANY($2)",
-                ))
-                .bind(run_id)
-                .bind(&cmds)
-                .execute(&mut *conn)
-                .await
-                .map_err(map_err)?;
+                sqlx::query(self.sql("DELETE FROM {s}.timers WHERE run_id = $1 AND cmd = ANY($2)"))
+                    .bind(run_id)
+                    .bind(&cmds)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(map_err)?;
             }
         }
         for (request_id, cmd, request) in &fx.requests_opened {
-            let body = serde_json::to_vec(request)
-                .map_err(|e| StoreError::InvalidInput(format!("request does not serialize: {e}")))?;
+            let body = serde_json::to_vec(request).map_err(|e| {
+                StoreError::InvalidInput(format!("request does not serialize: {e}"))
+            })?;
             sqlx::query(self.sql(
                 "INSERT INTO {s}.requests (request_id, run_id, session_id, cmd, request, requested_at, state) \
                  VALUES ($1, $2, $3, $4, $5, $6, 'pending') \
@@ -653,7 +678,9 @@ impl Db {
                 .iter()
                 .map(serde_json::to_vec)
                 .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| StoreError::InvalidInput(format!("session event does not serialize: {e}")))?;
+                .map_err(|e| {
+                    StoreError::InvalidInput(format!("session event does not serialize: {e}"))
+                })?;
             sqlx::query(self.sql(
                 "INSERT INTO {s}.session_log (session_id, seq, at, run_id, call_id, body) \
                  SELECT $1, q, $2, $3, $4, b FROM unnest($5::bigint[], $6::bytea[]) AS u(q, b)",
@@ -676,7 +703,11 @@ impl Db {
     }
 
     /// One worker append, inside the caller's transaction or savepoint.
-    async fn apply_append(&self, conn: &mut PgConnection, a: &Append) -> Result<Appended, StoreError> {
+    async fn apply_append(
+        &self,
+        conn: &mut PgConnection,
+        a: &Append,
+    ) -> Result<Appended, StoreError> {
         let locked = self
             .lock_run(conn, &a.run, Some(a.append_id.as_str()))
             .await?
@@ -706,7 +737,13 @@ impl Db {
             });
         }
         let (first_seq, next_seq) = self
-            .write(conn, run, a.events.clone(), a.now, Some(a.append_id.as_str()))
+            .write(
+                conn,
+                run,
+                a.events.clone(),
+                a.now,
+                Some(a.append_id.as_str()),
+            )
             .await?;
         Ok(Appended {
             first_seq,
@@ -920,8 +957,12 @@ impl JournalStore for PostgresStore {
             .send((a, tx))
             .await
             .map_err(|_| unavailable("the group-commit writer stopped".into()))?;
-        rx.await
-            .map_err(|_| unavailable("the group-commit writer stopped before answering; retry with the same append id".into()))?
+        rx.await.map_err(|_| {
+            unavailable(
+                "the group-commit writer stopped before answering; retry with the same append id"
+                    .into(),
+            )
+        })?
     }
 
     async fn read(
@@ -934,11 +975,12 @@ impl JournalStore for PostgresStore {
             return Err(StoreError::InvalidInput("read needs max > 0".into()));
         }
         let db = self.db();
-        let next: Option<i64> = sqlx::query_scalar(db.sql("SELECT next_seq FROM {s}.runs WHERE run_id = $1"))
-            .bind(run.as_str())
-            .fetch_optional(&db.pool)
-            .await
-            .map_err(map_err)?;
+        let next: Option<i64> =
+            sqlx::query_scalar(db.sql("SELECT next_seq FROM {s}.runs WHERE run_id = $1"))
+                .bind(run.as_str())
+                .fetch_optional(&db.pool)
+                .await
+                .map_err(map_err)?;
         let len = next.ok_or_else(|| StoreError::not_found("run", run))? as u64;
         if from_seq > len {
             return Err(StoreError::InvalidInput(format!(
@@ -1042,13 +1084,12 @@ impl JournalStore for PostgresStore {
         now: Timestamp,
     ) -> Result<Delivered, StoreError> {
         let db = self.db();
-        let run_id: Option<String> = sqlx::query_scalar(db.sql(
-            "SELECT run_id FROM {s}.requests WHERE request_id = $1",
-        ))
-        .bind(request.as_str())
-        .fetch_optional(&db.pool)
-        .await
-        .map_err(map_err)?;
+        let run_id: Option<String> =
+            sqlx::query_scalar(db.sql("SELECT run_id FROM {s}.requests WHERE request_id = $1"))
+                .bind(request.as_str())
+                .fetch_optional(&db.pool)
+                .await
+                .map_err(map_err)?;
         let run_id = RunId::new(run_id.ok_or_else(|| StoreError::not_found("request", request))?);
         let mut tx = db.begin().await?;
         // Lock order everywhere: the run row first, then the request row.
@@ -1107,7 +1148,9 @@ impl JournalStore for PostgresStore {
             response: response.clone(),
         };
         check_limits(std::slice::from_ref(&event))?;
-        let (seq, _) = db.write(&mut tx, &locked.run, vec![event], now, None).await?;
+        let (seq, _) = db
+            .write(&mut tx, &locked.run, vec![event], now, None)
+            .await?;
         let resp = serde_json::to_vec(&response)
             .map_err(|e| StoreError::InvalidInput(format!("response does not serialize: {e}")))?;
         sqlx::query(db.sql(
@@ -1135,7 +1178,9 @@ impl JournalStore for PostgresStore {
         now: Timestamp,
     ) -> Result<Delivered, StoreError> {
         if token.is_empty() {
-            return Err(StoreError::InvalidInput("hook token must not be empty".into()));
+            return Err(StoreError::InvalidInput(
+                "hook token must not be empty".into(),
+            ));
         }
         if dedupe_key == Some("") {
             return Err(StoreError::InvalidInput(
@@ -1189,7 +1234,9 @@ impl JournalStore for PostgresStore {
             payload,
         };
         check_limits(std::slice::from_ref(&event))?;
-        let (seq, _) = db.write(&mut tx, &locked.run, vec![event], now, None).await?;
+        let (seq, _) = db
+            .write(&mut tx, &locked.run, vec![event], now, None)
+            .await?;
         if let Some(key) = dedupe_key {
             sqlx::query(db.sql(
                 "INSERT INTO {s}.hook_dedupe (run_id, cmd, key, seq) VALUES ($1, $2, $3, $4)",
@@ -1234,7 +1281,9 @@ impl JournalStore for PostgresStore {
             reason: reason.to_owned(),
         };
         check_limits(std::slice::from_ref(&event))?;
-        let (seq, _) = db.write(&mut tx, &locked.run, vec![event], now, None).await?;
+        let (seq, _) = db
+            .write(&mut tx, &locked.run, vec![event], now, None)
+            .await?;
         tx.commit().await.map_err(map_err)?;
         Ok(CancelOutcome::Requested { seq })
     }
@@ -1301,9 +1350,14 @@ impl JournalStore for PostgresStore {
             .map(|row| {
                 let body: Vec<u8> = row.try_get("request").map_err(map_err)?;
                 Ok(PendingRequest {
-                    request_id: RequestId::new(row.try_get::<String, _>("request_id").map_err(map_err)?),
+                    request_id: RequestId::new(
+                        row.try_get::<String, _>("request_id").map_err(map_err)?,
+                    ),
                     run_id: RunId::new(row.try_get::<String, _>("run_id").map_err(map_err)?),
-                    session_id: row.try_get::<String, _>("session_id").map_err(map_err)?.into(),
+                    session_id: row
+                        .try_get::<String, _>("session_id")
+                        .map_err(map_err)?
+                        .into(),
                     cmd: row.try_get::<i64, _>("cmd").map_err(map_err)? as u64,
                     request: decode_json("request", &body)?,
                     requested_at: Timestamp(row.try_get("requested_at").map_err(map_err)?),
@@ -1319,7 +1373,9 @@ impl JournalStore for PostgresStore {
         max: usize,
     ) -> Result<Vec<SessionEntry>, StoreError> {
         if max == 0 {
-            return Err(StoreError::InvalidInput("read_session needs max > 0".into()));
+            return Err(StoreError::InvalidInput(
+                "read_session needs max > 0".into(),
+            ));
         }
         let db = self.db();
         let rows = sqlx::query(db.sql(
@@ -1341,7 +1397,9 @@ impl JournalStore for PostgresStore {
                     serde_json::from_slice(body).map_err(|e| StoreError::Corrupt {
                         run: run_id.clone(),
                         seq,
-                        reason: format!("undecodable session log entry {seq} of session {session}: {e}"),
+                        reason: format!(
+                            "undecodable session log entry {seq} of session {session}: {e}"
+                        ),
                     })?;
                 Ok(SessionEntry {
                     session_id: session.clone(),
@@ -1416,9 +1474,9 @@ impl JournalStore for PostgresStore {
                 expires_at,
             }),
             None => {
-                let exists: bool = sqlx::query_scalar(db.sql(
-                    "SELECT EXISTS (SELECT 1 FROM {s}.workers WHERE worker_id = $1)",
-                ))
+                let exists: bool = sqlx::query_scalar(
+                    db.sql("SELECT EXISTS (SELECT 1 FROM {s}.workers WHERE worker_id = $1)"),
+                )
                 .bind(lease.worker.as_str())
                 .fetch_one(&db.pool)
                 .await
@@ -1536,9 +1594,9 @@ impl JournalStore for PostgresStore {
     async fn retire_worker(&self, lease: &Lease, now: Timestamp) -> Result<(), StoreError> {
         let db = self.db();
         let mut tx = db.begin().await?;
-        let w: Option<(i64, bool)> = sqlx::query_as(db.sql(
-            "SELECT epoch, retired FROM {s}.workers WHERE worker_id = $1 FOR UPDATE",
-        ))
+        let w: Option<(i64, bool)> = sqlx::query_as(
+            db.sql("SELECT epoch, retired FROM {s}.workers WHERE worker_id = $1 FOR UPDATE"),
+        )
         .bind(lease.worker.as_str())
         .fetch_optional(&mut *tx)
         .await
