@@ -249,3 +249,35 @@ async fn runner_reports_failed_cases() {
     let clean = eve_conformance::run_store_suite(&BuggyFactory(Bug::None)).await;
     assert!(clean.passed(), "{clean}");
 }
+
+/// Memory stores that "reopen" as the same store: runs the persistence and two-handle cases (and
+/// the sequences' two-handle interleavings) on the reference store, so those cases are checked
+/// against MemoryStore too.
+#[derive(Debug, Default)]
+struct SharedMemoryFactory {
+    stores: std::sync::Mutex<Vec<Arc<MemoryStore>>>,
+}
+
+#[async_trait]
+impl StoreFactory for SharedMemoryFactory {
+    async fn create(&self) -> Result<Opened, StoreError> {
+        let store = Arc::new(MemoryStore::new());
+        let mut all = self.stores.lock().expect("lock");
+        all.push(Arc::clone(&store));
+        Ok(Opened {
+            store,
+            location: (all.len() - 1).to_string(),
+        })
+    }
+    async fn open(&self, location: &str) -> Result<Option<Arc<dyn JournalStore>>, StoreError> {
+        let i: usize = location.parse().expect("a location this factory gave");
+        let store = Arc::clone(&self.stores.lock().expect("lock")[i]);
+        Ok(Some(store))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whole_suite_passes_on_a_reopenable_memory_store() {
+    let report = eve_conformance::run_store_suite(&SharedMemoryFactory::default()).await;
+    assert!(report.passed(), "{report}");
+}

@@ -84,7 +84,7 @@ pub async fn everything_survives_reopen(factory: &dyn StoreFactory) {
     let rec = record(h, id).await;
     assert_eq!(
         (rec.next_seq, rec.cancel_requested, rec.owner.clone()),
-        (6, true, Some((lease.worker.clone(), lease.epoch)))
+        (7, true, Some((lease.worker.clone(), lease.epoch)))
     );
     let mut again = new.clone();
     again.run_id = RunId::new(unique("run-again"));
@@ -123,7 +123,7 @@ pub async fn everything_survives_reopen(factory: &dyn StoreFactory) {
         .expect("retry of a landed append after reopening");
     assert!(dup.duplicate, "append ids survive reopening");
     // The lease and its epoch survive: the holder may still write, a re-registration fences it.
-    must_append(h, append(id, 6, &lease, vec![step(4, "1")], at(6))).await;
+    must_append(h, append(id, 7, &lease, vec![step(4, "1")], at(6))).await;
     let newer = h
         .register_worker(&lease.worker, &lease.deployment, TTL, at(7))
         .await
@@ -133,7 +133,7 @@ pub async fn everything_survives_reopen(factory: &dyn StoreFactory) {
         "the epoch counter survives reopening"
     );
     assert_err!(
-        h.append(append(id, 7, &lease, vec![step(5, "1")], at(8)))
+        h.append(append(id, 8, &lease, vec![step(5, "1")], at(8)))
             .await,
         StoreError::Fenced { .. },
         "the old epoch after reopening"
