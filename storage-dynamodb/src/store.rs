@@ -65,6 +65,7 @@ enum Role {
     Worker,
     Hook(String),
     Idem,
+    Dedupe,
     Other,
 }
 
@@ -1021,7 +1022,7 @@ impl DynamoStore {
         now: Timestamp,
         answered: Option<(&RequestId, &InputResponse)>,
         extra: Vec<(TransactWriteItem, Role)>,
-    ) -> Result<Result<u64, ()>, StoreError> {
+    ) -> Result<Result<u64, Vec<Role>>, StoreError> {
         let sn = self.session_next_if_needed(h, events).await?;
         let (nh, mut tx, first, _) = self.prepare(h, events, now, answered, sn)?;
         tx.items.insert(0, self.header_put(&nh, Some(h.ver))?);
@@ -1041,7 +1042,7 @@ impl DynamoStore {
                         return Err(hook_exists(t));
                     }
                 }
-                Ok(Err(()))
+                Ok(Err(roles))
             }
         }
     }
@@ -1627,15 +1628,6 @@ impl JournalStore for DynamoStore {
                 .ok_or_else(|| StoreError::not_found("hook token", token))?;
             let run_id = RunId::new(get_s(&hook, "run").unwrap_or(""));
             let cmd: u64 = get_n(&hook, "cmd").unwrap_or(0);
-            if let Some(k) = dedupe_key {
-                if let Some(d) = self.get(run_pk(&run_id), &dedupe_sk(cmd, k)).await? {
-                    return Ok(Delivered {
-                        run: run_id,
-                        seq: get_n(&d, "seq").unwrap_or(0),
-                        duplicate: true,
-                    });
-                }
-            }
             let event = Event::HookReceived {
                 cmd,
                 payload: payload.clone(),
@@ -1654,14 +1646,28 @@ impl JournalStore for DynamoStore {
             if let Some(k) = dedupe_key {
                 let mut d = key(run_pk(&run_id), dedupe_sk(cmd, k));
                 d.insert("seq".into(), n(h.rec.next_seq));
-                extra.push((self.tx_put_new(d)?, Role::Other));
+                extra.push((self.tx_put_new(d)?, Role::Dedupe));
             }
-            if let Ok(seq) = self.deliver(&h, &[event], now, None, extra).await? {
-                return Ok(Delivered {
-                    run: run_id,
-                    seq,
-                    duplicate: false,
-                });
+            match self.deliver(&h, &[event], now, None, extra).await? {
+                Ok(seq) => {
+                    return Ok(Delivered {
+                        run: run_id,
+                        seq,
+                        duplicate: false,
+                    })
+                }
+                // The key was accepted before: no pre-read on the common path, one read here.
+                Err(roles) if roles.contains(&Role::Dedupe) => {
+                    let k = dedupe_key.expect("a dedupe item implies a key");
+                    if let Some(d) = self.get(run_pk(&run_id), &dedupe_sk(cmd, k)).await? {
+                        return Ok(Delivered {
+                            run: run_id,
+                            seq: get_n(&d, "seq").unwrap_or(0),
+                            duplicate: true,
+                        });
+                    }
+                }
+                Err(_) => {}
             }
         }
         Err(contention("deliver_hook"))
