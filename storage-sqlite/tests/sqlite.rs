@@ -112,6 +112,7 @@ async fn corrupted_rows_are_typed_errors_and_lose_nothing_else() {
     let (bad_body, _) = seeded(&store, "bad-body").await;
     let (bad_version, _) = seeded(&store, "bad-version").await;
     let (missing, _) = seeded(&store, "missing-row").await;
+    let (control_byte, _) = seeded(&store, "control-byte").await;
     let (intact, lease) = seeded(&store, "intact").await;
 
     raw(
@@ -136,6 +137,21 @@ async fn corrupted_rows_are_typed_errors_and_lose_nothing_else() {
     )
     .await;
 
+    raw(
+        &path,
+        "UPDATE events SET body = X'5B015D' WHERE run_id = ? AND first_seq = ?",
+        "control-byte",
+        1,
+    )
+    .await;
+
+    // A raw control byte in a body (never written by the codec) is found row by row.
+    assert_corrupt(
+        store.read_all(&control_byte, 0).await,
+        "control-byte",
+        1,
+        "undecodable",
+    );
     // Truncated bytes: the row at seq 3; reading from inside it (seq 4) names the row's seq.
     assert_corrupt(
         store.read(&bad_body, 4, 10).await,
