@@ -210,3 +210,26 @@ macro_rules! assert_err {
 
 /// Shorthand: an error is a `StoreError` (keeps the cases' imports short).
 pub type Res<T> = Result<T, StoreError>;
+
+/// Calls `f` again while it fails with a retryable error ([`StoreError::is_retryable`]: a
+/// transient fault such as DynamoDB's transaction contention), as a real client would, with a
+/// short backoff; up to 30 attempts. Any other outcome is returned as is.
+///
+/// # Errors
+/// The last error.
+pub async fn retrying<T, F, Fut>(mut f: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let mut attempt = 0u64;
+    loop {
+        match f().await {
+            Err(e) if e.is_retryable() && attempt < 30 => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(2 * attempt)).await;
+            }
+            r => return r,
+        }
+    }
+}

@@ -20,7 +20,9 @@ pub async fn concurrent_appends_one_winner(factory: &dyn StoreFactory) {
             vec![step(1, &format!("{i}"))],
             at(1),
         );
-        tasks.push(tokio::spawn(async move { (i, store.append(a).await) }));
+        tasks.push(tokio::spawn(async move {
+            (i, retrying(|| store.append(a.clone())).await)
+        }));
     }
     let mut winners = Vec::new();
     for t in tasks {

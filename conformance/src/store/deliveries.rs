@@ -22,13 +22,8 @@ pub async fn concurrent_hook_dedupe_one_event(factory: &dyn StoreFactory) {
         let store = Arc::clone(&s.store);
         let token = token.clone();
         tasks.push(tokio::spawn(async move {
-            store
-                .deliver_hook(
-                    &token,
-                    json(&format!("{{\"n\": {i}}}")),
-                    Some("delivery-1"),
-                    at(2),
-                )
+            let payload = json(&format!("{{\"n\": {i}}}"));
+            retrying(|| store.deliver_hook(&token, payload.clone(), Some("delivery-1"), at(2)))
                 .await
         }));
     }
@@ -108,7 +103,8 @@ pub async fn concurrent_answers_one_answered(factory: &dyn StoreFactory) {
             InputResponse::option("no")
         };
         tasks.push(tokio::spawn(async move {
-            (resp.clone(), store.answer(&req, resp, at(2)).await)
+            let r = retrying(|| store.answer(&req, resp.clone(), at(2))).await;
+            (resp, r)
         }));
     }
     let mut accepted = Vec::new();

@@ -86,7 +86,9 @@ pub async fn concurrent_hook_registration_one_winner(factory: &dyn StoreFactory)
     for (run, lease) in &runs {
         let store = Arc::clone(&s.store);
         let a = append(&run.run_id, 1, lease, vec![hook(1, &token)], at(1));
-        tasks.push(tokio::spawn(async move { store.append(a).await }));
+        tasks.push(tokio::spawn(async move {
+            retrying(|| store.append(a.clone())).await
+        }));
     }
     let mut wins = 0;
     for t in tasks {

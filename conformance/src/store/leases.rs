@@ -23,8 +23,8 @@ pub async fn two_claimers_one_holder(factory: &dyn StoreFactory) {
         let w2 = worker(&*s.store, at(0)).await;
         let (s1, s2) = (Arc::clone(&s.store), Arc::clone(&s.store));
         let (l1, l2) = (w1.clone(), w2.clone());
-        let t1 = tokio::spawn(async move { s1.claim(&l1, 10, at(1)).await });
-        let t2 = tokio::spawn(async move { s2.claim(&l2, 10, at(1)).await });
+        let t1 = tokio::spawn(async move { retrying(|| s1.claim(&l1, 10, at(1))).await });
+        let t2 = tokio::spawn(async move { retrying(|| s2.claim(&l2, 10, at(1))).await });
         let c1 = t1.await.expect("claim task").expect("claim");
         let c2 = t2.await.expect("claim task").expect("claim");
         let n1 = c1.iter().filter(|r| r.run_id == run).count();

@@ -180,8 +180,8 @@ pub async fn two_handles_share_one_store(factory: &dyn StoreFactory) {
         let w2 = worker(&*h2, at(0)).await;
         let (a, b) = (Arc::clone(&h1), Arc::clone(&h2));
         let (l1, l2) = (w1.clone(), w2.clone());
-        let t1 = tokio::spawn(async move { a.claim(&l1, 10, at(1)).await });
-        let t2 = tokio::spawn(async move { b.claim(&l2, 10, at(1)).await });
+        let t1 = tokio::spawn(async move { retrying(|| a.claim(&l1, 10, at(1))).await });
+        let t2 = tokio::spawn(async move { retrying(|| b.claim(&l2, 10, at(1))).await });
         let n1 = t1
             .await
             .expect("task")
@@ -208,8 +208,8 @@ pub async fn two_handles_share_one_store(factory: &dyn StoreFactory) {
         let x = append(&id, 2, lease, vec![step(2, "\"h1\"")], at(3));
         let y = append(&id, 2, lease, vec![step(2, "\"h2\"")], at(3));
         let (a, b) = (Arc::clone(&h1), Arc::clone(&h2));
-        let t1 = tokio::spawn(async move { a.append(x).await });
-        let t2 = tokio::spawn(async move { b.append(y).await });
+        let t1 = tokio::spawn(async move { retrying(|| a.append(x.clone())).await });
+        let t2 = tokio::spawn(async move { retrying(|| b.append(y.clone())).await });
         let r = [t1.await.expect("task"), t2.await.expect("task")];
         assert_eq!(
             r.iter().filter(|r| r.is_ok()).count(),
@@ -230,10 +230,12 @@ pub async fn two_handles_share_one_store(factory: &dyn StoreFactory) {
         // Keyed deliveries through both handles: one event.
         let (a, b) = (Arc::clone(&h1), Arc::clone(&h2));
         let (t1k, t2k) = (token.clone(), token.clone());
-        let d1 =
-            tokio::spawn(async move { a.deliver_hook(&t1k, json("1"), Some("k"), at(4)).await });
-        let d2 =
-            tokio::spawn(async move { b.deliver_hook(&t2k, json("2"), Some("k"), at(4)).await });
+        let d1 = tokio::spawn(async move {
+            retrying(|| a.deliver_hook(&t1k, json("1"), Some("k"), at(4))).await
+        });
+        let d2 = tokio::spawn(async move {
+            retrying(|| b.deliver_hook(&t2k, json("2"), Some("k"), at(4))).await
+        });
         let d = [
             d1.await.expect("task").expect("deliver"),
             d2.await.expect("task").expect("deliver"),

@@ -70,9 +70,9 @@ pub async fn concurrent_create_run_one_run(factory: &dyn StoreFactory) {
         let store = Arc::clone(&s.store);
         let mut new = base.clone();
         new.run_id = RunId::new(format!("{}-{i}", base.run_id));
-        tasks.push(tokio::spawn(
-            async move { store.create_run(new, at(0)).await },
-        ));
+        tasks.push(tokio::spawn(async move {
+            retrying(|| store.create_run(new.clone(), at(0))).await
+        }));
     }
     let mut ids = Vec::new();
     let mut created = 0;
