@@ -37,7 +37,11 @@
 //! and its owner cleared, in the same transaction. No foreign keys: every write goes through
 //! the writer, which keeps the tables consistent, and a key check per insert would cost time.
 //!
-//! Reading from a seq inside a row decodes the row and skips the events before it. A row that
+//! A page read is one statement: SQL aggregates the covering rows into one result row (their
+//! headers, and their bodies joined by a 0x01 byte, which JSON text never holds raw), so a page
+//! pays one row transfer, not one per append; a body that breaks that framing, or a page past
+//! SQLite's 1 GB string limit, is read row by row instead. Reading from a seq inside a row
+//! decodes the row and skips the events before it. A row that
 //! does not decode (unknown codec version, bytes that are not the events its header counts) or
 //! a gap between rows is [`StoreError::Corrupt`] naming the run and seq; nothing is changed.
 //!
@@ -53,8 +57,11 @@
 //! rolls back to its savepoint only, so one run's conflict never undoes another's append. Then
 //! one `COMMIT` (one fsync under FULL) and every op is answered; an op is never acknowledged
 //! before its commit. A failed commit answers every op of the batch with that error
-//! (`Unavailable` when transient): none of them was applied. This is group commit: under load,
-//! many appends of many runs share one transaction and one sync.
+//! (`Unavailable` when transient): none of them was applied. An op that fails with a backend
+//! fault (not a contract answer such as Conflict) abandons its batch the same way, since SQLite
+//! may have rolled the transaction back on its own (full disk, I/O error). This is group
+//! commit: under load, many appends of many runs share one transaction and one sync, and each
+//! append costs about two statement round trips (a check, then its writes).
 //!
 //! Reads (read, get_run, list_runs, pending_requests, read_session, next_wake) go to a separate
 //! pool and see the last committed state (WAL readers do not block the writer).
@@ -74,7 +81,13 @@
 //! again, an answered request may need answering again. Choose NORMAL only where that is
 //! acceptable.
 //!
-//! # Limits
+//! # Limits and figures
+//!
+//! Measured on a 2-core machine (other builds running), release build, with
+//! `cargo run --release -p eve-storage-sqlite --example throughput`: 16 runs appending
+//! batches of 16 events concurrently, about 85,000–100,000 events/s under NORMAL and
+//! 49,000–65,000 under FULL; a 10,000-event journal read and decoded from a fresh handle at
+//! about 1,300,000 events/s.
 //!
 //! The contract's limits (≤ 100 events and ≤ 4 MiB of payload per append, 4 MiB per payload),
 //! checked before anything is queued. One writer per handle: write throughput is bounded by one

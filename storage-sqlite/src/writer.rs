@@ -69,13 +69,35 @@ impl Op {
 /// An op's outcome, held until the batch commits: called with the commit's error, if any.
 type Answer = Box<dyn FnOnce(Option<&StoreError>) + Send>;
 
-fn answer<T: Send + 'static>(reply: Reply<T>, result: Result<T, StoreError>) -> Answer {
-    Box::new(move |commit_err| {
+/// The held answer, and a copy of the op's error when it is a backend fault (`Unavailable`,
+/// `Other`): SQLite may then have rolled back the whole transaction on its own (a full disk, an
+/// I/O error), so the batch is abandoned rather than trusted.
+fn answer<T: Send + 'static>(
+    reply: Reply<T>,
+    result: Result<T, StoreError>,
+) -> (Answer, Option<StoreError>) {
+    let fault = match &result {
+        Err(e @ (StoreError::Unavailable { .. } | StoreError::Other { .. })) => Some(copy(e)),
+        _ => None,
+    };
+    let answer: Answer = Box::new(move |commit_err| {
         let _ = reply.send(match commit_err {
             None => result,
             Some(e) => Err(batch_failed(e)),
         });
-    })
+    });
+    (answer, fault)
+}
+
+/// The same kind of backend fault with the same message.
+fn copy(e: &StoreError) -> StoreError {
+    match e {
+        StoreError::Unavailable { backend, message } => StoreError::Unavailable {
+            backend,
+            message: message.clone(),
+        },
+        other => crate::error::other(other.to_string()),
+    }
 }
 
 /// The writer loop; ends when every handle (sender) is dropped.
@@ -90,25 +112,43 @@ pub(crate) async fn run(mut conn: SqliteConnection, mut rx: mpsc::Receiver<Op>, 
             continue;
         }
         let mut answers = Vec::with_capacity(ops.len());
-        for op in ops.drain(..) {
-            answers.push(run_op(&mut conn, op).await);
+        let mut fault = None;
+        let mut queued = ops.drain(..);
+        for op in queued.by_ref() {
+            let (answer, f) = run_op(&mut conn, op).await;
+            answers.push(answer);
+            if f.is_some() {
+                fault = f;
+                break;
+            }
         }
-        match sqlx::query("COMMIT").execute(&mut conn).await {
-            Ok(_) => answers.into_iter().for_each(|a| a(None)),
-            Err(e) => {
-                let err = map_sqlx(e);
-                tracing::warn!(error = %err, "sqlite group commit failed; rolling back the batch");
+        let rest: Vec<Op> = queued.collect();
+        let outcome = match fault {
+            Some(err) => Err(err),
+            None => sqlx::query("COMMIT")
+                .execute(&mut conn)
+                .await
+                .map(|_| ())
+                .map_err(map_sqlx),
+        };
+        match outcome {
+            Ok(()) => answers.into_iter().for_each(|a| a(None)),
+            Err(err) => {
+                tracing::warn!(error = %err, "sqlite batch abandoned; rolling it back");
+                // Fails harmlessly when SQLite already rolled back.
                 if let Err(e) = sqlx::query("ROLLBACK").execute(&mut conn).await {
-                    tracing::warn!(error = %e, "sqlite rollback after a failed commit failed");
+                    tracing::debug!(error = %e, "sqlite rollback of an abandoned batch");
                 }
                 answers.into_iter().for_each(|a| a(Some(&err)));
+                rest.into_iter()
+                    .for_each(|op| op.reject(batch_failed(&err)));
             }
         }
     }
     let _ = sqlx::Connection::close(conn).await;
 }
 
-async fn run_op(conn: &mut SqliteConnection, op: Op) -> Answer {
+async fn run_op(conn: &mut SqliteConnection, op: Op) -> (Answer, Option<StoreError>) {
     match op {
         Op::CreateRun(new, now, r) => answer(r, create_run(conn, *new, now).await),
         Op::Append(a, r) => answer(r, append(conn, *a).await),
