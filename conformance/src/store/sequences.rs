@@ -9,7 +9,7 @@ use crate::{case_count, StoreFactory};
 use eve_core::{
     Append, AppendId, CallId, DeploymentId, Event, Execution, InputOption, InputRequest,
     InputResponse, JournalStore, JournalStoreExt, Lease, NewRun, RequestId, Resolution, RunId,
-    RunQuery, RunStatus, SessionId, Timestamp, WorkerId, WorkflowId,
+    RunQuery, RunStatus, SessionId, StoreError, Timestamp, WorkerId, WorkflowId,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -176,6 +176,9 @@ pub enum Op {
         /// 0, 1, 2 or 1000.
         max: u8,
     },
+    /// Two calls at once (when both are writes that can race: create, append, retry, answer,
+    /// deliver, cancel, claim; otherwise one after the other).
+    Pair(Box<Op>, Box<Op>),
     /// A query: 0 list_runs, 1 pending_requests, 2 read_session, 3 get_run, 4 next_wake.
     Query {
         /// Which.
@@ -232,7 +235,72 @@ fn op() -> impl Strategy<Value = Op> {
 
 /// The strategy for whole sequences: `(handle, call)` pairs.
 pub fn sequence() -> impl Strategy<Value = Vec<(u8, Op)>> {
-    vec((any::<u8>(), op()), 1..40)
+    let item = prop_oneof![
+        8 => op(),
+        2 => (op(), op()).prop_map(|(a, b)| Op::Pair(Box::new(a), Box::new(b))),
+    ];
+    vec((any::<u8>(), item), 1..40)
+}
+
+/// A call's arguments, built before it runs (so two can run at once).
+#[derive(Debug, Clone)]
+enum Call {
+    Create(NewRun),
+    Append(Append),
+    Answer(RequestId, InputResponse),
+    Deliver(String, eve_core::Payload, Option<String>),
+    Cancel(RunId),
+    Claim(Lease, usize),
+}
+
+/// What the store answered to a [`Call`].
+enum Outcome {
+    Create(Result<eve_core::CreatedRun, StoreError>),
+    Append(Result<eve_core::Appended, StoreError>),
+    Delivered(&'static str, Result<eve_core::Delivered, StoreError>),
+    Cancel(Result<eve_core::CancelOutcome, StoreError>),
+    Claim(Result<Vec<eve_core::RunRecord>, StoreError>),
+}
+
+const CANCEL_REASON: &str = "sequence";
+
+async fn exec(st: &dyn JournalStore, call: &Call, now: Timestamp) -> Outcome {
+    match call {
+        Call::Create(new) => Outcome::Create(st.create_run(new.clone(), now).await),
+        Call::Append(a) => Outcome::Append(st.append(a.clone()).await),
+        Call::Answer(id, resp) => {
+            Outcome::Delivered("answer", st.answer(id, resp.clone(), now).await)
+        }
+        Call::Deliver(token, payload, key) => Outcome::Delivered(
+            "deliver_hook",
+            st.deliver_hook(token, payload.clone(), key.as_deref(), now)
+                .await,
+        ),
+        Call::Cancel(run) => Outcome::Cancel(st.request_cancel(run, CANCEL_REASON, now).await),
+        Call::Claim(lease, max) => Outcome::Claim(st.claim(lease, *max, now).await),
+    }
+}
+
+fn check(model: &mut Model, call: &Call, out: &Outcome, now: Timestamp) -> Check {
+    match (call, out) {
+        (Call::Create(new), Outcome::Create(r)) => model.check_create(new, now, r),
+        (Call::Append(a), Outcome::Append(r)) => model.check_append(
+            &a.run,
+            a.expected_seq,
+            &a.lease,
+            &a.append_id,
+            &a.events,
+            a.now,
+            r,
+        ),
+        (Call::Answer(id, resp), Outcome::Delivered(_, r)) => model.check_answer(id, resp, now, r),
+        (Call::Deliver(token, payload, key), Outcome::Delivered(_, r)) => {
+            model.check_deliver(token, payload, key.as_deref(), now, r)
+        }
+        (Call::Cancel(run), Outcome::Cancel(r)) => model.check_cancel(run, CANCEL_REASON, now, r),
+        (Call::Claim(lease, max), Outcome::Claim(r)) => model.check_claim(lease, *max, now, r),
+        _ => unreachable!("exec answers each call with its own outcome"),
+    }
 }
 
 struct Harness {
@@ -402,9 +470,9 @@ impl Harness {
             .or_default() += 1;
     }
 
-    async fn step(&mut self, handle: u8, op: &Op) -> Check {
-        let store = Arc::clone(&self.handles[handle as usize % self.handles.len()]);
-        let st = &*store;
+    /// Builds the arguments of a call that may run concurrently with another; `None` for the
+    /// other calls (and a retry with nothing sent yet).
+    fn prepare(&mut self, op: &Op) -> Option<Call> {
         let now = self.now;
         match op {
             Op::Create {
@@ -444,9 +512,7 @@ impl Harness {
                         Execution::Default
                     },
                 };
-                let r = st.create_run(new.clone(), now).await;
-                self.note("create_run", &r);
-                self.model.check_create(&new, now, &r)
+                Some(Call::Create(new))
             }
             Op::Append {
                 run,
@@ -456,13 +522,6 @@ impl Harness {
                 seq,
                 events,
             } => {
-                if *owner && self.owned(*run).is_none() {
-                    // Nothing is held: claim first, as a worker would before appending.
-                    let lease = self.lease(*worker, false);
-                    let r = st.claim(&lease, 1, now).await;
-                    self.note("claim", &r);
-                    self.model.check_claim(&lease, 1, now, &r)?;
-                }
                 let (run, lease) = match self.owned(*run).filter(|_| *owner) {
                     Some(found) => found,
                     None => (self.run(*run), self.lease(*worker, *stale)),
@@ -483,36 +542,10 @@ impl Harness {
                     now,
                 };
                 self.sent.push(a.clone());
-                let r = st.append(a.clone()).await;
-                self.note("append", &r);
-                self.model.check_append(
-                    &a.run,
-                    a.expected_seq,
-                    &a.lease,
-                    &a.append_id,
-                    &a.events,
-                    a.now,
-                    &r,
-                )
+                Some(Call::Append(a))
             }
-            Op::Retry(i) => {
-                let Some(a) = (!self.sent.is_empty())
-                    .then(|| self.sent[*i as usize % self.sent.len()].clone())
-                else {
-                    return Ok(());
-                };
-                let r = st.append(a.clone()).await;
-                self.note("append", &r);
-                self.model.check_append(
-                    &a.run,
-                    a.expected_seq,
-                    &a.lease,
-                    &a.append_id,
-                    &a.events,
-                    a.now,
-                    &r,
-                )
-            }
+            Op::Retry(i) => (!self.sent.is_empty())
+                .then(|| Call::Append(self.sent[*i as usize % self.sent.len()].clone())),
             Op::Answer { req, resp } => {
                 let pending = self.model.pending_ids();
                 let reqs = if req % 4 != 0 && !pending.is_empty() {
@@ -531,9 +564,7 @@ impl Harness {
                     2 => InputResponse::text("free"),
                     _ => InputResponse::option("maybe"),
                 };
-                let r = st.answer(&id, response.clone(), now).await;
-                self.note("answer", &r);
-                self.model.check_answer(&id, &response, now, &r)
+                Some(Call::Answer(id, response))
             }
             Op::Deliver {
                 token,
@@ -548,19 +579,104 @@ impl Harness {
                 };
                 let key = key.map(|k| format!("dk{k}"));
                 let payload = json(PAYLOADS[*payload as usize % 3]);
-                let r = st
-                    .deliver_hook(&token, payload.clone(), key.as_deref(), now)
-                    .await;
-                self.note("deliver_hook", &r);
-                self.model
-                    .check_deliver(&token, &payload, key.as_deref(), now, &r)
+                Some(Call::Deliver(token, payload, key))
             }
-            Op::Cancel(run) => {
-                let run = self.run(*run);
-                let r = st.request_cancel(&run, "sequence", now).await;
-                self.note("request_cancel", &r);
-                self.model.check_cancel(&run, "sequence", now, &r)
+            Op::Cancel(run) => Some(Call::Cancel(self.run(*run))),
+            Op::Claim { worker, max, stale } => {
+                Some(Call::Claim(self.lease(*worker, *stale), *max as usize))
             }
+            _ => None,
+        }
+    }
+
+    /// Before an append as a run's owner: when nothing is held, claim first, as a worker would.
+    async fn preclaim(&mut self, st: &dyn JournalStore, op: &Op) -> Check {
+        if let Op::Append {
+            run,
+            owner: true,
+            worker,
+            ..
+        } = op
+        {
+            if self.owned(*run).is_none() {
+                let lease = self.lease(*worker, false);
+                let r = st.claim(&lease, 1, self.now).await;
+                self.note("claim", &r);
+                self.model.check_claim(&lease, 1, self.now, &r)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Two calls at once, on two handles when there are two: the outcomes must match one of
+    /// the two serial orders.
+    async fn pair(&mut self, handle: u8, a: &Op, b: &Op) -> Check {
+        let n = self.handles.len();
+        let (s1, s2) = (
+            Arc::clone(&self.handles[handle as usize % n]),
+            Arc::clone(&self.handles[(handle as usize + 1) % n]),
+        );
+        self.preclaim(&*s1, a).await?;
+        self.preclaim(&*s2, b).await?;
+        let (Some(ca), Some(cb)) = (self.prepare(a), self.prepare(b)) else {
+            self.step(handle, a).await?;
+            return self.step(handle.wrapping_add(1), b).await;
+        };
+        let now = self.now;
+        let (ra, rb) = tokio::join!(exec(&*s1, &ca, now), exec(&*s2, &cb, now));
+        self.note_outcome(&ca, &ra);
+        self.note_outcome(&cb, &rb);
+        let mut m1 = self.model.clone();
+        let ab = check(&mut m1, &ca, &ra, now).and_then(|()| check(&mut m1, &cb, &rb, now));
+        if ab.is_ok() {
+            self.model = m1;
+            return Ok(());
+        }
+        let mut m2 = self.model.clone();
+        let ba = check(&mut m2, &cb, &rb, now).and_then(|()| check(&mut m2, &ca, &ra, now));
+        if ba.is_ok() {
+            self.model = m2;
+            return Ok(());
+        }
+        Err(format!(
+            "concurrent calls match no serial order\n  first then second: {}\n  second then first: {}",
+            ab.unwrap_err(),
+            ba.unwrap_err()
+        ))
+    }
+
+    fn note_outcome(&self, call: &Call, out: &Outcome) {
+        let _ = call;
+        match out {
+            Outcome::Create(r) => self.note("create_run", r),
+            Outcome::Append(r) => self.note("append", r),
+            Outcome::Delivered(name, r) => self.note(name, r),
+            Outcome::Cancel(r) => self.note("request_cancel", r),
+            Outcome::Claim(r) => self.note("claim", r),
+        }
+    }
+
+    async fn step(&mut self, handle: u8, op: &Op) -> Check {
+        let store = Arc::clone(&self.handles[handle as usize % self.handles.len()]);
+        let st = &*store;
+        let now = self.now;
+        match op {
+            Op::Create { .. }
+            | Op::Append { .. }
+            | Op::Retry(_)
+            | Op::Answer { .. }
+            | Op::Deliver { .. }
+            | Op::Cancel(_)
+            | Op::Claim { .. } => {
+                self.preclaim(st, op).await?;
+                let Some(call) = self.prepare(op) else {
+                    return Ok(());
+                };
+                let out = exec(st, &call, now).await;
+                self.note_outcome(&call, &out);
+                check(&mut self.model, &call, &out, now)
+            }
+            Op::Pair(a, b) => Box::pin(self.pair(handle, a, b)).await,
             Op::Resolve { run, fail } => {
                 let blocked: Vec<RunId> = self
                     .model
@@ -612,12 +728,6 @@ impl Harness {
                     }
                 }
                 Ok(())
-            }
-            Op::Claim { worker, max, stale } => {
-                let lease = self.lease(*worker, *stale);
-                let r = st.claim(&lease, *max as usize, now).await;
-                self.note("claim", &r);
-                self.model.check_claim(&lease, *max as usize, now, &r)
             }
             Op::Release {
                 owner,
