@@ -36,7 +36,7 @@
 //! [`store::sequences`] (the model-based test against [`model::Model`]).
 
 use async_trait::async_trait;
-use eve_core::{JournalStore, StoreError};
+use eve_core::{JournalStore, RunId, StoreError};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use std::fmt;
@@ -74,6 +74,32 @@ pub trait StoreFactory: Send + Sync + 'static {
     /// after a restart) would open it. `Ok(None)` when the backend is not persistent (memory):
     /// the cases that need it are then skipped for that backend, and say so.
     async fn open(&self, location: &str) -> Result<Option<Arc<dyn JournalStore>>, StoreError>;
+
+    /// Damages, behind the store's back, the stored row holding the last append of `run` in the
+    /// storage at `location` (never its `RunStarted`), as disk corruption or a buggy writer
+    /// would. `Ok(false)` (the default) when the backend cannot: the corruption cases then print
+    /// `skipped:`.
+    async fn corrupt(
+        &self,
+        location: &str,
+        run: &RunId,
+        how: Corruption,
+    ) -> Result<bool, StoreError> {
+        let _ = (location, run, how);
+        Ok(false)
+    }
+}
+
+/// How [`StoreFactory::corrupt`] damages a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Corruption {
+    /// Cut the row's body short (a torn write).
+    Truncated,
+    /// Replace the body with bytes that are not JSON.
+    Garbage,
+    /// Mark the row with a format version this build does not know.
+    UnknownVersion,
 }
 
 /// What a factory expression given to [`store_suite!`] may yield: a factory, or `None` to skip.
@@ -299,6 +325,7 @@ macro_rules! __store_cases {
             limits::append_limits_are_typed_errors,
             limits::read_limits_are_typed_errors,
             limits::empty_keys_are_invalid,
+            limits::corrupt_rows_are_typed_errors,
             persistence::everything_survives_reopen,
             persistence::two_handles_share_one_store,
             isolation::stores_never_see_each_other,

@@ -189,3 +189,81 @@ pub async fn empty_keys_are_invalid(factory: &dyn StoreFactory) {
         "refused deliveries wrote nothing"
     );
 }
+
+/// A damaged row (truncated, garbage, unknown format version) reads as `Corrupt` naming the run
+/// and the row's first seq, never a panic; the events before it and other runs stay readable.
+/// Needs [`StoreFactory::corrupt`]; skipped, with a printed note, without it.
+pub async fn corrupt_rows_are_typed_errors(factory: &dyn StoreFactory) {
+    use crate::Corruption;
+    for how in [
+        Corruption::Truncated,
+        Corruption::Garbage,
+        Corruption::UnknownVersion,
+    ] {
+        let s = fresh(factory).await;
+        let (run, lease) = started(&*s.store, new_run("corrupt"), at(0)).await;
+        let (other, ol) = started(&*s.store, new_run("intact"), at(0)).await;
+        must_append(
+            &*s.store,
+            append(&run.run_id, 1, &lease, vec![step(1, "1")], at(1)),
+        )
+        .await;
+        must_append(
+            &*s.store,
+            append(
+                &run.run_id,
+                2,
+                &lease,
+                vec![step(2, "2"), step(3, "3")],
+                at(2),
+            ),
+        )
+        .await;
+        must_append(
+            &*s.store,
+            append(&other.run_id, 1, &ol, vec![step(1, "1")], at(2)),
+        )
+        .await;
+        let done = factory
+            .corrupt(&s.location, &run.run_id, how)
+            .await
+            .unwrap_or_else(|e| panic!("StoreFactory::corrupt failed: {e}"));
+        if !done {
+            crate::__private::skipped(
+                "limits::corrupt_rows_are_typed_errors",
+                "this factory cannot damage rows (StoreFactory::corrupt gave false)",
+            );
+            return;
+        }
+        match s.store.read(&run.run_id, 0, 100).await {
+            Err(StoreError::Corrupt {
+                run: r,
+                seq,
+                reason,
+            }) => {
+                assert_eq!(r, run.run_id, "{how:?}: Corrupt names the run");
+                assert_eq!(seq, 2, "{how:?}: Corrupt names the damaged row's first seq");
+                assert!(!reason.is_empty(), "{how:?}: Corrupt says what was wrong");
+            }
+            other => panic!(
+                "{how:?}: reading a damaged row must be Corrupt, got {:?}",
+                other.map(|p| p.len())
+            ),
+        }
+        let before = s
+            .store
+            .read(&run.run_id, 0, 2)
+            .await
+            .expect("the events before the damaged row stay readable");
+        assert_eq!(before.len(), 2, "{how:?}: seqs 0 and 1 are intact");
+        assert_eq!(
+            journal(&*s.store, &other.run_id).await.len(),
+            2,
+            "{how:?}: other runs are untouched"
+        );
+        assert!(
+            s.store.get_run(&run.run_id).await.is_ok(),
+            "{how:?}: the run's record stays readable"
+        );
+    }
+}
