@@ -3,7 +3,7 @@
 //! reference [`Model`]; every outcome and the final journals, records and session logs must
 //! agree. Failing sequences shrink to a minimal one and print the seed that reproduces them.
 
-use crate::fixtures::{json, unique, T0};
+use crate::fixtures::{json, retrying, unique, T0};
 use crate::model::{Check, Model};
 use crate::{case_count, StoreFactory};
 use eve_core::{
@@ -264,20 +264,23 @@ enum Outcome {
 
 const CANCEL_REASON: &str = "sequence";
 
+/// Runs a call, retrying transient (retryable) faults as a client would.
 async fn exec(st: &dyn JournalStore, call: &Call, now: Timestamp) -> Outcome {
     match call {
-        Call::Create(new) => Outcome::Create(st.create_run(new.clone(), now).await),
-        Call::Append(a) => Outcome::Append(st.append(a.clone()).await),
-        Call::Answer(id, resp) => {
-            Outcome::Delivered("answer", st.answer(id, resp.clone(), now).await)
-        }
+        Call::Create(new) => Outcome::Create(retrying(|| st.create_run(new.clone(), now)).await),
+        Call::Append(a) => Outcome::Append(retrying(|| st.append(a.clone())).await),
+        Call::Answer(id, resp) => Outcome::Delivered(
+            "answer",
+            retrying(|| st.answer(id, resp.clone(), now)).await,
+        ),
         Call::Deliver(token, payload, key) => Outcome::Delivered(
             "deliver_hook",
-            st.deliver_hook(token, payload.clone(), key.as_deref(), now)
-                .await,
+            retrying(|| st.deliver_hook(token, payload.clone(), key.as_deref(), now)).await,
         ),
-        Call::Cancel(run) => Outcome::Cancel(st.request_cancel(run, CANCEL_REASON, now).await),
-        Call::Claim(lease, max) => Outcome::Claim(st.claim(lease, *max, now).await),
+        Call::Cancel(run) => {
+            Outcome::Cancel(retrying(|| st.request_cancel(run, CANCEL_REASON, now)).await)
+        }
+        Call::Claim(lease, max) => Outcome::Claim(retrying(|| st.claim(lease, *max, now)).await),
     }
 }
 
