@@ -491,7 +491,7 @@ impl JournalStore for SqliteStore {
         if query.deployment.is_some() {
             sql.push_str(" AND deployment_id = ?");
         }
-        sql.push_str(" ORDER BY rowid LIMIT ?");
+        sql.push_str(" ORDER BY created_at, run_id LIMIT ?");
         let mut q = sqlx::query(AssertSqlSafe(sql));
         if let Some(s) = &query.session {
             q = q.bind(s.as_str());

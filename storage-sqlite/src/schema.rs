@@ -36,6 +36,7 @@ CREATE TABLE runs (
 );
 CREATE INDEX runs_session ON runs (session_id);
 CREATE INDEX runs_status ON runs (status);
+CREATE INDEX runs_created ON runs (created_at, run_id);
 CREATE INDEX runs_owner ON runs (owner_worker, owner_epoch);
 CREATE INDEX runs_wake ON runs (deployment_id, wake_at);
 
