@@ -67,7 +67,9 @@ impl DynamoConfig {
         }
     }
 
-    pub(crate) fn client(&self) -> aws_sdk_dynamodb::Client {
+    /// The SDK client [`crate::DynamoStore::connect`] uses: rustls (ring) HTTPS, the static
+    /// credentials of this config, the SDK's own retries off (the store retries and counts).
+    pub fn sdk_client(&self) -> aws_sdk_dynamodb::Client {
         use aws_smithy_http_client::tls;
         let https: SharedHttpClient = aws_smithy_http_client::Builder::new()
             .tls_provider(tls::Provider::Rustls(

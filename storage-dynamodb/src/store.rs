@@ -179,7 +179,7 @@ impl DynamoStore {
                 "DynamoConfig needs a table name and a region".into(),
             ));
         }
-        let client = config.client();
+        let client = config.sdk_client();
         let mut store = Self::from_client(client, config.table.clone());
         store.shards = config.wake_shards.max(1);
         store.caller = Caller::new(config.max_attempts, config.base_backoff);
@@ -528,9 +528,13 @@ impl DynamoStore {
         if !tx.chunks.is_empty() {
             self.write_chunks(&tx.chunks).await?;
         }
+        // One token for every attempt of this transaction: when an attempt committed but its
+        // answer was lost (a timeout, a reset connection), DynamoDB answers the retry with
+        // success instead of running it again (idempotent for ten minutes).
         let req = self
             .client
             .transact_write_items()
+            .client_request_token(uuid::Uuid::new_v4().simple().to_string())
             .set_transact_items(Some(tx.items));
         let contention = |e: &TransactWriteItemsError| match e {
             TransactWriteItemsError::TransactionCanceledException(c) => {
@@ -1117,6 +1121,7 @@ impl DynamoStore {
         now: Timestamp,
         workers: &mut HashMap<String, Option<WorkerInfo>>,
     ) -> Result<Option<RunRecord>, StoreError> {
+        let mut written: Option<Header> = None;
         for fresh in [false, true] {
             if fresh {
                 h = match self.header(&h.rec.run_id).await {
@@ -1124,6 +1129,13 @@ impl DynamoStore {
                     Err(StoreError::NotFound { .. }) => return Ok(None),
                     Err(e) => return Err(e),
                 };
+                // Our put landed though its answer was lost (the retry then failed its
+                // condition): the header is exactly what we wrote, so the claim is ours.
+                if let Some(w) = &written {
+                    if h.ver == w.ver && h.rec == w.rec {
+                        return Ok(Some(h.rec));
+                    }
+                }
             }
             if h.rec.deployment_id != lease.deployment
                 || h.work_at().is_none_or(|at| at > now.millis())
@@ -1142,6 +1154,7 @@ impl DynamoStore {
                 self.cache_put(&nh);
                 return Ok(Some(nh.rec));
             }
+            written = Some(nh);
         }
         Ok(None)
     }

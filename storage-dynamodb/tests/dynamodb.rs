@@ -419,3 +419,35 @@ async fn calls_per_operation() {
     );
     let _ = next;
 }
+
+/// A transaction whose answer was lost is retried with the same client request token, and
+/// DynamoDB answers the retry with success instead of running it again: an append whose first
+/// attempt committed is reported once, not as a conflict.
+#[tokio::test]
+async fn retried_transaction_attempt_is_idempotent() {
+    let Some(cfg) = config("retried_transaction_attempt_is_idempotent") else {
+        return;
+    };
+    let s = store(cfg).await;
+    let client = DynamoConfig::local(
+        std::env::var("EVE_TEST_DYNAMODB_ENDPOINT").expect("set"),
+        s.table(),
+    )
+    .sdk_client();
+    use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
+    let put = Put::builder()
+        .table_name(s.table())
+        .item("pk", AttributeValue::S("token-test".into()))
+        .item("sk", AttributeValue::S("-".into()))
+        .condition_expression("attribute_not_exists(pk)")
+        .build()
+        .expect("put");
+    let req = client
+        .transact_write_items()
+        .client_request_token(uuid::Uuid::new_v4().simple().to_string())
+        .transact_items(TransactWriteItem::builder().put(put).build());
+    req.clone().send().await.expect("first attempt");
+    req.send()
+        .await
+        .expect("the retry with the same token is answered as success, not a failed condition");
+}
