@@ -387,3 +387,56 @@ async fn group_commit_keeps_each_append_own_outcome() {
         assert_eq!(next, if i % 2 == 0 { 3 } else { 1 });
     }
 }
+
+/// A file locked by another writer past the busy timeout is `Unavailable` (retryable), and the
+/// same call succeeds once the lock is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_file_is_unavailable_then_works() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("j.db");
+    let store = SqliteStore::open_with(
+        &path,
+        SqliteOptions {
+            busy_timeout: Duration::from_millis(50),
+            ..SqliteOptions::default()
+        },
+    )
+    .await
+    .expect("open");
+    let mut other = SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .expect("raw connection");
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut other)
+        .await
+        .expect("lock");
+    let err = store
+        .create_run(new_run("locked"), T)
+        .await
+        .expect_err("the file is locked");
+    assert!(err.is_retryable(), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            StoreError::Unavailable {
+                backend: "sqlite",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    sqlx::query("COMMIT")
+        .execute(&mut other)
+        .await
+        .expect("unlock");
+    let created = store.create_run(new_run("locked"), T).await.expect("retry");
+    assert!(created.created);
+    assert_eq!(
+        store
+            .read_all(&RunId::new("locked"), 0)
+            .await
+            .expect("read")
+            .len(),
+        1
+    );
+}
