@@ -282,6 +282,8 @@ pub mod __private {
 ///   expression. When it is set, a server that does not answer fails the cases.
 ///
 /// The expression is evaluated once per case, inside the async test, so it may `.await`.
+/// The tests are named after the cases (`concurrent_appends_one_winner`, …): give the macro call
+/// its own test file or module.
 #[macro_export]
 macro_rules! store_suite {
     (skip_unless = $var:literal, $factory:expr $(,)?) => {
