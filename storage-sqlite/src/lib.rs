@@ -23,7 +23,7 @@
 //!
 //! | table | key | holds |
 //! | --- | --- | --- |
-//! | `runs` | `run_id`; unique `idempotency_key` | the [`RunRecord`](eve_core::RunRecord) columns, `owner_worker`/`owner_epoch`, `pending_at` (time of the first unprocessed event), `timer_due` (earliest timer) and the generated `wake_at` (when a running run has work), indexed by `(deployment_id, wake_at)`, `session_id`, `status`, owner |
+//! | `runs` | `run_id`; unique `idempotency_key` | the [`RunRecord`] columns, `owner_worker`/`owner_epoch`, `pending_at` (time of the first unprocessed event), `timer_due` (earliest timer) and the generated `wake_at` (when a running run has work), indexed by `(deployment_id, wake_at)`, `session_id`, `status`, owner |
 //! | `events` | `(run_id, first_seq)`; unique `(run_id, append_id)` | **one row per append**: `count`, `at`, codec `version`, `body` = the events as one JSON array ([`eve_core::codec`]) |
 //! | `timers` | `(run_id, cmd)` | `due` |
 //! | `hooks` | `token` | live hooks: `run_id`, `cmd`, `webhook` |
