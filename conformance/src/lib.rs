@@ -333,6 +333,7 @@ macro_rules! __store_cases {
             isolation::stores_never_see_each_other,
             sessions::session_log_in_order,
             sessions::queries_by_session_and_status,
+            sessions::list_runs_ties_by_run_id,
             blocked::resolve_blocked_resume_and_fail,
             sequences::random_sequences_match_model,
         ] }
