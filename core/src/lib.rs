@@ -6,12 +6,15 @@
 //! prove the contract with `eve-conformance`.
 
 pub mod codec;
+pub mod engine;
 pub mod error;
 pub mod event;
 pub mod ids;
 pub mod memory;
 pub mod session;
 pub mod store;
+#[cfg(feature = "test-util")]
+pub mod testing;
 pub mod time;
 
 pub use error::StoreError;

@@ -1,0 +1,660 @@
+//! [`WorkflowCtx`], the durable operations a body issues, and the deterministic combinators.
+//!
+//! Every ctx call assigns the next command counter synchronously and returns a handle at once
+//! (like an eager JS promise). A handle becomes ready only when the engine delivers the journal
+//! event that resolves it; handles never use wakers, since the engine polls the body after every
+//! delivery.
+
+use super::error::{StepError, StepFailed};
+use super::step::{parse_duration, RetryPolicy, StepCtx};
+use crate::event::{Execution, Payload};
+use crate::ids::{CallId, RunId, SessionId};
+use crate::time::Timestamp;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+pub(crate) type StepRunner =
+    Arc<dyn Fn(StepCtx) -> BoxFuture<Result<Payload, StepError>> + Send + Sync + 'static>;
+
+/// How long a sleep lasts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SleepFor {
+    /// This long after the sleep is scheduled.
+    Duration(Duration),
+    /// Until this time.
+    Until(Timestamp),
+}
+
+/// What a sleep argument can be: a humantime string (`"4h"`), a [`Duration`], or a
+/// [`Timestamp`] to sleep until.
+pub trait IntoSleep {
+    /// The sleep, or why the argument is not one.
+    fn into_sleep(self) -> Result<SleepFor, String>;
+}
+
+impl IntoSleep for &str {
+    fn into_sleep(self) -> Result<SleepFor, String> {
+        parse_duration(self)
+            .map(SleepFor::Duration)
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl IntoSleep for &String {
+    fn into_sleep(self) -> Result<SleepFor, String> {
+        self.as_str().into_sleep()
+    }
+}
+
+impl IntoSleep for Duration {
+    fn into_sleep(self) -> Result<SleepFor, String> {
+        Ok(SleepFor::Duration(self))
+    }
+}
+
+impl IntoSleep for Timestamp {
+    fn into_sleep(self) -> Result<SleepFor, String> {
+        Ok(SleepFor::Until(self))
+    }
+}
+
+pub(crate) enum CmdKind {
+    Step {
+        name: String,
+        runner: StepRunner,
+        policy: RetryPolicy,
+    },
+    Sleep(SleepFor),
+    Hook {
+        token: String,
+    },
+}
+
+impl CmdKind {
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            CmdKind::Step { name, .. } => format!("step {name:?}"),
+            CmdKind::Sleep(_) => "sleep".into(),
+            CmdKind::Hook { token } => format!("hook {token:?}"),
+        }
+    }
+}
+
+/// One command the body issued and what the journal says about it.
+pub(crate) struct Cmd {
+    pub(crate) kind: CmdKind,
+    /// A wait's command event (`SleepScheduled`, `HookCreated`) is in the journal.
+    pub(crate) recorded: bool,
+    /// Step: attempts recorded so far.
+    pub(crate) attempts: u32,
+    /// Step: the next attempt is due then (a failed attempt will be retried).
+    pub(crate) retry_at: Option<Timestamp>,
+    /// Step: the final outcome, with the seq that delivered it.
+    pub(crate) outcome: Option<(u64, Result<Payload, StepFailed>)>,
+    /// Sleep: when it fires (from `SleepScheduled`).
+    pub(crate) wake_at: Option<Timestamp>,
+    /// Sleep: the seq of `SleepFired`.
+    pub(crate) fired: Option<u64>,
+    /// Hook: payloads received, with their seqs.
+    pub(crate) payloads: Vec<(u64, Payload)>,
+    /// Hook: payloads handed to the body.
+    pub(crate) consumed: usize,
+}
+
+impl Cmd {
+    fn new(kind: CmdKind) -> Self {
+        Self {
+            kind,
+            recorded: false,
+            attempts: 0,
+            retry_at: None,
+            outcome: None,
+            wake_at: None,
+            fired: None,
+            payloads: Vec::new(),
+            consumed: 0,
+        }
+    }
+
+    /// Whether a future delivery could still resolve a handle of this command.
+    pub(crate) fn outstanding(&self) -> bool {
+        match self.kind {
+            CmdKind::Step { .. } => self.outcome.is_none(),
+            CmdKind::Sleep(_) => self.fired.is_none(),
+            CmdKind::Hook { .. } => true,
+        }
+    }
+}
+
+/// The run's command table, shared by the ctx handles and the engine.
+pub(crate) struct Core {
+    pub(crate) run_id: RunId,
+    pub(crate) cmds: Vec<Cmd>,
+    /// Time of the event being delivered.
+    pub(crate) now: Timestamp,
+    rng: u64,
+}
+
+impl Core {
+    pub(crate) fn new(run_id: RunId, now: Timestamp) -> Self {
+        // FNV-1a of the run id: stable across processes and Rust versions.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in run_id.as_str().bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        Self {
+            run_id,
+            cmds: Vec::new(),
+            now,
+            rng: h,
+        }
+    }
+
+    fn issue(&mut self, kind: CmdKind) -> u64 {
+        self.cmds.push(Cmd::new(kind));
+        self.cmds.len() as u64 - 1
+    }
+
+    fn next_random(&mut self) -> u64 {
+        // splitmix64
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+pub(crate) type SharedCore = Arc<Mutex<Core>>;
+
+pub(crate) fn lock(core: &SharedCore) -> MutexGuard<'_, Core> {
+    // A panicking body may poison the lock; the engine parks that run, the state stays usable.
+    core.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Identity of the tool call a run serves.
+#[derive(Clone, Debug)]
+pub(crate) struct CallInfo {
+    pub(crate) tool: String,
+    pub(crate) session_id: SessionId,
+    pub(crate) call_id: CallId,
+    pub(crate) execution: Execution,
+}
+
+/// The context a workflow body receives: the only way to issue durable operations.
+///
+/// Everything nondeterministic (I/O, clocks, randomness, env) belongs in steps; the body is
+/// replayed and must issue the same commands in the same order every time. Use
+/// [`WorkflowCtx::now`] and [`WorkflowCtx::random`] instead of the system clock and RNG, and
+/// [`WorkflowCtx::race`]/[`select`](WorkflowCtx::select)/[`join_all`](WorkflowCtx::join_all)
+/// instead of `tokio::select!`. A body is polled outside tokio's timers: `tokio::time::sleep`
+/// in a body never completes, and the run is parked with `[EVE-STUCK-001]`.
+#[derive(Clone)]
+pub struct WorkflowCtx {
+    pub(crate) core: SharedCore,
+    pub(crate) call: Arc<CallInfo>,
+}
+
+impl fmt::Debug for WorkflowCtx {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let core = lock(&self.core);
+        f.debug_struct("WorkflowCtx")
+            .field("run_id", &core.run_id)
+            .field("tool", &self.call.tool)
+            .field("commands", &core.cmds.len())
+            .finish()
+    }
+}
+
+impl WorkflowCtx {
+    /// The run.
+    pub fn run_id(&self) -> RunId {
+        lock(&self.core).run_id.clone()
+    }
+
+    /// The model-visible tool name.
+    pub fn tool_name(&self) -> &str {
+        &self.call.tool
+    }
+
+    /// The session the call belongs to.
+    pub fn session_id(&self) -> &SessionId {
+        &self.call.session_id
+    }
+
+    /// The tool call that started the run.
+    pub fn call_id(&self) -> &CallId {
+        &self.call.call_id
+    }
+
+    /// Default or background execution.
+    pub fn execution(&self) -> Execution {
+        self.call.execution
+    }
+
+    /// The time of the journal event being delivered: the same on the first run and on every
+    /// replay.
+    pub fn now(&self) -> Timestamp {
+        lock(&self.core).now
+    }
+
+    /// A random number from a generator seeded by the run id: the same sequence on every
+    /// replay.
+    pub fn random(&self) -> u64 {
+        lock(&self.core).next_random()
+    }
+
+    /// Issues a step: `f` runs on the worker's runtime (at least once; its recorded result is
+    /// fed back on replay and it is not run again). Attempts are journaled; a retryable error is
+    /// retried by the default [`RetryPolicy`] (3 retries, exponential backoff as durable timers)
+    /// unless [`StepFuture::retry`] sets another; [`StepError::Fatal`] is never retried; a
+    /// panicking attempt counts as a failed one. Steps issued before the body awaits run
+    /// concurrently.
+    pub fn step<T, F, Fut>(&self, name: impl Into<String>, f: F) -> StepFuture<T>
+    where
+        T: Serialize + DeserializeOwned + Send + 'static,
+        F: Fn(StepCtx) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<T, StepError>> + Send + 'static,
+    {
+        let runner: StepRunner = Arc::new(move |sc: StepCtx| {
+            let fut = f(sc);
+            Box::pin(async move {
+                let value = fut.await?;
+                Payload::from_value(&value).map_err(|e| {
+                    StepError::fatal(format!("the step's output does not serialize as JSON: {e}"))
+                })
+            }) as BoxFuture<Result<Payload, StepError>>
+        });
+        let cmd = lock(&self.core).issue(CmdKind::Step {
+            name: name.into(),
+            runner,
+            policy: RetryPolicy::default(),
+        });
+        StepFuture {
+            core: self.core.clone(),
+            cmd,
+            _t: PhantomData,
+        }
+    }
+
+    /// A durable timer: `"4h"`, `"30s"`, a [`Duration`], or a [`Timestamp`] to sleep until.
+    /// The handle is ready once the timer fired. An unparsable string is a bug in the body: it
+    /// panics, which parks the run as blocked with the message until a fix is deployed.
+    pub fn sleep(&self, duration: impl IntoSleep) -> Sleep {
+        let spec = duration
+            .into_sleep()
+            .unwrap_or_else(|e| panic!("ctx.sleep: {e}"));
+        let cmd = lock(&self.core).issue(CmdKind::Sleep(spec));
+        Sleep {
+            core: self.core.clone(),
+            cmd,
+        }
+    }
+
+    /// Sleeps until `at`.
+    pub fn sleep_until(&self, at: Timestamp) -> Sleep {
+        self.sleep(at)
+    }
+
+    /// Creates a hook with a caller-chosen token; [`resume_hook`](super::resume_hook) delivers
+    /// payloads to it, from any process. A hook takes several payloads; each
+    /// [`Hook::next`] awaits the next one in journal order. The token is unique among live
+    /// hooks of the store and released when the run ends.
+    pub fn create_hook<T: DeserializeOwned + Send + 'static>(
+        &self,
+        token: impl Into<String>,
+    ) -> Hook<T> {
+        let token = token.into();
+        let cmd = lock(&self.core).issue(CmdKind::Hook {
+            token: token.clone(),
+        });
+        Hook {
+            core: self.core.clone(),
+            cmd,
+            token,
+            _t: PhantomData,
+        }
+    }
+
+    /// Waits for whichever of `a` and `b` resolved first in the journal (the same winner on
+    /// every replay). The loser is left untouched: await it again later.
+    pub fn race<A: Durable, B: Durable>(&self, a: A, b: B) -> Race<A, B> {
+        Race { a, b }
+    }
+
+    /// Waits for the first of `items` to resolve in journal order; gives its index and output.
+    pub fn select<D: Durable>(&self, items: Vec<D>) -> Select<D> {
+        Select { items }
+    }
+
+    /// Waits for all of `items`; outputs in the order given.
+    pub fn join_all<D: Durable>(&self, items: Vec<D>) -> JoinAll<D> {
+        JoinAll { items }
+    }
+}
+
+/// A handle on a durable operation that the deterministic combinators can order: it knows the
+/// journal seq at which it resolved. All ctx handles implement it, and so do [`Race`],
+/// [`Select`] and [`JoinAll`].
+pub trait Durable: Future + Unpin + Send {
+    /// The seq of the journal event that resolved it, once delivered; `None` while pending.
+    /// Never consumes anything.
+    fn resolved_seq(&self) -> Option<u64>;
+}
+
+/// Either of two outputs, from [`WorkflowCtx::race`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Either<L, R> {
+    /// The first argument won.
+    Left(L),
+    /// The second argument won.
+    Right(R),
+}
+
+/// A step's handle: resolves with its output, or [`StepFailed`] once a fatal error or the last
+/// retry failed. Clone it to await the same result again.
+#[must_use = "a step runs whether or not it is awaited; await it to get its result"]
+pub struct StepFuture<T> {
+    core: SharedCore,
+    cmd: u64,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for StepFuture<T> {
+    fn clone(&self) -> Self {
+        Self {
+            core: self.core.clone(),
+            cmd: self.cmd,
+            _t: PhantomData,
+        }
+    }
+}
+
+impl<T> fmt::Debug for StepFuture<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StepFuture")
+            .field("cmd", &self.cmd)
+            .finish()
+    }
+}
+
+impl<T> StepFuture<T> {
+    /// Overrides the retry policy of this step. Call it right away, before the body awaits.
+    pub fn retry(self, policy: RetryPolicy) -> Self {
+        if let CmdKind::Step { policy: p, .. } = &mut lock(&self.core).cmds[self.cmd as usize].kind
+        {
+            *p = policy;
+        }
+        self
+    }
+
+    /// The step's command counter.
+    pub fn cmd(&self) -> u64 {
+        self.cmd
+    }
+}
+
+impl<T: DeserializeOwned> Future for StepFuture<T> {
+    type Output = Result<T, StepFailed>;
+
+    fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let core = lock(&self.core);
+        let c = &core.cmds[self.cmd as usize];
+        match &c.outcome {
+            None => Poll::Pending,
+            Some((_, Err(e))) => Poll::Ready(Err(e.clone())),
+            Some((_, Ok(p))) => Poll::Ready(p.to_value::<T>().map_err(|e| {
+                let name = match &c.kind {
+                    CmdKind::Step { name, .. } => name.clone(),
+                    _ => String::new(),
+                };
+                StepFailed {
+                    name,
+                    cmd: self.cmd,
+                    attempts: c.attempts,
+                    message: format!("recorded output does not match the step's type: {e}"),
+                    fatal: true,
+                }
+            })),
+        }
+    }
+}
+
+impl<T: DeserializeOwned> Durable for StepFuture<T> {
+    fn resolved_seq(&self) -> Option<u64> {
+        lock(&self.core).cmds[self.cmd as usize]
+            .outcome
+            .as_ref()
+            .map(|(s, _)| *s)
+    }
+}
+
+/// A durable timer's handle: ready once it fired. Clone it to await it again.
+#[derive(Clone)]
+#[must_use = "a sleep does nothing unless awaited or raced"]
+pub struct Sleep {
+    core: SharedCore,
+    cmd: u64,
+}
+
+impl fmt::Debug for Sleep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sleep").field("cmd", &self.cmd).finish()
+    }
+}
+
+impl Future for Sleep {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
+        if self.resolved_seq().is_some() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+impl Durable for Sleep {
+    fn resolved_seq(&self) -> Option<u64> {
+        lock(&self.core).cmds[self.cmd as usize].fired
+    }
+}
+
+/// A hook's handle. [`Hook::next`] awaits the next payload.
+pub struct Hook<T> {
+    core: SharedCore,
+    cmd: u64,
+    token: String,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for Hook<T> {
+    fn clone(&self) -> Self {
+        Self {
+            core: self.core.clone(),
+            cmd: self.cmd,
+            token: self.token.clone(),
+            _t: PhantomData,
+        }
+    }
+}
+
+impl<T> fmt::Debug for Hook<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Hook")
+            .field("cmd", &self.cmd)
+            .field("token", &self.token)
+            .finish()
+    }
+}
+
+impl<T: DeserializeOwned> Hook<T> {
+    /// The token that [`resume_hook`](super::resume_hook) names.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The next payload not yet handed to the body, in journal order. A payload is consumed
+    /// only when a `next()` future returns it, so a `next()` that lost a race takes nothing.
+    pub fn next(&self) -> HookNext<T> {
+        HookNext {
+            core: self.core.clone(),
+            cmd: self.cmd,
+            _t: PhantomData,
+        }
+    }
+}
+
+/// The next payload of a hook; see [`Hook::next`].
+#[must_use = "await it to receive the payload"]
+pub struct HookNext<T> {
+    core: SharedCore,
+    cmd: u64,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T> fmt::Debug for HookNext<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HookNext").field("cmd", &self.cmd).finish()
+    }
+}
+
+/// A hook payload that does not match the type the body expects.
+#[derive(Debug, thiserror::Error)]
+#[error("hook payload does not match the expected type: {0}")]
+pub struct PayloadError(#[from] serde_json::Error);
+
+impl<T: DeserializeOwned> Future for HookNext<T> {
+    type Output = Result<T, PayloadError>;
+
+    fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut core = lock(&self.core);
+        let c = &mut core.cmds[self.cmd as usize];
+        match c.payloads.get(c.consumed) {
+            None => Poll::Pending,
+            Some((_, p)) => {
+                let out = p.to_value::<T>().map_err(PayloadError);
+                c.consumed += 1;
+                Poll::Ready(out)
+            }
+        }
+    }
+}
+
+impl<T: DeserializeOwned> Durable for HookNext<T> {
+    fn resolved_seq(&self) -> Option<u64> {
+        let core = lock(&self.core);
+        let c = &core.cmds[self.cmd as usize];
+        c.payloads.get(c.consumed).map(|(s, _)| *s)
+    }
+}
+
+/// See [`WorkflowCtx::race`].
+#[derive(Debug)]
+#[must_use = "await the race"]
+pub struct Race<A, B> {
+    a: A,
+    b: B,
+}
+
+impl<A: Durable, B: Durable> Future for Race<A, B> {
+    type Output = Either<A::Output, B::Output>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let left_wins = match (self.a.resolved_seq(), self.b.resolved_seq()) {
+            (None, None) => return Poll::Pending,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some(x), Some(y)) => x <= y,
+        };
+        if left_wins {
+            Pin::new(&mut self.a).poll(cx).map(Either::Left)
+        } else {
+            Pin::new(&mut self.b).poll(cx).map(Either::Right)
+        }
+    }
+}
+
+impl<A: Durable, B: Durable> Durable for Race<A, B> {
+    fn resolved_seq(&self) -> Option<u64> {
+        match (self.a.resolved_seq(), self.b.resolved_seq()) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (x, y) => x.or(y),
+        }
+    }
+}
+
+/// See [`WorkflowCtx::select`].
+#[derive(Debug)]
+#[must_use = "await the select"]
+pub struct Select<D> {
+    items: Vec<D>,
+}
+
+impl<D: Durable> Future for Select<D> {
+    type Output = (usize, D::Output);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let winner = self
+            .items
+            .iter()
+            .enumerate()
+            .filter_map(|(i, d)| d.resolved_seq().map(|s| (s, i)))
+            .min();
+        match winner {
+            None => Poll::Pending,
+            Some((_, i)) => Pin::new(&mut self.items[i]).poll(cx).map(|o| (i, o)),
+        }
+    }
+}
+
+impl<D: Durable> Durable for Select<D> {
+    fn resolved_seq(&self) -> Option<u64> {
+        self.items.iter().filter_map(Durable::resolved_seq).min()
+    }
+}
+
+/// See [`WorkflowCtx::join_all`].
+#[derive(Debug)]
+#[must_use = "await the join"]
+pub struct JoinAll<D> {
+    items: Vec<D>,
+}
+
+impl<D: Durable> Future for JoinAll<D> {
+    type Output = Vec<D::Output>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if self.items.iter().any(|d| d.resolved_seq().is_none()) {
+            return Poll::Pending;
+        }
+        let mut out = Vec::with_capacity(self.items.len());
+        for d in &mut self.items {
+            match Pin::new(d).poll(cx) {
+                Poll::Ready(o) => out.push(o),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Poll::Ready(out)
+    }
+}
+
+impl<D: Durable> Durable for JoinAll<D> {
+    fn resolved_seq(&self) -> Option<u64> {
+        let mut max = 0;
+        for d in &self.items {
+            max = max.max(d.resolved_seq()?);
+        }
+        Some(max)
+    }
+}

@@ -1,0 +1,391 @@
+//! The deterministic executor: polls one body on the calling thread with a flag waker and
+//! delivers journal events to it strictly in seq order, polling until stuck after each.
+
+use super::ctx::{lock, BoxFuture, CallInfo, CmdKind, Core, SharedCore, SleepFor, WorkflowCtx};
+use super::error::{NonDeterminism, StepFailed, CODE_BODY_PANIC, CODE_STUCK};
+use super::tool::WorkflowTool;
+use crate::event::{Event, Payload, StoredEvent};
+use crate::ids::RunId;
+use crate::time::Timestamp;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+
+/// The engine-internal timer command that keeps a run claimable while an activation runs
+/// steps, so a crash mid-step is recovered once the worker's lease expires. Its
+/// `SleepScheduled`/`SleepFired` events are not body commands; replay skips them.
+pub const GUARD_CMD: u64 = u64::MAX;
+
+/// What the body returned: the output, or the error the run fails with.
+pub(crate) type BodyOutcome = Result<Payload, String>;
+
+/// Why replay stopped: each parks the run as blocked.
+#[derive(Debug)]
+pub(crate) enum Stop {
+    NonDeterminism(NonDeterminism),
+    Panic(String),
+    Stuck,
+}
+
+impl Stop {
+    pub(crate) fn reason(&self) -> String {
+        match self {
+            Stop::NonDeterminism(nd) => nd.to_string(),
+            Stop::Panic(msg) => format!(
+                "[{CODE_BODY_PANIC}] the workflow body panicked: {msg}; fix the body, deploy, and resume the run"
+            ),
+            Stop::Stuck => format!(
+                "[{CODE_STUCK}] the workflow body is waiting on something that is not a durable operation (tokio::time::sleep, a channel, a spawned task?); only ctx operations can suspend a body"
+            ),
+        }
+    }
+}
+
+#[derive(Default)]
+struct FlagWaker(AtomicBool);
+
+impl Wake for FlagWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A step attempt the engine should start.
+pub(crate) struct StepToRun {
+    pub(crate) cmd: u64,
+    pub(crate) name: String,
+    pub(crate) attempt: u32,
+    pub(crate) runner: super::ctx::StepRunner,
+    pub(crate) policy: super::step::RetryPolicy,
+}
+
+/// One run's body and command table.
+pub(crate) struct Executor {
+    pub(crate) core: SharedCore,
+    body: Option<BoxFuture<BodyOutcome>>,
+    /// Set once the body returned.
+    pub(crate) finished: Option<BodyOutcome>,
+    /// The next seq to deliver.
+    pub(crate) next_seq: u64,
+    /// The guard timer is set in the journal and not fired.
+    pub(crate) guard_set: bool,
+    /// The run was ended or parked by an event seen in the journal.
+    pub(crate) ended: bool,
+    /// Events delivered (for replay measurements).
+    pub(crate) delivered: u64,
+}
+
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor")
+            .field("next_seq", &self.next_seq)
+            .field("finished", &self.finished.is_some())
+            .finish()
+    }
+}
+
+impl Executor {
+    /// Builds the body from the run's `RunStarted` event (`first`, seq 0) without polling it.
+    ///
+    /// # Errors
+    /// The message the run fails with when the input does not fit the body.
+    pub(crate) fn new(
+        run_id: RunId,
+        tool: &WorkflowTool,
+        first: &StoredEvent,
+    ) -> Result<Self, String> {
+        let Event::RunStarted {
+            input,
+            session_id,
+            call_id,
+            execution,
+            tool: tool_name,
+            ..
+        } = &first.event
+        else {
+            return Err(format!(
+                "journal of run {run_id} does not start with RunStarted"
+            ));
+        };
+        let core = Arc::new(Mutex::new(Core::new(run_id, first.at)));
+        let ctx = WorkflowCtx {
+            core: core.clone(),
+            call: Arc::new(CallInfo {
+                tool: tool_name.clone(),
+                session_id: session_id.clone(),
+                call_id: call_id.clone(),
+                execution: *execution,
+            }),
+        };
+        let body = (tool.body)(ctx, input)?;
+        Ok(Self {
+            core,
+            body: Some(body),
+            finished: None,
+            next_seq: 0,
+            guard_set: false,
+            ended: false,
+            delivered: 0,
+        })
+    }
+
+    /// Delivers the next journal event and polls the body until it is stuck.
+    pub(crate) fn deliver(&mut self, ev: &StoredEvent) -> Result<(), Stop> {
+        debug_assert_eq!(ev.seq, self.next_seq, "events are delivered in seq order");
+        self.next_seq = ev.seq + 1;
+        self.delivered += 1;
+        self.apply(ev).map_err(Stop::NonDeterminism)?;
+        self.poll()
+    }
+
+    fn apply(&mut self, ev: &StoredEvent) -> Result<(), NonDeterminism> {
+        let mut core = lock(&self.core);
+        core.now = ev.at;
+        let issued = core.cmds.len() as u64;
+        // Looks up the command the event names, checking kind and name.
+        let check = |core: &Core, cmd: u64, expected: String, ok: &dyn Fn(&CmdKind) -> bool| {
+            match core.cmds.get(usize::try_from(cmd).unwrap_or(usize::MAX)) {
+                Some(c) if ok(&c.kind) => Ok(()),
+                Some(c) => Err(NonDeterminism {
+                    cmd,
+                    expected: expected.clone(),
+                    found: c.kind.describe(),
+                    hint: "the body issues a different operation here than when the run was recorded (a renamed or reordered step or wait?); deploy the old code under its deployment id, or fail the run".into(),
+                }),
+                None => Err(NonDeterminism {
+                    cmd,
+                    expected,
+                    found: format!("nothing (the body issued {issued} command(s) and then waited or returned)"),
+                    hint: "a step or wait was removed, or the body took another branch than when the run was recorded; deploy the old code under its deployment id, or fail the run".into(),
+                }),
+            }
+        };
+        match &ev.event {
+            Event::StepCompleted {
+                cmd,
+                name,
+                attempt,
+                output,
+            } => {
+                check(
+                    &core,
+                    *cmd,
+                    format!("step {name:?}"),
+                    &|k| matches!(k, CmdKind::Step { name: n, .. } if n == name),
+                )?;
+                let c = &mut core.cmds[*cmd as usize];
+                c.attempts = *attempt;
+                c.retry_at = None;
+                c.outcome = Some((ev.seq, Ok(output.clone())));
+            }
+            Event::StepFailed {
+                cmd,
+                name,
+                attempt,
+                error,
+                fatal,
+                retry_at,
+            } => {
+                check(
+                    &core,
+                    *cmd,
+                    format!("step {name:?}"),
+                    &|k| matches!(k, CmdKind::Step { name: n, .. } if n == name),
+                )?;
+                let c = &mut core.cmds[*cmd as usize];
+                c.attempts = *attempt;
+                c.retry_at = *retry_at;
+                if retry_at.is_none() {
+                    c.outcome = Some((
+                        ev.seq,
+                        Err(StepFailed {
+                            name: name.clone(),
+                            cmd: *cmd,
+                            attempts: *attempt,
+                            message: error.clone(),
+                            fatal: *fatal,
+                        }),
+                    ));
+                }
+            }
+            Event::SleepScheduled { cmd, .. } if *cmd == GUARD_CMD => self.guard_set = true,
+            Event::SleepFired { cmd } if *cmd == GUARD_CMD => self.guard_set = false,
+            Event::SleepScheduled { cmd, wake_at } => {
+                check(&core, *cmd, "sleep".into(), &|k| {
+                    matches!(k, CmdKind::Sleep(_))
+                })?;
+                let c = &mut core.cmds[*cmd as usize];
+                c.recorded = true;
+                c.wake_at = Some(*wake_at);
+            }
+            Event::SleepFired { cmd } => {
+                check(&core, *cmd, "sleep".into(), &|k| {
+                    matches!(k, CmdKind::Sleep(_))
+                })?;
+                core.cmds[*cmd as usize].fired = Some(ev.seq);
+            }
+            Event::HookCreated { cmd, token, .. } => {
+                check(
+                    &core,
+                    *cmd,
+                    format!("hook {token:?}"),
+                    &|k| matches!(k, CmdKind::Hook { token: t } if t == token),
+                )?;
+                core.cmds[*cmd as usize].recorded = true;
+            }
+            Event::HookReceived { cmd, payload } => {
+                check(&core, *cmd, "a hook".into(), &|k| {
+                    matches!(k, CmdKind::Hook { .. })
+                })?;
+                core.cmds[*cmd as usize]
+                    .payloads
+                    .push((ev.seq, payload.clone()));
+            }
+            Event::InputRequested { cmd, .. }
+            | Event::AgentStarted { cmd, .. }
+            | Event::Progress { cmd, .. }
+            | Event::MessagePosted { cmd, .. } => {
+                // Kinds this engine does not issue yet: any body command here is a mismatch.
+                check(&core, *cmd, ev.event.kind().to_owned(), &|_| false)?;
+            }
+            Event::RunCompleted { .. } | Event::RunFailed { .. } | Event::RunCancelled => {
+                self.ended = true;
+            }
+            Event::RunStarted { .. }
+            | Event::InputAnswered { .. }
+            | Event::InputWithdrawn { .. }
+            | Event::AgentCompleted { .. }
+            | Event::AgentFailed { .. }
+            | Event::CancelRequested { .. }
+            | Event::RunBlocked { .. }
+            | Event::RunResumed => {}
+        }
+        Ok(())
+    }
+
+    /// Polls the body until it is stuck (repeating while it woke itself).
+    pub(crate) fn poll(&mut self) -> Result<(), Stop> {
+        let Some(body) = self.body.as_mut() else {
+            return Ok(());
+        };
+        let flag = Arc::new(FlagWaker::default());
+        let waker = Waker::from(flag.clone());
+        let mut cx = Context::from_waker(&waker);
+        loop {
+            flag.0.store(false, Ordering::SeqCst);
+            match catch_unwind(AssertUnwindSafe(|| body.as_mut().poll(&mut cx))) {
+                Err(panic) => {
+                    self.body = None;
+                    let msg = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_owned())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "a non-string panic payload".into());
+                    return Err(Stop::Panic(msg));
+                }
+                Ok(Poll::Ready(out)) => {
+                    self.body = None;
+                    self.finished = Some(out);
+                    return Ok(());
+                }
+                Ok(Poll::Pending) if flag.0.load(Ordering::SeqCst) => continue,
+                Ok(Poll::Pending) => break,
+            }
+        }
+        if lock(&self.core).cmds.iter().any(|c| c.outstanding()) {
+            Ok(())
+        } else {
+            Err(Stop::Stuck)
+        }
+    }
+
+    /// Command events for waits the body issued that the journal does not hold yet, in cmd
+    /// order; sleeps get `wake_at = now + duration`.
+    pub(crate) fn unrecorded_waits(&self, now: Timestamp) -> Vec<Event> {
+        let core = lock(&self.core);
+        core.cmds
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| !c.recorded)
+            .filter_map(|(i, c)| {
+                let cmd = i as u64;
+                match &c.kind {
+                    CmdKind::Sleep(SleepFor::Duration(d)) => Some(Event::SleepScheduled {
+                        cmd,
+                        wake_at: now.plus(*d),
+                    }),
+                    CmdKind::Sleep(SleepFor::Until(at)) => {
+                        Some(Event::SleepScheduled { cmd, wake_at: *at })
+                    }
+                    CmdKind::Hook { token } => Some(Event::HookCreated {
+                        cmd,
+                        token: token.clone(),
+                        webhook: false,
+                    }),
+                    CmdKind::Step { .. } => None,
+                }
+            })
+            .collect()
+    }
+
+    /// Step attempts that may start at `now` (no final outcome, retry wait over), except those
+    /// in `running`.
+    pub(crate) fn runnable_steps(&self, now: Timestamp, running: &[u64]) -> Vec<StepToRun> {
+        let core = lock(&self.core);
+        core.cmds
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| match &c.kind {
+                CmdKind::Step {
+                    name,
+                    runner,
+                    policy,
+                } if c.outcome.is_none()
+                    && c.retry_at.is_none_or(|at| at <= now)
+                    && !running.contains(&(i as u64)) =>
+                {
+                    Some(StepToRun {
+                        cmd: i as u64,
+                        name: name.clone(),
+                        attempt: c.attempts + 1,
+                        runner: runner.clone(),
+                        policy: policy.clone(),
+                    })
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Recorded sleeps that have not fired, with their wake times.
+    pub(crate) fn pending_sleeps(&self) -> Vec<(u64, Timestamp)> {
+        let core = lock(&self.core);
+        core.cmds
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| match (&c.kind, c.wake_at, c.fired) {
+                (CmdKind::Sleep(_), Some(at), None) => Some((i as u64, at)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The earliest pending retry wait.
+    pub(crate) fn next_retry(&self) -> Option<Timestamp> {
+        let core = lock(&self.core);
+        core.cmds
+            .iter()
+            .filter(|c| c.outcome.is_none())
+            .filter_map(|c| c.retry_at)
+            .min()
+    }
+
+    /// Commands issued so far.
+    pub(crate) fn commands(&self) -> u64 {
+        lock(&self.core).cmds.len() as u64
+    }
+}

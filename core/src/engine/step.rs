@@ -1,0 +1,171 @@
+//! Retry policy of steps, the context a step closure receives, and duration parsing.
+
+use super::error::EngineError;
+use crate::ids::RunId;
+use std::time::Duration;
+
+/// How a step's failed attempts are retried. "3 retries" means 4 attempts in all. A retry wait
+/// is a durable timer (`StepFailed { retry_at }`), not a held task.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt (default 3).
+    pub max_retries: u32,
+    /// Wait before the first retry (default 1 s).
+    pub initial_backoff: Duration,
+    /// Each further retry waits this many times longer (default 2).
+    pub multiplier: u32,
+    /// The longest wait (default 1 h).
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_retries: 3,
+            initial_backoff: Duration::from_secs(1),
+            multiplier: 2,
+            max_backoff: Duration::from_secs(3600),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// No retries: the first failure is final.
+    pub fn none() -> Self {
+        Self {
+            max_retries: 0,
+            ..Self::default()
+        }
+    }
+
+    /// `max_retries` retries with the default backoff.
+    pub fn retries(max_retries: u32) -> Self {
+        Self {
+            max_retries,
+            ..Self::default()
+        }
+    }
+
+    /// The wait after failed attempt `attempt` (1-based): `initial * multiplier^(attempt-1)`,
+    /// capped at `max_backoff`.
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let factor = self
+            .multiplier
+            .max(1)
+            .saturating_pow(attempt.saturating_sub(1));
+        self.initial_backoff
+            .saturating_mul(factor)
+            .min(self.max_backoff)
+    }
+}
+
+/// What a step closure receives: its identity, stable across retries, replays and workers.
+#[derive(Clone, Debug)]
+pub struct StepCtx {
+    pub(crate) run_id: RunId,
+    pub(crate) cmd: u64,
+    pub(crate) name: String,
+    pub(crate) attempt: u32,
+}
+
+impl StepCtx {
+    /// The run.
+    pub fn run_id(&self) -> &RunId {
+        &self.run_id
+    }
+
+    /// The step's command counter.
+    pub fn cmd(&self) -> u64 {
+        self.cmd
+    }
+
+    /// The step's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// 1-based attempt number.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// `"{run id}:{cmd}"`: the same for every attempt and every replay of this step. Pass it to
+    /// the services the step calls so a repeated attempt (steps run at least once) has no
+    /// second effect.
+    pub fn idempotency_key(&self) -> String {
+        format!("{}:{}", self.run_id, self.cmd)
+    }
+}
+
+/// Parses a humantime-style duration: a sequence of `<number><unit>` parts, units `ms`, `s`,
+/// `m`/`min`, `h`, `d`, `w` (also long forms such as `sec`, `hours`), optionally separated by
+/// spaces: `"30s"`, `"4h"`, `"1h 30m"`, `"500ms"`.
+///
+/// # Errors
+/// [`EngineError::InvalidDuration`] saying what was wrong.
+pub fn parse_duration(input: &str) -> Result<Duration, EngineError> {
+    let bad = |reason: &str| EngineError::InvalidDuration {
+        input: input.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let s = input.trim();
+    if s.is_empty() {
+        return Err(bad("empty"));
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = s;
+    while !rest.is_empty() {
+        rest = rest.trim_start();
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        if digits == 0 {
+            return Err(bad("expected a number"));
+        }
+        let n: u64 = rest[..digits]
+            .parse()
+            .map_err(|_| bad("number too large"))?;
+        rest = rest[digits..].trim_start();
+        let ulen = rest
+            .find(|c: char| !c.is_ascii_alphabetic())
+            .unwrap_or(rest.len());
+        let unit = &rest[..ulen];
+        let ms: u64 = match unit {
+            "ms" | "msec" | "millis" => 1,
+            "s" | "sec" | "secs" | "second" | "seconds" => 1_000,
+            "m" | "min" | "mins" | "minute" | "minutes" => 60_000,
+            "h" | "hr" | "hrs" | "hour" | "hours" => 3_600_000,
+            "d" | "day" | "days" => 86_400_000,
+            "w" | "week" | "weeks" => 604_800_000,
+            "" => return Err(bad("missing unit after a number")),
+            _ => return Err(bad("unknown unit")),
+        };
+        let part = n.checked_mul(ms).ok_or_else(|| bad("too large"))?;
+        total = total
+            .checked_add(Duration::from_millis(part))
+            .ok_or_else(|| bad("too large"))?;
+        rest = &rest[ulen..];
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_backoff() {
+        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("4h").unwrap(), Duration::from_secs(4 * 3600));
+        assert_eq!(parse_duration("1h 30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        for bad in ["", "h", "10", "10 parsecs", "-1s"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} must be rejected");
+        }
+        let p = RetryPolicy::default();
+        assert_eq!(
+            (1..=4).map(|a| p.backoff(a).as_secs()).collect::<Vec<_>>(),
+            vec![1, 2, 4, 8]
+        );
+    }
+}

@@ -1,0 +1,467 @@
+//! Tool definitions: workflow tools (durable bodies taking a [`WorkflowCtx`]) and ordinary
+//! tools (a [`ToolCtx`], no durable operations), the [`Registry`], and the entry points that
+//! start runs and deliver hook payloads.
+
+use super::ctx::{BoxFuture, WorkflowCtx};
+use super::error::{EngineError, WorkflowError};
+use super::replay::BodyOutcome;
+use crate::event::{Execution, Payload};
+use crate::ids::{CallId, DeploymentId, RunId, SessionId, WorkflowId};
+use crate::store::{CreatedRun, Delivered, JournalStore, NewRun};
+use crate::time::Timestamp;
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+pub(crate) type ErasedBody =
+    Arc<dyn Fn(WorkflowCtx, &Payload) -> Result<BoxFuture<BodyOutcome>, String> + Send + Sync>;
+
+/// A function marked as a workflow body, made by the [`workflow!`](crate::workflow) macro: it
+/// captures the workflow id (module path without the crate name, plus the function name) and
+/// only accepts `async fn(WorkflowCtx, I) -> Result<O, WorkflowError>`. Only a `Workflow` can
+/// become a workflow tool.
+pub struct Workflow<I, O> {
+    id: WorkflowId,
+    module: &'static str,
+    body: ErasedBody,
+    _t: PhantomData<fn(I) -> O>,
+}
+
+impl<I, O> fmt::Debug for Workflow<I, O> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Workflow").field("id", &self.id).finish()
+    }
+}
+
+/// Strips the crate name from a `module_path!()`.
+fn without_crate(module_path: &str) -> Option<&str> {
+    module_path.split_once("::").map(|(_, rest)| rest)
+}
+
+impl<I, O> Workflow<I, O>
+where
+    I: DeserializeOwned + JsonSchema + Send + 'static,
+    O: Serialize + Send + 'static,
+{
+    /// Used by [`workflow!`](crate::workflow); call the macro instead.
+    #[doc(hidden)]
+    pub fn __new<F, Fut>(module_path: &'static str, fn_name: &'static str, f: F) -> Self
+    where
+        F: Fn(WorkflowCtx, I) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, WorkflowError>> + Send + 'static,
+    {
+        let id = match without_crate(module_path) {
+            Some(m) => format!("{m}::{fn_name}"),
+            None => fn_name.to_owned(),
+        };
+        let body: ErasedBody = Arc::new(move |ctx: WorkflowCtx, input: &Payload| {
+            let input: I = input.to_value().map_err(|e| {
+                format!("recorded input does not fit the workflow's input type: {e}")
+            })?;
+            let fut = f(ctx, input);
+            Ok(Box::pin(async move {
+                match fut.await {
+                    Ok(out) => Payload::from_value(&out)
+                        .map_err(|e| format!("the workflow's output does not serialize: {e}")),
+                    Err(e) => Err(e.message().to_owned()),
+                }
+            }) as BoxFuture<BodyOutcome>)
+        });
+        Self {
+            id: WorkflowId::new(id),
+            module: module_path,
+            body,
+            _t: PhantomData,
+        }
+    }
+
+    /// With an explicit workflow id instead of the derived one (keep the old id when moving or
+    /// renaming the function, so runs in flight still find it).
+    pub fn with_id(mut self, id: impl Into<String>) -> Self {
+        self.id = WorkflowId::new(id);
+        self
+    }
+
+    /// The workflow id.
+    pub fn id(&self) -> &WorkflowId {
+        &self.id
+    }
+}
+
+/// Marks an `async fn(WorkflowCtx, I) -> Result<O, WorkflowError>` as a workflow body; the
+/// Rust form of `"use workflow"`. The workflow id is the function's module path (crate name
+/// left out) and name: renaming or moving the function makes a new workflow.
+///
+/// ```ignore
+/// async fn execute(ctx: WorkflowCtx, input: Remind) -> Result<Reminder, WorkflowError> { .. }
+/// let tool = define_workflow_tool("Remind the user later.", workflow!(execute));
+/// ```
+#[macro_export]
+macro_rules! workflow {
+    ($f:ident) => {
+        $crate::engine::Workflow::__new(::core::module_path!(), ::core::stringify!($f), $f)
+    };
+}
+
+/// A workflow tool: what the model sees (name, description, input schema) and the durable body.
+#[derive(Clone)]
+pub struct WorkflowTool {
+    name: String,
+    description: String,
+    workflow_id: WorkflowId,
+    execution: Execution,
+    input_schema: serde_json::Value,
+    validate: fn(&serde_json::Value) -> Result<(), String>,
+    pub(crate) body: ErasedBody,
+}
+
+impl fmt::Debug for WorkflowTool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkflowTool")
+            .field("name", &self.name)
+            .field("workflow_id", &self.workflow_id)
+            .field("execution", &self.execution)
+            .finish()
+    }
+}
+
+fn validate_as<I: DeserializeOwned>(v: &serde_json::Value) -> Result<(), String> {
+    if !v.is_object() {
+        return Err(format!(
+            "expected a JSON object, got {}",
+            match v {
+                serde_json::Value::Null => "null",
+                serde_json::Value::Bool(_) => "a boolean",
+                serde_json::Value::Number(_) => "a number",
+                serde_json::Value::String(_) => "a string",
+                serde_json::Value::Array(_) => "an array",
+                serde_json::Value::Object(_) => "an object",
+            }
+        ));
+    }
+    I::deserialize(v).map(|_: I| ()).map_err(|e| e.to_string())
+}
+
+/// Defines a workflow tool from a description and a [`Workflow`] (see
+/// [`workflow!`](crate::workflow)). The tool name defaults to the last segment of the body's
+/// module path (`tools::deploy::execute` → `deploy`); default execution unless
+/// [`WorkflowTool::background`].
+pub fn define_workflow_tool<I, O>(
+    description: impl Into<String>,
+    workflow: Workflow<I, O>,
+) -> WorkflowTool
+where
+    I: DeserializeOwned + JsonSchema + Send + 'static,
+    O: Serialize + Send + 'static,
+{
+    let name = workflow
+        .module
+        .rsplit("::")
+        .next()
+        .filter(|_| workflow.module.contains("::"))
+        .map(str::to_owned)
+        .unwrap_or_else(|| {
+            workflow
+                .id
+                .as_str()
+                .rsplit("::")
+                .next()
+                .unwrap_or_default()
+                .to_owned()
+        });
+    let schema = schemars::schema_for!(I);
+    WorkflowTool {
+        name,
+        description: description.into(),
+        workflow_id: workflow.id,
+        execution: Execution::Default,
+        input_schema: serde_json::to_value(&schema).unwrap_or(serde_json::Value::Null),
+        validate: validate_as::<I>,
+        body: workflow.body,
+    }
+}
+
+impl WorkflowTool {
+    /// Runs in the background: the call returns a task receipt at once.
+    pub fn background(mut self) -> Self {
+        self.execution = Execution::Background;
+        self
+    }
+
+    /// Overrides the model-visible name.
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// The model-visible name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The description the model sees.
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
+    /// The body's workflow id.
+    pub fn workflow_id(&self) -> &WorkflowId {
+        &self.workflow_id
+    }
+
+    /// Default or background.
+    pub fn execution(&self) -> Execution {
+        self.execution
+    }
+
+    /// The input's JSON schema (from schemars).
+    pub fn input_schema(&self) -> &serde_json::Value {
+        &self.input_schema
+    }
+
+    /// Checks a tool input: a JSON object that the input type accepts.
+    ///
+    /// # Errors
+    /// [`EngineError::InvalidInput`] saying what was wrong.
+    pub fn validate(&self, input: &serde_json::Value) -> Result<(), EngineError> {
+        (self.validate)(input).map_err(|reason| EngineError::InvalidInput {
+            tool: self.name.clone(),
+            reason,
+        })
+    }
+}
+
+/// The workflow tools one deployment serves. Workers run only runs of their registry's
+/// deployment, and fail runs whose workflow id is missing from it.
+#[derive(Clone, Debug)]
+pub struct Registry {
+    deployment: DeploymentId,
+    by_id: BTreeMap<WorkflowId, Arc<WorkflowTool>>,
+    by_name: BTreeMap<String, WorkflowId>,
+}
+
+impl Registry {
+    /// An empty registry for `deployment` (a stable version string you choose).
+    pub fn new(deployment: impl Into<DeploymentId>) -> Self {
+        Self {
+            deployment: deployment.into(),
+            by_id: BTreeMap::new(),
+            by_name: BTreeMap::new(),
+        }
+    }
+
+    /// Adds a tool.
+    ///
+    /// # Errors
+    /// `InvalidInput` when another tool has the same name or workflow id.
+    pub fn register(&mut self, tool: WorkflowTool) -> Result<&mut Self, EngineError> {
+        if self.by_name.contains_key(&tool.name) || self.by_id.contains_key(&tool.workflow_id) {
+            return Err(EngineError::InvalidInput {
+                tool: tool.name.clone(),
+                reason: format!(
+                    "a tool named {:?} or with workflow id {} is registered already; give it another name with WorkflowTool::named",
+                    tool.name, tool.workflow_id
+                ),
+            });
+        }
+        self.by_name
+            .insert(tool.name.clone(), tool.workflow_id.clone());
+        self.by_id.insert(tool.workflow_id.clone(), Arc::new(tool));
+        Ok(self)
+    }
+
+    /// Adds a tool; builder form.
+    ///
+    /// # Panics
+    /// When the name or workflow id is taken (a programming error at startup).
+    pub fn with(mut self, tool: WorkflowTool) -> Self {
+        if let Err(e) = self.register(tool) {
+            panic!("{e}");
+        }
+        self
+    }
+
+    /// The deployment id.
+    pub fn deployment(&self) -> &DeploymentId {
+        &self.deployment
+    }
+
+    /// The tool whose body has this workflow id.
+    pub fn get(&self, id: &WorkflowId) -> Option<&Arc<WorkflowTool>> {
+        self.by_id.get(id)
+    }
+
+    /// The tool with this model-visible name.
+    pub fn by_name(&self, name: &str) -> Option<&Arc<WorkflowTool>> {
+        self.by_name.get(name).and_then(|id| self.by_id.get(id))
+    }
+
+    /// All tools, by workflow id.
+    pub fn tools(&self) -> impl Iterator<Item = &Arc<WorkflowTool>> {
+        self.by_id.values()
+    }
+}
+
+/// Starts the run of a workflow tool call: validates `input` against the tool (a clear
+/// [`EngineError::InvalidInput`] before any run exists), then creates the run pinned to the
+/// registry's deployment. Idempotent by session + call id: a repeated call returns the same run
+/// (`created: false`); the same call with another input is `IdempotencyMismatch`.
+///
+/// # Errors
+/// `InvalidInput`, `UnknownTool`, or the store's error.
+pub async fn start_tool_call(
+    store: &dyn JournalStore,
+    registry: &Registry,
+    session: &SessionId,
+    call: &CallId,
+    tool: &str,
+    input: serde_json::Value,
+    now: Timestamp,
+) -> Result<CreatedRun, EngineError> {
+    let t = registry
+        .by_name(tool)
+        .ok_or_else(|| EngineError::UnknownTool {
+            name: tool.to_owned(),
+        })?;
+    t.validate(&input)?;
+    let created = store
+        .create_run(
+            NewRun {
+                run_id: RunId::random(),
+                idempotency_key: None,
+                workflow_id: t.workflow_id.clone(),
+                deployment_id: registry.deployment.clone(),
+                tool: t.name.clone(),
+                input: Payload::from(input),
+                session_id: session.clone(),
+                call_id: call.clone(),
+                execution: t.execution,
+            },
+            now,
+        )
+        .await?;
+    Ok(created)
+}
+
+/// Delivers `payload` to the live hook of `token`, from any process. With a `dedupe_key` (an
+/// `Idempotency-Key`, a provider's delivery id) a retried delivery is recognised and written
+/// once; without one, delivery is at-least-once.
+///
+/// # Errors
+/// `NotFound` when no live hook has the token (not created yet, or its run ended); the store's
+/// errors otherwise.
+pub async fn resume_hook<T: Serialize + ?Sized>(
+    store: &dyn JournalStore,
+    token: &str,
+    payload: &T,
+    dedupe_key: Option<&str>,
+    now: Timestamp,
+) -> Result<Delivered, EngineError> {
+    let payload = Payload::from_value(payload).map_err(|e| EngineError::InvalidInput {
+        tool: String::new(),
+        reason: format!("hook payload does not serialize as JSON: {e}"),
+    })?;
+    Ok(store.deliver_hook(token, payload, dedupe_key, now).await?)
+}
+
+/// What an ordinary tool receives: the call's identity, and no durable operations (no `step`,
+/// `sleep`, hooks, `ask` or `agent`: those exist only on [`WorkflowCtx`]).
+#[derive(Clone, Debug)]
+pub struct ToolCtx {
+    /// The session.
+    pub session_id: SessionId,
+    /// The tool call.
+    pub call_id: CallId,
+    /// The tool's name.
+    pub tool_name: String,
+}
+
+type ToolFn = Arc<
+    dyn Fn(ToolCtx, serde_json::Value) -> BoxFuture<Result<serde_json::Value, String>>
+        + Send
+        + Sync,
+>;
+
+/// An ordinary tool: runs once per call, in the caller's task; it cannot suspend durably.
+#[derive(Clone)]
+pub struct Tool {
+    name: String,
+    description: String,
+    input_schema: serde_json::Value,
+    run: ToolFn,
+}
+
+impl fmt::Debug for Tool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tool").field("name", &self.name).finish()
+    }
+}
+
+/// Defines an ordinary tool named `name`.
+pub fn define_tool<I, O, F, Fut>(
+    name: impl Into<String>,
+    description: impl Into<String>,
+    f: F,
+) -> Tool
+where
+    I: DeserializeOwned + JsonSchema + Send + 'static,
+    O: Serialize + 'static,
+    F: Fn(ToolCtx, I) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, WorkflowError>> + Send + 'static,
+{
+    let name = name.into();
+    let tool_name = name.clone();
+    let f = Arc::new(f);
+    let run: ToolFn = Arc::new(move |ctx, input| {
+        let f = f.clone();
+        let tool_name = tool_name.clone();
+        Box::pin(async move {
+            validate_as::<I>(&input)
+                .map_err(|r| format!("invalid input for tool {tool_name:?}: {r}"))?;
+            let input: I = serde_json::from_value(input).map_err(|e| e.to_string())?;
+            let out = f(ctx, input).await.map_err(|e| e.message().to_owned())?;
+            serde_json::to_value(out).map_err(|e| e.to_string())
+        })
+    });
+    Tool {
+        name,
+        description: description.into(),
+        input_schema: serde_json::to_value(schemars::schema_for!(I))
+            .unwrap_or(serde_json::Value::Null),
+        run,
+    }
+}
+
+impl Tool {
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The description.
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
+    /// The input's JSON schema.
+    pub fn input_schema(&self) -> &serde_json::Value {
+        &self.input_schema
+    }
+
+    /// Runs the tool once.
+    ///
+    /// # Errors
+    /// The tool's error message, or a message naming an invalid input.
+    pub async fn call(
+        &self,
+        ctx: ToolCtx,
+        input: serde_json::Value,
+    ) -> Result<serde_json::Value, String> {
+        (self.run)(ctx, input).await
+    }
+}

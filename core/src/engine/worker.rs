@@ -1,0 +1,836 @@
+//! The worker: claims runnable runs, runs their bodies on the deterministic executor and their
+//! steps on tokio, appends every outcome before the body sees it, and shares work with other
+//! workers through the store's leases.
+
+use super::ctx::BoxFuture;
+use super::error::{StepError, CODE_MISSING_WORKFLOW, CODE_POISON};
+use super::replay::{Executor, Stop, GUARD_CMD};
+use super::step::{RetryPolicy, StepCtx};
+use super::tool::Registry;
+use crate::error::StoreError;
+use crate::event::{Event, Payload, StoredEvent};
+use crate::ids::{AppendId, RunId, WorkerId};
+use crate::store::{Append, JournalStore, JournalStoreExt, Lease, RunRecord, RunStatus};
+use crate::time::Timestamp;
+use futures::FutureExt;
+use std::collections::HashMap;
+use std::fmt;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tracing::{debug, info_span, warn, Instrument};
+
+/// Where workers get the time from. Stores never read a clock: every `now` comes from here.
+pub trait Clock: fmt::Debug + Send + Sync + 'static {
+    /// The current time.
+    fn now(&self) -> Timestamp;
+    /// Completes once [`Clock::now`] is at or past `at`.
+    fn sleep_until(&self, at: Timestamp) -> BoxFuture<()>;
+}
+
+/// The wall clock.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::now()
+    }
+
+    fn sleep_until(&self, at: Timestamp) -> BoxFuture<()> {
+        let d = at.since(Timestamp::now());
+        Box::pin(tokio::time::sleep(d))
+    }
+}
+
+/// A clock that moves only when told: sleeps and retry backoffs cost no wall-clock time in
+/// tests.
+#[derive(Debug)]
+pub struct ManualClock {
+    now: watch::Sender<Timestamp>,
+}
+
+impl ManualClock {
+    /// A clock standing at `start`.
+    pub fn new(start: Timestamp) -> Arc<Self> {
+        Arc::new(Self {
+            now: watch::Sender::new(start),
+        })
+    }
+
+    /// Moves the clock forward by `d`, waking every sleeper that is due.
+    pub fn advance(&self, d: Duration) {
+        self.now.send_modify(|t| *t = t.plus(d));
+    }
+
+    /// Sets the clock to `t` (never backwards).
+    pub fn set(&self, t: Timestamp) {
+        self.now.send_modify(|cur| *cur = (*cur).max(t));
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Timestamp {
+        *self.now.borrow()
+    }
+
+    fn sleep_until(&self, at: Timestamp) -> BoxFuture<()> {
+        let mut rx = self.now.subscribe();
+        Box::pin(async move {
+            let _ = rx.wait_for(|t| *t >= at).await;
+        })
+    }
+}
+
+/// Worker tunables.
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    /// The worker's id (random by default). Re-registering an id fences its older incarnation.
+    pub id: WorkerId,
+    /// Lease length; heartbeats renew it at half-life (default 30 s).
+    pub lease_ttl: Duration,
+    /// How often an idle worker polls the store for new work, and a busy activation checks for
+    /// deliveries (default 50 ms).
+    pub poll_interval: Duration,
+    /// Runs active at once (default 64).
+    pub max_active_runs: usize,
+    /// A run claimed more than this many times without a successful append (its activations
+    /// keep dying, even by crashing the process) is parked as poisoned (default 5).
+    pub max_activations: u32,
+    /// Retries of a store call that failed with a transient error (default 3).
+    pub store_retries: u32,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            id: WorkerId::random(),
+            lease_ttl: Duration::from_secs(30),
+            poll_interval: Duration::from_millis(50),
+            max_active_runs: 64,
+            max_activations: 5,
+            store_retries: 3,
+        }
+    }
+}
+
+/// How an activation ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ActivationEnd {
+    /// The run completed.
+    Completed,
+    /// The run failed (a body error, a step failure that escaped, a missing workflow).
+    Failed(String),
+    /// The body waits on a timer or a delivery; the run was released.
+    Suspended,
+    /// The run was parked as blocked (non-determinism, panicking body, poison), with the reason.
+    Blocked(String),
+    /// The worker lost the run (fenced, ended by someone else) or the store failed; it was
+    /// dropped from memory and another activation will pick it up.
+    Dropped(String),
+}
+
+struct Inner {
+    store: Arc<dyn JournalStore>,
+    registry: Arc<Registry>,
+    clock: Arc<dyn Clock>,
+    config: WorkerConfig,
+    lease: Mutex<Lease>,
+}
+
+/// A worker process (or task): see the module docs. Cheap to clone.
+#[derive(Clone)]
+pub struct Worker {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Worker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Worker")
+            .field("id", &self.inner.config.id)
+            .field("deployment", self.inner.registry.deployment())
+            .finish()
+    }
+}
+
+/// Result of [`Worker::replay_cold`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplayReport {
+    /// Events read and delivered.
+    pub events: u64,
+    /// Commands the body issued.
+    pub commands: u64,
+    /// Whether the body returned by the end of the journal.
+    pub finished: bool,
+}
+
+impl Worker {
+    /// Registers a worker for the registry's deployment.
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn new(
+        store: Arc<dyn JournalStore>,
+        registry: Registry,
+        clock: Arc<dyn Clock>,
+        config: WorkerConfig,
+    ) -> Result<Self, StoreError> {
+        let lease = store
+            .register_worker(
+                &config.id,
+                registry.deployment(),
+                config.lease_ttl,
+                clock.now(),
+            )
+            .await?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                store,
+                registry: Arc::new(registry),
+                clock,
+                config,
+                lease: Mutex::new(lease),
+            }),
+        })
+    }
+
+    /// The worker's current lease.
+    pub fn lease(&self) -> Lease {
+        self.inner.lease()
+    }
+
+    /// Claims runnable runs once and runs each activation to its end (completion, suspension,
+    /// blocking), concurrently. Returns what each activation ended with.
+    ///
+    /// # Errors
+    /// The store's error on claim.
+    pub async fn run_once(&self) -> Result<Vec<(RunId, ActivationEnd)>, StoreError> {
+        self.inner.keep_lease().await?;
+        let lease = self.inner.lease();
+        let now = self.inner.clock.now();
+        let claimed = self
+            .inner
+            .store
+            .claim(&lease, self.inner.config.max_active_runs, now)
+            .await?;
+        let handles: Vec<_> = claimed
+            .into_iter()
+            .map(|rec| {
+                let inner = self.inner.clone();
+                let id = rec.run_id.clone();
+                (id, tokio::spawn(async move { inner.activate(rec).await }))
+            })
+            .collect();
+        let mut out = Vec::with_capacity(handles.len());
+        for (id, h) in handles {
+            let end = match h.await {
+                Ok(end) => end,
+                Err(e) => ActivationEnd::Dropped(format!("activation task failed: {e}")),
+            };
+            out.push((id, end));
+        }
+        Ok(out)
+    }
+
+    /// Runs [`Worker::run_once`] until nothing is claimable at the clock's current time.
+    /// Returns every activation's end, in order.
+    ///
+    /// # Errors
+    /// The store's error on claim.
+    pub async fn drain(&self) -> Result<Vec<(RunId, ActivationEnd)>, StoreError> {
+        let mut all = Vec::new();
+        loop {
+            let batch = self.run_once().await?;
+            if batch.is_empty() {
+                return Ok(all);
+            }
+            all.extend(batch);
+        }
+    }
+
+    /// Runs the worker in the background until [`WorkerHandle::shutdown`]: claims work as it
+    /// becomes due (sleeping until the store's next wake-up, polling at `poll_interval` for
+    /// deliveries), heartbeats its lease, and never dies of a run's failure.
+    pub fn spawn(self) -> WorkerHandle {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let inner = self.inner.clone();
+        let join = tokio::spawn(async move { inner.run_loop(stop_rx).await });
+        WorkerHandle {
+            stop: stop_tx,
+            join,
+        }
+    }
+
+    /// Replays a run from cold without writing anything: reads its whole journal, decodes it
+    /// and re-executes the body against it (no step runs). For benchmarks and diagnostics.
+    ///
+    /// # Errors
+    /// The store's error; `InvalidInput` when the run's workflow is not in `registry`, or
+    /// replay stops (non-determinism, panic) with its reason.
+    pub async fn replay_cold(
+        store: &dyn JournalStore,
+        registry: &Registry,
+        run: &RunId,
+    ) -> Result<ReplayReport, StoreError> {
+        let events = store.read_all(run, 0).await?;
+        let first = events
+            .first()
+            .ok_or_else(|| StoreError::InvalidInput(format!("run {run} has no events")))?;
+        let Event::RunStarted { workflow_id, .. } = &first.event else {
+            return Err(StoreError::InvalidInput(format!(
+                "run {run} does not start with RunStarted"
+            )));
+        };
+        let tool = registry.get(workflow_id).ok_or_else(|| {
+            StoreError::InvalidInput(format!("workflow {workflow_id} is not in the registry"))
+        })?;
+        let mut exec = Executor::new(run.clone(), tool, first).map_err(StoreError::InvalidInput)?;
+        for ev in &events {
+            exec.deliver(ev)
+                .map_err(|s| StoreError::InvalidInput(s.reason()))?;
+        }
+        Ok(ReplayReport {
+            events: exec.delivered,
+            commands: exec.commands(),
+            finished: exec.finished.is_some(),
+        })
+    }
+}
+
+/// A worker running in the background; see [`Worker::spawn`].
+#[derive(Debug)]
+pub struct WorkerHandle {
+    stop: watch::Sender<bool>,
+    join: tokio::task::JoinHandle<()>,
+}
+
+impl WorkerHandle {
+    /// Graceful shutdown: stops claiming, abandons running activations (their runs replay
+    /// elsewhere) and releases every lease by retiring the worker.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.join.await;
+    }
+}
+
+type StepResult = (u64, Result<Payload, StepError>);
+
+struct Running {
+    name: String,
+    attempt: u32,
+    policy: RetryPolicy,
+    abort: tokio::task::AbortHandle,
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic payload".into())
+}
+
+/// Outcome of one append attempt inside an activation.
+enum Appendix {
+    Done,
+    /// New events arrived first; they were delivered.
+    Conflict,
+}
+
+impl Inner {
+    fn lease(&self) -> Lease {
+        self.lease.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Heartbeats when the lease is past half-life; re-registers when it was superseded.
+    async fn keep_lease(&self) -> Result<(), StoreError> {
+        let lease = self.lease();
+        let now = self.clock.now();
+        let half = self.config.lease_ttl / 2;
+        if now.plus(half) < lease.expires_at {
+            return Ok(());
+        }
+        let renewed = match self
+            .store
+            .heartbeat(&lease, self.config.lease_ttl, now)
+            .await
+        {
+            Ok(l) => l,
+            Err(StoreError::Fenced { .. } | StoreError::NotFound { .. }) => {
+                warn!(worker = %lease.worker, "lease superseded; registering a new epoch");
+                self.store
+                    .register_worker(&lease.worker, &lease.deployment, self.config.lease_ttl, now)
+                    .await?
+            }
+            Err(e) => return Err(e),
+        };
+        *self.lease.lock().unwrap_or_else(|e| e.into_inner()) = renewed;
+        Ok(())
+    }
+
+    async fn run_loop(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let mut tasks = tokio::task::JoinSet::new();
+        loop {
+            if *stop.borrow() {
+                break;
+            }
+            while tasks.try_join_next().is_some() {}
+            if let Err(e) = self.keep_lease().await {
+                warn!(error = %e, "heartbeat failed");
+            }
+            let free = self.config.max_active_runs.saturating_sub(tasks.len());
+            let mut claimed = 0;
+            if free > 0 {
+                match self
+                    .store
+                    .claim(&self.lease(), free, self.clock.now())
+                    .await
+                {
+                    Ok(runs) => {
+                        claimed = runs.len();
+                        for rec in runs {
+                            let inner = self.clone();
+                            tasks.spawn(async move { inner.activate(rec).await });
+                        }
+                    }
+                    Err(e) => warn!(error = %e, "claim failed"),
+                }
+            }
+            if claimed > 0 && claimed == free {
+                continue;
+            }
+            let now = self.clock.now();
+            let mut wake = now.plus(self.config.poll_interval);
+            if let Ok(Some(at)) = self.store.next_wake(self.registry.deployment(), now).await {
+                wake = wake.min(at.max(now));
+            }
+            let until = self.clock.sleep_until(wake);
+            let poll = tokio::time::sleep(self.config.poll_interval);
+            tokio::select! {
+                _ = stop.changed() => {}
+                _ = until => {}
+                _ = poll => {}
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            }
+        }
+        tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
+        let lease = self.lease();
+        if let Err(e) = self.store.retire_worker(&lease, self.clock.now()).await {
+            warn!(error = %e, "retiring the worker failed");
+        }
+    }
+
+    /// Retries `op` on transient errors.
+    async fn retrying<T, F, Fut>(&self, mut op: F) -> Result<T, StoreError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>>,
+    {
+        let mut tries = 0;
+        loop {
+            match op().await {
+                Err(e) if e.is_retryable() && tries < self.config.store_retries => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(10 << tries.min(6))).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn activate(self: Arc<Self>, rec: RunRecord) -> ActivationEnd {
+        let span = info_span!("activation", run_id = %rec.run_id, activations = rec.activations);
+        let end = self.activate_inner(&rec).instrument(span).await;
+        match end {
+            Ok(end) => end,
+            Err(e) => ActivationEnd::Dropped(e.to_string()),
+        }
+    }
+
+    /// Appends `events` at the executor's next seq; on success delivers them to the body, on a
+    /// conflict reads and delivers the events that got in first.
+    async fn append_deliver(
+        &self,
+        run: &RunId,
+        exec: &mut Executor,
+        events: Vec<Event>,
+    ) -> Result<Result<Appendix, Stop>, StoreError> {
+        let now = self.clock.now();
+        let a = Append {
+            run: run.clone(),
+            expected_seq: exec.next_seq,
+            lease: self.lease(),
+            append_id: AppendId::random(),
+            events,
+            now,
+        };
+        match self.retrying(|| self.store.append(a.clone())).await {
+            Ok(done) => {
+                for (i, event) in a.events.into_iter().enumerate() {
+                    let ev = StoredEvent {
+                        seq: done.first_seq + i as u64,
+                        at: now,
+                        event,
+                    };
+                    if let Err(stop) = exec.deliver(&ev) {
+                        return Ok(Err(stop));
+                    }
+                }
+                Ok(Ok(Appendix::Done))
+            }
+            Err(StoreError::Conflict { .. }) => {
+                Ok(self.catch_up(run, exec).await?.map(|()| Appendix::Conflict))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reads and delivers events past the executor's position.
+    async fn catch_up(
+        &self,
+        run: &RunId,
+        exec: &mut Executor,
+    ) -> Result<Result<(), Stop>, StoreError> {
+        let from = exec.next_seq;
+        let events = self.retrying(|| self.store.read_all(run, from)).await?;
+        for ev in &events {
+            if let Err(stop) = exec.deliver(ev) {
+                return Ok(Err(stop));
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    /// Appends a run-level event (end or park) at the journal's end, catching up on conflicts.
+    async fn append_final(
+        &self,
+        run: &RunId,
+        exec: Option<&mut Executor>,
+        mut next_seq: u64,
+        event: Event,
+    ) -> Result<(), StoreError> {
+        let mut exec = exec;
+        loop {
+            let now = self.clock.now();
+            let a = Append {
+                run: run.clone(),
+                expected_seq: exec.as_ref().map_or(next_seq, |e| e.next_seq),
+                lease: self.lease(),
+                append_id: AppendId::random(),
+                events: vec![event.clone()],
+                now,
+            };
+            match self.retrying(|| self.store.append(a.clone())).await {
+                Ok(_) => return Ok(()),
+                Err(StoreError::Conflict { actual, .. }) => match exec.as_deref_mut() {
+                    // Deliveries that got in first are read for their non-determinism checks
+                    // only: the outcome is decided.
+                    Some(e) => {
+                        let _ = self.catch_up(run, e).await?;
+                    }
+                    None => next_seq = actual,
+                },
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn block(
+        &self,
+        run: &RunId,
+        exec: Option<&mut Executor>,
+        next_seq: u64,
+        reason: String,
+    ) -> Result<ActivationEnd, StoreError> {
+        warn!(run_id = %run, %reason, "parking run as blocked");
+        self.append_final(
+            run,
+            exec,
+            next_seq,
+            Event::RunBlocked {
+                reason: reason.clone(),
+            },
+        )
+        .await?;
+        Ok(ActivationEnd::Blocked(reason))
+    }
+
+    async fn activate_inner(&self, rec: &RunRecord) -> Result<ActivationEnd, StoreError> {
+        let run = &rec.run_id;
+        let events = self.retrying(|| self.store.read_all(run, 0)).await?;
+        let next_seq = events.len() as u64;
+        if rec.status != RunStatus::Running {
+            return Ok(ActivationEnd::Dropped(format!(
+                "run is {}",
+                rec.status.as_str()
+            )));
+        }
+        if rec.activations > self.config.max_activations {
+            return self
+                .block(
+                    run,
+                    None,
+                    next_seq,
+                    format!(
+                        "[{CODE_POISON}] run {run} was claimed {} times without progress (its activations keep failing or crashing the worker); inspect it, deploy a fix, and resume it",
+                        rec.activations
+                    ),
+                )
+                .await;
+        }
+        let Some(first) = events.first() else {
+            return Ok(ActivationEnd::Dropped("empty journal".into()));
+        };
+        let Some(tool) = self.registry.get(&rec.workflow_id) else {
+            let error = format!(
+                "[{CODE_MISSING_WORKFLOW}] workflow {} is not in the registry of deployment {}; the run was started by deployment {} and can only run where its workflow exists",
+                rec.workflow_id,
+                self.registry.deployment(),
+                rec.deployment_id
+            );
+            self.append_final(
+                run,
+                None,
+                next_seq,
+                Event::RunFailed {
+                    error: error.clone(),
+                },
+            )
+            .await?;
+            return Ok(ActivationEnd::Failed(error));
+        };
+        let mut exec = match Executor::new(run.clone(), tool, first) {
+            Ok(e) => e,
+            Err(error) => {
+                self.append_final(
+                    run,
+                    None,
+                    next_seq,
+                    Event::RunFailed {
+                        error: error.clone(),
+                    },
+                )
+                .await?;
+                return Ok(ActivationEnd::Failed(error));
+            }
+        };
+        for ev in &events {
+            if let Err(stop) = exec.deliver(ev) {
+                return self.block(run, Some(&mut exec), 0, stop.reason()).await;
+            }
+        }
+        if exec.ended {
+            return Ok(ActivationEnd::Dropped("run has ended".into()));
+        }
+        debug!(events = events.len(), "replayed");
+        drop(events);
+        let result = self.live(run, &mut exec).await;
+        result
+    }
+
+    /// The live part of an activation, once the journal is exhausted.
+    async fn live(&self, run: &RunId, exec: &mut Executor) -> Result<ActivationEnd, StoreError> {
+        let (tx, mut rx) = mpsc::unbounded_channel::<StepResult>();
+        let mut running: HashMap<u64, Running> = HashMap::new();
+        let mut outbox: Vec<Event> = Vec::new();
+        let abort_all = |running: &HashMap<u64, Running>| {
+            for r in running.values() {
+                r.abort.abort();
+            }
+        };
+        loop {
+            let now = self.clock.now();
+            if let Some(out) = exec.finished.take() {
+                abort_all(&running);
+                let (event, end) = match out {
+                    Ok(output) => (Event::RunCompleted { output }, ActivationEnd::Completed),
+                    Err(error) => (
+                        Event::RunFailed {
+                            error: error.clone(),
+                        },
+                        ActivationEnd::Failed(error),
+                    ),
+                };
+                self.append_final(run, Some(exec), 0, event).await?;
+                return Ok(end);
+            }
+            let mut batch = exec.unrecorded_waits(now);
+            batch.extend(outbox.iter().cloned());
+            for (cmd, at) in exec.pending_sleeps() {
+                if at <= now {
+                    batch.push(Event::SleepFired { cmd });
+                }
+            }
+            let running_keys: Vec<u64> = running.keys().copied().collect();
+            let runnable = exec.runnable_steps(now, &running_keys);
+            if !exec.guard_set && (!runnable.is_empty() || !running.is_empty()) {
+                batch.push(Event::SleepScheduled {
+                    cmd: GUARD_CMD,
+                    wake_at: now.plus(self.config.lease_ttl),
+                });
+            }
+            if !batch.is_empty() {
+                batch.truncate(crate::store::MAX_EVENTS_PER_APPEND);
+                match self.append_deliver(run, exec, batch).await {
+                    Ok(Ok(Appendix::Done)) => {
+                        // Drop the outcomes that were written (a full batch may have left some).
+                        outbox.retain(|e| !step_outcome_recorded(exec, e));
+                        continue;
+                    }
+                    Ok(Ok(Appendix::Conflict)) => continue,
+                    Ok(Err(stop)) => {
+                        abort_all(&running);
+                        return self.block(run, Some(exec), 0, stop.reason()).await;
+                    }
+                    Err(e) => {
+                        abort_all(&running);
+                        return Err(e);
+                    }
+                }
+            }
+            for s in runnable {
+                let sc = StepCtx {
+                    run_id: run.clone(),
+                    cmd: s.cmd,
+                    name: s.name.clone(),
+                    attempt: s.attempt,
+                };
+                let tx = tx.clone();
+                let runner = s.runner.clone();
+                let cmd = s.cmd;
+                let span =
+                    info_span!("step", run_id = %run, cmd, name = %s.name, attempt = s.attempt);
+                let task = tokio::spawn(
+                    async move {
+                        let result = match std::panic::catch_unwind(AssertUnwindSafe(|| runner(sc)))
+                        {
+                            Err(p) => Err(StepError::retryable(format!(
+                                "step panicked: {}",
+                                panic_message(&*p)
+                            ))),
+                            Ok(fut) => match AssertUnwindSafe(fut).catch_unwind().await {
+                                Ok(r) => r,
+                                Err(p) => Err(StepError::retryable(format!(
+                                    "step panicked: {}",
+                                    panic_message(&*p)
+                                ))),
+                            },
+                        };
+                        let _ = tx.send((cmd, result));
+                    }
+                    .instrument(span),
+                );
+                running.insert(
+                    s.cmd,
+                    Running {
+                        name: s.name,
+                        attempt: s.attempt,
+                        policy: s.policy,
+                        abort: task.abort_handle(),
+                    },
+                );
+            }
+            if running.is_empty() {
+                if exec.guard_set {
+                    match self
+                        .append_deliver(run, exec, vec![Event::SleepFired { cmd: GUARD_CMD }])
+                        .await?
+                    {
+                        Ok(_) => continue,
+                        Err(stop) => return self.block(run, Some(exec), 0, stop.reason()).await,
+                    }
+                }
+                let lease = self.lease();
+                self.retrying(|| {
+                    self.store
+                        .release(&lease, run, exec.next_seq, self.clock.now())
+                })
+                .await?;
+                return Ok(ActivationEnd::Suspended);
+            }
+            let next_timer = exec
+                .pending_sleeps()
+                .into_iter()
+                .map(|(_, at)| at)
+                .chain(exec.next_retry())
+                .min();
+            let timer = async {
+                match next_timer {
+                    Some(at) => self.clock.sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                Some((cmd, result)) = rx.recv() => {
+                    if let Some(r) = running.remove(&cmd) {
+                        outbox.push(outcome_event(cmd, r, result, self.clock.now()));
+                    }
+                }
+                _ = timer => {}
+                _ = tokio::time::sleep(self.config.poll_interval) => {
+                    let rec = self.retrying(|| self.store.get_run(run)).await?;
+                    if rec.next_seq > exec.next_seq {
+                        if let Err(stop) = self.catch_up(run, exec).await? {
+                            abort_all(&running);
+                            return self.block(run, Some(exec), 0, stop.reason()).await;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Whether the journal (as delivered to `exec`) holds the outcome event `e`.
+fn step_outcome_recorded(exec: &Executor, e: &Event) -> bool {
+    let (cmd, attempt) = match e {
+        Event::StepCompleted { cmd, attempt, .. } | Event::StepFailed { cmd, attempt, .. } => {
+            (*cmd, *attempt)
+        }
+        _ => return true,
+    };
+    let core = super::ctx::lock(&exec.core);
+    core.cmds
+        .get(cmd as usize)
+        .is_none_or(|c| c.attempts >= attempt)
+}
+
+fn outcome_event(
+    cmd: u64,
+    r: Running,
+    result: Result<Payload, StepError>,
+    now: Timestamp,
+) -> Event {
+    match result {
+        Ok(output) => Event::StepCompleted {
+            cmd,
+            name: r.name,
+            attempt: r.attempt,
+            output,
+        },
+        Err(StepError::Fatal(error)) => Event::StepFailed {
+            cmd,
+            name: r.name,
+            attempt: r.attempt,
+            error,
+            fatal: true,
+            retry_at: None,
+        },
+        Err(StepError::Retryable {
+            message,
+            retry_after,
+        }) => {
+            let retry_at = (r.attempt <= r.policy.max_retries)
+                .then(|| now.plus(retry_after.unwrap_or_else(|| r.policy.backoff(r.attempt))));
+            Event::StepFailed {
+                cmd,
+                name: r.name,
+                attempt: r.attempt,
+                error: message,
+                fatal: false,
+                retry_at,
+            }
+        }
+    }
+}
