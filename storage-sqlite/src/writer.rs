@@ -18,7 +18,7 @@ use eve_core::{
 };
 use sqlx::sqlite::SqliteRow;
 use sqlx::{AssertSqlSafe, Row, SqliteConnection};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
@@ -113,16 +113,31 @@ pub(crate) async fn run(mut conn: SqliteConnection, mut rx: mpsc::Receiver<Op>, 
         }
         let mut answers = Vec::with_capacity(ops.len());
         let mut fault = None;
-        let mut queued = ops.drain(..);
-        for op in queued.by_ref() {
-            let (answer, f) = run_op(&mut conn, op).await;
+        // The appends' checks, read for the whole batch in one statement. An op's prefetched
+        // row is used only while nothing earlier in the batch can have changed it: no earlier
+        // append to its run, and no earlier op of another kind.
+        let mut prefetched = prefetch_appends(&mut conn, &ops).await;
+        let mut touched: HashSet<RunId> = HashSet::new();
+        let mut queued = ops.drain(..).enumerate();
+        for (i, op) in queued.by_ref() {
+            let pre = match &op {
+                Op::Append(a, _) => {
+                    let fresh = touched.insert(a.run.clone());
+                    prefetched.remove(&i).filter(|_| fresh)
+                }
+                _ => {
+                    prefetched.clear();
+                    None
+                }
+            };
+            let (answer, f) = run_op(&mut conn, op, pre).await;
             answers.push(answer);
             if f.is_some() {
                 fault = f;
                 break;
             }
         }
-        let rest: Vec<Op> = queued.collect();
+        let rest: Vec<Op> = queued.map(|(_, op)| op).collect();
         let outcome = match fault {
             Some(err) => Err(err),
             None => sqlx::query("COMMIT")
@@ -148,10 +163,63 @@ pub(crate) async fn run(mut conn: SqliteConnection, mut rx: mpsc::Receiver<Op>, 
     let _ = sqlx::Connection::close(conn).await;
 }
 
-async fn run_op(conn: &mut SqliteConnection, op: Op) -> (Answer, Option<StoreError>) {
+/// Reads, in one statement, what each append of the batch checks (its run, a landed append
+/// id, its worker's current epoch), keyed by the op's index. Best effort: on any error the ops
+/// read their own rows.
+async fn prefetch_appends(conn: &mut SqliteConnection, ops: &[Op]) -> HashMap<usize, SqliteRow> {
+    let appends: Vec<(usize, &Append)> = ops
+        .iter()
+        .enumerate()
+        .filter_map(|(i, op)| match op {
+            Op::Append(a, _) => Some((i, &**a)),
+            _ => None,
+        })
+        .collect();
+    if appends.len() < 2 {
+        return HashMap::new();
+    }
+    let sql = format!(
+        concat!(
+            "WITH q (i, run_id, append_id, worker) AS (VALUES {}) SELECT ",
+            run_cols_r!(),
+            ", (SELECT first_seq FROM events e WHERE e.run_id = q.run_id AND e.append_id = q.append_id), \
+             (SELECT count FROM events e WHERE e.run_id = q.run_id AND e.append_id = q.append_id), \
+             (SELECT epoch FROM workers w WHERE w.worker_id = q.worker AND w.retired = 0), \
+             q.i FROM q JOIN runs r ON r.run_id = q.run_id"
+        ),
+        tuples(appends.len(), 4)
+    );
+    let mut q = sqlx::query(AssertSqlSafe(sql));
+    for (i, a) in &appends {
+        q = q
+            .bind(*i as i64)
+            .bind(a.run.as_str())
+            .bind(a.append_id.as_str())
+            .bind(a.lease.worker.as_str());
+    }
+    match q.fetch_all(&mut *conn).await {
+        Ok(rows) => rows
+            .into_iter()
+            .filter_map(|row| {
+                let i: i64 = row.try_get(RUN_COLS + 3).ok()?;
+                Some((i as usize, row))
+            })
+            .collect(),
+        Err(e) => {
+            tracing::debug!(error = %e, "sqlite append prefetch failed; checking one by one");
+            HashMap::new()
+        }
+    }
+}
+
+async fn run_op(
+    conn: &mut SqliteConnection,
+    op: Op,
+    pre: Option<SqliteRow>,
+) -> (Answer, Option<StoreError>) {
     match op {
         Op::CreateRun(new, now, r) => answer(r, create_run(conn, *new, now).await),
-        Op::Append(a, r) => answer(r, append(conn, *a).await),
+        Op::Append(a, r) => answer(r, append(conn, *a, pre).await),
         Op::Answer(req, resp, now, r) => answer(r, answer_request(conn, &req, resp, now).await),
         Op::DeliverHook {
             token,
@@ -554,8 +622,25 @@ async fn create_run(
     })
 }
 
-async fn append(conn: &mut SqliteConnection, a: Append) -> Result<Appended, StoreError> {
-    let row = sqlx::query(concat!(
+async fn append(
+    conn: &mut SqliteConnection,
+    a: Append,
+    pre: Option<SqliteRow>,
+) -> Result<Appended, StoreError> {
+    let row = match pre {
+        Some(row) => row,
+        None => fetch_append_row(conn, &a).await?,
+    };
+    append_checked(conn, a, row).await
+}
+
+/// The append's check row: its run's columns, then a landed append id's first seq and count,
+/// then its worker's current epoch (the layout [`prefetch_appends`] reads too).
+async fn fetch_append_row(
+    conn: &mut SqliteConnection,
+    a: &Append,
+) -> Result<SqliteRow, StoreError> {
+    sqlx::query(concat!(
         "SELECT ",
         run_cols!(),
         ", (SELECT first_seq FROM events WHERE run_id = ?1 AND append_id = ?2), \
@@ -569,7 +654,14 @@ async fn append(conn: &mut SqliteConnection, a: Append) -> Result<Appended, Stor
     .fetch_optional(&mut *conn)
     .await
     .map_err(map_sqlx)?
-    .ok_or_else(|| StoreError::not_found("run", &a.run))?;
+    .ok_or_else(|| StoreError::not_found("run", &a.run))
+}
+
+async fn append_checked(
+    conn: &mut SqliteConnection,
+    a: Append,
+    row: SqliteRow,
+) -> Result<Appended, StoreError> {
     let rec = run_record(&row)?;
     if let (Some(first), Some(count)) = (opt_i64(&row, RUN_COLS)?, opt_i64(&row, RUN_COLS + 1)?) {
         return Ok(Appended {
