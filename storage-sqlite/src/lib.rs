@@ -60,8 +60,10 @@
 //! (`Unavailable` when transient): none of them was applied. An op that fails with a backend
 //! fault (not a contract answer such as Conflict) abandons its batch the same way, since SQLite
 //! may have rolled the transaction back on its own (full disk, I/O error). This is group
-//! commit: under load, many appends of many runs share one transaction and one sync, and each
-//! append costs about two statement round trips (a check, then its writes).
+//! commit: under load, many appends of many runs share one transaction and one sync. The checks
+//! of a batch's appends are read in one statement up front (an append's row is re-read when an
+//! earlier op of the batch may have changed it), so a batched append costs about one statement
+//! round trip: its writes.
 //!
 //! Reads (read, get_run, list_runs, pending_requests, read_session, next_wake) go to a separate
 //! pool and see the last committed state (WAL readers do not block the writer).
@@ -85,13 +87,13 @@
 //!
 //! Measured on a 2-core machine (other builds running), release build, with
 //! `cargo run --release -p eve-storage-sqlite --example throughput`: 16 runs appending
-//! batches of 16 events concurrently, about 85,000–100,000 events/s under NORMAL and
-//! 49,000–65,000 under FULL; a 10,000-event journal read and decoded from a fresh handle at
-//! about 1,300,000 events/s.
+//! batches of 16 events concurrently, about 75,000–100,000 events/s under NORMAL and
+//! 58,000–66,000 under FULL; a 10,000-event journal read and decoded from a fresh handle at
+//! about 1,100,000–1,300,000 events/s (the machine was shared with other builds, load 5–7).
 //!
 //! The contract's limits (≤ 100 events and ≤ 4 MiB of payload per append, 4 MiB per payload),
 //! checked before anything is queued. One writer per handle: write throughput is bounded by one
-//! connection's statement round trips (about two per append) and one sync per batch. Reads of a
+//! connection's statement round trips (about one per batched append) and one sync per batch. Reads of a
 //! page fetch the rows that cover it. Times are milliseconds since the epoch in `i64`; seqs are
 //! stored as `i64`.
 //!
