@@ -325,7 +325,10 @@ impl Caller {
                 SdkError::ServiceError(se) => {
                     let e = se.err();
                     let code = e.code().unwrap_or("");
-                    if transient_code(code) || is_transient_service(e) {
+                    // The classifier sees every service answer (it may act on it, e.g. rotate
+                    // a transaction's client token), so it is called first.
+                    let service_says_retry = is_transient_service(e);
+                    if service_says_retry || transient_code(code) {
                         (true, format!("{code}: {}", e.message().unwrap_or("")))
                     } else {
                         match err {

@@ -528,29 +528,38 @@ impl DynamoStore {
         if !tx.chunks.is_empty() {
             self.write_chunks(&tx.chunks).await?;
         }
-        // One token for every attempt of this transaction: when an attempt committed but its
-        // answer was lost (a timeout, a reset connection), DynamoDB answers the retry with
-        // success instead of running it again (idempotent for ten minutes).
-        let req = self
-            .client
-            .transact_write_items()
-            .client_request_token(uuid::Uuid::new_v4().simple().to_string())
-            .set_transact_items(Some(tx.items));
-        let contention = |e: &TransactWriteItemsError| match e {
-            TransactWriteItemsError::TransactionCanceledException(c) => {
-                let codes: Vec<&str> = c
-                    .cancellation_reasons()
-                    .iter()
-                    .filter_map(|r| r.code())
-                    .collect();
-                !codes.contains(&"ConditionalCheckFailed")
-                    && codes.iter().any(|c| transient_reason(c))
+        // One client token for the attempts of this transaction that follow an ambiguous fault
+        // (a timeout, a reset connection): if such an attempt committed, DynamoDB answers the
+        // retry with success instead of running it again. A definite answer from the service
+        // (a cancellation, a throttle) rotates the token, so the next attempt really runs:
+        // DynamoDB Local answers a retried token with success even after a cancellation.
+        let token = Mutex::new(uuid::Uuid::new_v4().simple().to_string());
+        let items = tx.items;
+        let send = || {
+            self.client
+                .transact_write_items()
+                .client_request_token(token.lock().expect("token lock").clone())
+                .set_transact_items(Some(items.clone()))
+                .send()
+        };
+        let contention = |e: &TransactWriteItemsError| {
+            *token.lock().expect("token lock") = uuid::Uuid::new_v4().simple().to_string();
+            match e {
+                TransactWriteItemsError::TransactionCanceledException(c) => {
+                    let codes: Vec<&str> = c
+                        .cancellation_reasons()
+                        .iter()
+                        .filter_map(|r| r.code())
+                        .collect();
+                    !codes.contains(&"ConditionalCheckFailed")
+                        && codes.iter().any(|c| transient_reason(c))
+                }
+                _ => false,
             }
-            _ => false,
         };
         let res = self
             .caller
-            .call("TransactWriteItems", contention, || req.clone().send())
+            .call("TransactWriteItems", contention, send)
             .await;
         match res {
             Ok(_) => Ok(Ok(())),
@@ -790,7 +799,7 @@ impl DynamoStore {
         h: &Header,
         events: &[Event],
         now: Timestamp,
-        answered: Option<(&RequestId, &InputResponse)>,
+        answered: Option<(&RequestId, &InputResponse, &str)>,
         session_next: Option<u64>,
     ) -> Result<(Header, Tx, u64, u64), StoreError> {
         let run = &h.rec.run_id;
@@ -882,7 +891,7 @@ impl DynamoStore {
             if let Some(o) = opened.iter_mut().find(|o| &o.0 == id) {
                 o.3 = "withdrawn";
             } else if let Some(pos) = nh.reqs.iter().position(|p| p.id == id.as_str()) {
-                let state = if answered.is_some_and(|(a, _)| a == id) {
+                let state = if answered.is_some_and(|(a, _, _)| a == id) {
                     "answered"
                 } else {
                     "withdrawn"
@@ -923,20 +932,26 @@ impl DynamoStore {
         for (id, state) in closing {
             let rpk = req_pk(&id);
             if state == "answered" {
-                let (_, response) = answered.expect("answered state comes from an answer");
+                let (_, response, tok) = answered.expect("answered state comes from an answer");
                 let body = serde_json::to_vec(response).map_err(|e| {
                     StoreError::InvalidInput(format!("answer does not serialize: {e}"))
                 })?;
                 let attrs = tx.blob(&rpk, "rs", body);
-                let mut set = vec!["#st = :st".to_owned(), "#seq = :seq".to_owned()];
+                let mut set = vec![
+                    "#st = :st".to_owned(),
+                    "#seq = :seq".to_owned(),
+                    "#tok = :tok".to_owned(),
+                ];
                 let mut nm: Vec<(String, String)> = vec![
                     ("#st".into(), "st".into()),
+                    ("#tok".into(), "tok".into()),
                     ("#seq".into(), "seq".into()),
                     ("#g1pk".into(), "g1pk".into()),
                     ("#g1sk".into(), "g1sk".into()),
                 ];
                 let mut vals: Vec<(String, aws_sdk_dynamodb::types::AttributeValue)> = vec![
                     (":st".into(), s("answered")),
+                    (":tok".into(), s(tok)),
                     (":seq".into(), n(first)),
                     (":pending".into(), s("pending")),
                 ];
@@ -1024,7 +1039,7 @@ impl DynamoStore {
         h: &Header,
         events: &[Event],
         now: Timestamp,
-        answered: Option<(&RequestId, &InputResponse)>,
+        answered: Option<(&RequestId, &InputResponse, &str)>,
         extra: Vec<(TransactWriteItem, Role)>,
     ) -> Result<Result<u64, Vec<Role>>, StoreError> {
         let sn = self.session_next_if_needed(h, events).await?;
@@ -1553,6 +1568,9 @@ impl JournalStore for DynamoStore {
         now: Timestamp,
     ) -> Result<Delivered, StoreError> {
         let rpk = req_pk(request.as_str());
+        // Marks the request item with this call, so a write of ours whose answer was lost is
+        // still reported as ours (not as a duplicate) when a retry finds it.
+        let tok = uuid::Uuid::new_v4().simple().to_string();
         for _ in 0..MAX_ROUNDS {
             let it = self
                 .get(rpk.clone(), ONE)
@@ -1569,7 +1587,7 @@ impl JournalStore for DynamoStore {
                         Ok(Delivered {
                             run: run_id.clone(),
                             seq: get_n(&it, "seq").unwrap_or(0),
-                            duplicate: true,
+                            duplicate: get_s(&it, "tok") != Some(tok.as_str()),
                         })
                     } else {
                         Err(StoreError::AlreadyAnswered {
@@ -1598,13 +1616,18 @@ impl JournalStore for DynamoStore {
                     request: request.clone(),
                 });
             }
+            if !h.reqs.iter().any(|p| p.id == request.as_str()) {
+                // Answered or withdrawn since the request item was read: the header (which the
+                // commit is conditioned on) no longer lists it as pending. Read it again.
+                continue;
+            }
             let event = Event::InputAnswered {
                 request_id: request.clone(),
                 response: response.clone(),
             };
             check_limits(std::slice::from_ref(&event))?;
             if let Ok(seq) = self
-                .deliver(&h, &[event], now, Some((request, &response)), vec![])
+                .deliver(&h, &[event], now, Some((request, &response, &tok)), vec![])
                 .await?
             {
                 return Ok(Delivered {
