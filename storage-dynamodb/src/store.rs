@@ -531,8 +531,8 @@ impl DynamoStore {
         // One client token for the attempts of this transaction that follow an ambiguous fault
         // (a timeout, a reset connection): if such an attempt committed, DynamoDB answers the
         // retry with success instead of running it again. A definite answer from the service
-        // (a cancellation, a throttle) rotates the token, so the next attempt really runs:
-        // DynamoDB Local answers a retried token with success even after a cancellation.
+        // (a cancellation, a throttle) rotates the token, so the next attempt is evaluated
+        // afresh rather than matched against an attempt that is known not to have committed.
         let token = Mutex::new(uuid::Uuid::new_v4().simple().to_string());
         let items = tx.items;
         let send = || {
