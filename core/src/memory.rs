@@ -388,7 +388,10 @@ impl JournalStore for MemoryStore {
             .ok_or_else(|| StoreError::not_found("request", request))?;
         let run_id = r.pending.run_id.clone();
         match &r.state {
-            RequestState::Answered { response: prev, seq } => {
+            RequestState::Answered {
+                response: prev,
+                seq,
+            } => {
                 return if prev == &response {
                     Ok(Delivered {
                         run: run_id,
@@ -443,7 +446,9 @@ impl JournalStore for MemoryStore {
         now: Timestamp,
     ) -> Result<Delivered, StoreError> {
         if token.is_empty() {
-            return Err(StoreError::InvalidInput("hook token must not be empty".into()));
+            return Err(StoreError::InvalidInput(
+                "hook token must not be empty".into(),
+            ));
         }
         if dedupe_key == Some("") {
             return Err(StoreError::InvalidInput(
@@ -551,9 +556,7 @@ impl JournalStore for MemoryStore {
             })
             .map(|r| r.pending.clone())
             .collect();
-        out.sort_by(|a, b| {
-            (a.requested_at, &a.request_id).cmp(&(b.requested_at, &b.request_id))
-        });
+        out.sort_by(|a, b| (a.requested_at, &a.request_id).cmp(&(b.requested_at, &b.request_id)));
         Ok(out)
     }
 
@@ -564,7 +567,9 @@ impl JournalStore for MemoryStore {
         max: usize,
     ) -> Result<Vec<SessionEntry>, StoreError> {
         if max == 0 {
-            return Err(StoreError::InvalidInput("read_session needs max > 0".into()));
+            return Err(StoreError::InvalidInput(
+                "read_session needs max > 0".into(),
+            ));
         }
         let st = self.state.lock().expect("memory store lock");
         Ok(st

@@ -128,7 +128,9 @@ impl NewRun {
             ("call id", self.call_id.as_str()),
         ] {
             if v.is_empty() {
-                return Err(StoreError::InvalidInput(format!("{what} must not be empty")));
+                return Err(StoreError::InvalidInput(format!(
+                    "{what} must not be empty"
+                )));
             }
         }
         if matches!(&self.idempotency_key, Some(k) if k.is_empty()) {

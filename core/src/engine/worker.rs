@@ -10,10 +10,10 @@ use super::tool::Registry;
 use crate::error::StoreError;
 use crate::event::{Event, Payload, StoredEvent};
 use crate::ids::{AppendId, RunId, WorkerId};
-use crate::store::{Append, JournalStore, JournalStoreExt, Lease, RunRecord, RunStatus};
+use crate::store::{Append, JournalStore, JournalStoreExt, Lease, RunQuery, RunRecord, RunStatus};
 use crate::time::Timestamp;
 use futures::FutureExt;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
@@ -207,12 +207,9 @@ impl Worker {
     /// The store's error on claim.
     pub async fn run_once(&self) -> Result<Vec<(RunId, ActivationEnd)>, StoreError> {
         self.inner.keep_lease().await?;
-        let lease = self.inner.lease();
-        let now = self.inner.clock.now();
         let claimed = self
             .inner
-            .store
-            .claim(&lease, self.inner.config.max_active_runs, now)
+            .claim(self.inner.config.max_active_runs, &HashSet::new())
             .await?;
         let handles: Vec<_> = claimed
             .into_iter()
@@ -370,27 +367,33 @@ impl Inner {
 
     async fn run_loop(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let mut tasks = tokio::task::JoinSet::new();
+        let mut active: HashSet<RunId> = HashSet::new();
         loop {
             if *stop.borrow() {
                 break;
             }
-            while tasks.try_join_next().is_some() {}
+            while let Some(done) = tasks.try_join_next() {
+                if let Ok(id) = done {
+                    active.remove(&id);
+                }
+            }
             if let Err(e) = self.keep_lease().await {
                 warn!(error = %e, "heartbeat failed");
             }
             let free = self.config.max_active_runs.saturating_sub(tasks.len());
             let mut claimed = 0;
             if free > 0 {
-                match self
-                    .store
-                    .claim(&self.lease(), free, self.clock.now())
-                    .await
-                {
+                match self.claim(free, &active).await {
                     Ok(runs) => {
                         claimed = runs.len();
                         for rec in runs {
                             let inner = self.clone();
-                            tasks.spawn(async move { inner.activate(rec).await });
+                            active.insert(rec.run_id.clone());
+                            tasks.spawn(async move {
+                                let id = rec.run_id.clone();
+                                inner.activate(rec).await;
+                                id
+                            });
                         }
                     }
                     Err(e) => warn!(error = %e, "claim failed"),
@@ -410,7 +413,11 @@ impl Inner {
                 _ = stop.changed() => {}
                 _ = until => {}
                 _ = poll => {}
-                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+                Some(done) = tasks.join_next(), if !tasks.is_empty() => {
+                    if let Ok(id) = done {
+                        active.remove(&id);
+                    }
+                }
             }
         }
         tasks.abort_all();
@@ -419,6 +426,48 @@ impl Inner {
         if let Err(e) = self.store.retire_worker(&lease, self.clock.now()).await {
             warn!(error = %e, "retiring the worker failed");
         }
+    }
+
+    /// Claims up to `max` runs. When a claim attempt failed with a transient error it may have
+    /// landed (an ambiguous commit) and left runs owned by this worker that nobody activates;
+    /// those are found by listing the deployment's running runs and adopted.
+    async fn claim(
+        &self,
+        max: usize,
+        active: &HashSet<RunId>,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let lease = self.lease();
+        let now = self.clock.now();
+        let mut ambiguous = false;
+        let mut tries = 0;
+        let mut claimed = loop {
+            match self.store.claim(&lease, max, now).await {
+                Err(e) if e.is_retryable() && tries < self.config.store_retries => {
+                    ambiguous = true;
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(10 << tries.min(6))).await;
+                }
+                other => break other?,
+            }
+        };
+        if ambiguous {
+            let me = Some((lease.worker.clone(), lease.epoch));
+            let query = RunQuery {
+                status: Some(RunStatus::Running),
+                deployment: Some(lease.deployment.clone()),
+                ..RunQuery::default()
+            };
+            let orphans = self.retrying(|| self.store.list_runs(&query)).await?;
+            for rec in orphans {
+                if rec.owner == me
+                    && !active.contains(&rec.run_id)
+                    && !claimed.iter().any(|c| c.run_id == rec.run_id)
+                {
+                    claimed.push(rec);
+                }
+            }
+        }
+        Ok(claimed)
     }
 
     /// Retries `op` on transient errors.
@@ -441,10 +490,23 @@ impl Inner {
 
     async fn activate(self: Arc<Self>, rec: RunRecord) -> ActivationEnd {
         let span = info_span!("activation", run_id = %rec.run_id, activations = rec.activations);
+        let run = rec.run_id.clone();
         let end = self.activate_inner(&rec).instrument(span).await;
         match end {
             Ok(end) => end,
-            Err(e) => ActivationEnd::Dropped(e.to_string()),
+            Err(e) => {
+                // Give the run back so another activation can take it; without this, a live
+                // worker would hold it until its lease lapsed. Processed seq 0 changes
+                // nothing but the owner. If the store is down this fails too, and the lease
+                // expiry (or a restart, which fences this epoch) frees the run instead.
+                if !matches!(e, StoreError::Fenced { .. } | StoreError::RunEnded { .. }) {
+                    let lease = self.lease();
+                    let _ = self
+                        .retrying(|| self.store.release(&lease, &run, 0, self.clock.now()))
+                        .await;
+                }
+                ActivationEnd::Dropped(e.to_string())
+            }
         }
     }
 
