@@ -615,6 +615,11 @@ impl Inner {
             },
         )
         .await?;
+        // Blocked runs are not claimable; release it so that once resumed any worker can.
+        let lease = self.lease();
+        let _ = self
+            .retrying(|| self.store.release(&lease, run, 0, self.clock.now()))
+            .await;
         Ok(ActivationEnd::Blocked(reason))
     }
 
