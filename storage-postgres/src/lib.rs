@@ -410,6 +410,20 @@ fn execution_str(e: Execution) -> &'static str {
     }
 }
 
+/// When a run next has work: its first unprocessed event or its earliest timer.
+const WORK_AT: &str =
+    "LEAST(r.pending_at, (SELECT min(t.due) FROM {s}.timers t WHERE t.run_id = r.run_id))";
+
+/// A run of deployment `$1` that is claimable at `$2` (`r` the run, `w` its owner's worker).
+///
+/// `r.owner_worker IS NOT DISTINCT FROM w.worker_id` guards the re-check Postgres makes when a
+/// row changed under a locking statement: it re-reads `r` but keeps the joined `w` of the old
+/// snapshot, so a run claimed meanwhile by another worker must not pass as unowned.
+const CLAIMABLE: &str = "r.deployment_id = $1 AND r.status = 'running' \
+    AND r.owner_worker IS NOT DISTINCT FROM w.worker_id \
+    AND NOT coalesce(NOT w.retired AND w.epoch = r.owner_epoch AND w.expires_at > $2, FALSE) \
+    AND LEAST(r.pending_at, (SELECT min(t.due) FROM {s}.timers t WHERE t.run_id = r.run_id)) <= $2";
+
 const RUN_COLS: &str = "r.run_id, r.idempotency_key, r.workflow_id, r.deployment_id, r.tool, \
     r.session_id, r.call_id, r.execution, r.status, r.next_seq, r.processed_seq, \
     r.cancel_requested, r.activations, r.owner_worker, r.owner_epoch, r.created_at, r.updated_at, \
@@ -470,12 +484,24 @@ impl Db {
         run: &RunId,
         append_id: Option<&str>,
     ) -> Result<Option<Locked>, StoreError> {
+        // Lock first, then read in a new statement: under read committed a statement that waited
+        // for a row lock re-checks only the locked row, so joined rows (the owner's lease, a
+        // landed append) must be read by a statement that starts after the lock is held.
+        let found: Option<i32> =
+            sqlx::query_scalar(self.sql("SELECT 1 FROM {s}.runs WHERE run_id = $1 FOR UPDATE"))
+                .bind(run.as_str())
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(map_err)?;
+        if found.is_none() {
+            return Ok(None);
+        }
         let row = sqlx::query(self.sql(&format!(
             "SELECT {RUN_COLS}, w.epoch AS w_epoch, w.retired AS w_retired, \
                (SELECT e.first_seq FROM {{s}}.events e WHERE e.run_id = r.run_id AND e.append_id = $2) AS landed_first, \
                (SELECT e.count FROM {{s}}.events e WHERE e.run_id = r.run_id AND e.append_id = $2) AS landed_count \
              FROM {{s}}.runs r LEFT JOIN {{s}}.workers w ON w.worker_id = r.owner_worker \
-             WHERE r.run_id = $1 FOR UPDATE OF r"
+             WHERE r.run_id = $1"
         )))
         .bind(run.as_str())
         .bind(append_id)
@@ -554,9 +580,19 @@ impl Db {
         let body = encode_batch(&events)?;
         let ended = fx.ends_run();
         let worker = append_id.is_some();
+        let sets: BTreeMap<u64, Timestamp> = fx.timers_set.iter().copied().collect();
+        // Clears fold into the journal statement when no timer is set (sets go first, as in
+        // MemoryStore, so with sets the clears run after them).
+        let fold_clears = sets.is_empty() && !ended;
+        let early_clears: Vec<i64> = if fold_clears {
+            fx.timers_cleared.iter().map(|c| *c as i64).collect()
+        } else {
+            Vec::new()
+        };
         sqlx::query(self.sql(
             "WITH ins AS (INSERT INTO {s}.events (run_id, first_seq, count, at, version, body, append_id) \
-                          VALUES ($1, $2, $3, $4, $5, $6, $7)) \
+                          VALUES ($1, $2, $3, $4, $5, $6, $7)), \
+                  del AS (DELETE FROM {s}.timers WHERE run_id = $1 AND cmd = ANY($13)) \
              UPDATE {s}.runs SET next_seq = $8, updated_at = $4, \
                  status = coalesce($9, status), \
                  cancel_requested = cancel_requested OR $10, \
@@ -579,6 +615,7 @@ impl Db {
         .bind(fx.cancel_requested)
         .bind(ended)
         .bind(worker)
+        .bind(&early_clears)
         .execute(&mut *conn)
         .await
         .map_err(map_err)?;
@@ -589,7 +626,6 @@ impl Db {
                 .await
                 .map_err(map_err)?;
         } else {
-            let sets: BTreeMap<u64, Timestamp> = fx.timers_set.iter().copied().collect();
             if !sets.is_empty() {
                 let cmds: Vec<i64> = sets.keys().map(|c| *c as i64).collect();
                 let dues: Vec<i64> = sets.values().map(|d| d.0).collect();
@@ -605,7 +641,7 @@ impl Db {
                 .await
                 .map_err(map_err)?;
             }
-            if !fx.timers_cleared.is_empty() {
+            if !fold_clears && !fx.timers_cleared.is_empty() {
                 let cmds: Vec<i64> = fx.timers_cleared.iter().map(|c| *c as i64).collect();
                 sqlx::query(self.sql("DELETE FROM {s}.timers WHERE run_id = $1 AND cmd = ANY($2)"))
                     .bind(run_id)
@@ -710,45 +746,125 @@ impl Db {
     ) -> Result<Appended, StoreError> {
         let locked = self
             .lock_run(conn, &a.run, Some(a.append_id.as_str()))
-            .await?
-            .ok_or_else(|| StoreError::not_found("run", &a.run))?;
-        if let Some((first, count)) = locked.landed {
-            return Ok(Appended {
-                first_seq: first,
-                next_seq: first + count,
-                duplicate: true,
-            });
-        }
-        let run = &locked.run;
-        if run.status.is_terminal() {
-            return Err(StoreError::RunEnded { run: a.run.clone() });
-        }
-        if run.owner.as_ref() != Some(&(a.lease.worker.clone(), a.lease.epoch)) {
-            return Err(fenced(&a.lease, a.run.as_str()));
-        }
-        if locked.owner_lease != Some((a.lease.epoch, false)) {
-            return Err(fenced(&a.lease, a.run.as_str()));
-        }
-        if run.next_seq != a.expected_seq {
-            return Err(StoreError::Conflict {
-                run: a.run.clone(),
-                expected: a.expected_seq,
-                actual: run.next_seq,
-            });
-        }
-        let (first_seq, next_seq) = self
-            .write(
-                conn,
-                run,
-                a.events.clone(),
-                a.now,
-                Some(a.append_id.as_str()),
-            )
             .await?;
-        Ok(Appended {
-            first_seq,
-            next_seq,
-            duplicate: false,
+        match check_append(a, locked.as_ref())? {
+            Some(dup) => Ok(dup),
+            None => {
+                let run = &locked.expect("checked").run;
+                let (first_seq, next_seq) = self
+                    .write(
+                        conn,
+                        run,
+                        a.events.clone(),
+                        a.now,
+                        Some(a.append_id.as_str()),
+                    )
+                    .await?;
+                Ok(Appended {
+                    first_seq,
+                    next_seq,
+                    duplicate: false,
+                })
+            }
+        }
+    }
+
+    /// Locks the rows of several distinct runs in one statement (in run id order, so writers
+    /// never deadlock on each other) and finds their landed append ids.
+    async fn lock_runs(
+        &self,
+        conn: &mut PgConnection,
+        batch: &[Job],
+    ) -> Result<std::collections::HashMap<String, Locked>, StoreError> {
+        let runs: Vec<&str> = batch.iter().map(|(a, _)| a.run.as_str()).collect();
+        let ids: Vec<&str> = batch.iter().map(|(a, _)| a.append_id.as_str()).collect();
+        // Lock in run id order, then read with a fresh snapshot (see `lock_run`).
+        sqlx::query(
+            self.sql("SELECT 1 FROM {s}.runs WHERE run_id = ANY($1) ORDER BY run_id FOR UPDATE"),
+        )
+        .bind(&runs)
+        .execute(&mut *conn)
+        .await
+        .map_err(map_err)?;
+        let rows = sqlx::query(self.sql(&format!(
+            "SELECT {RUN_COLS}, w.epoch AS w_epoch, w.retired AS w_retired, \
+               e.first_seq AS landed_first, e.count AS landed_count \
+             FROM {{s}}.runs r \
+             JOIN unnest($1::text[], $2::text[]) AS q(run_id, append_id) ON q.run_id = r.run_id \
+             LEFT JOIN {{s}}.workers w ON w.worker_id = r.owner_worker \
+             LEFT JOIN {{s}}.events e ON e.run_id = r.run_id AND e.append_id = q.append_id \
+             ORDER BY r.run_id"
+        )))
+        .bind(&runs)
+        .bind(&ids)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map_err)?;
+        let mut out = std::collections::HashMap::new();
+        for row in rows {
+            let w_epoch: Option<i64> = row.try_get("w_epoch").map_err(map_err)?;
+            let w_retired: Option<bool> = row.try_get("w_retired").map_err(map_err)?;
+            let lf: Option<i64> = row.try_get("landed_first").map_err(map_err)?;
+            let lc: Option<i32> = row.try_get("landed_count").map_err(map_err)?;
+            let run = run_from_row(&row)?;
+            out.insert(
+                run.run_id.as_str().to_owned(),
+                Locked {
+                    run,
+                    owner_lease: w_epoch.map(|e| (e as u64, w_retired.unwrap_or(true))),
+                    landed: lf.zip(lc).map(|(f, c)| (f as u64, c as u64)),
+                },
+            );
+        }
+        Ok(out)
+    }
+
+    /// The fast group commit: one lock statement for the whole batch (distinct runs), checks in
+    /// memory, one write per passing append, no savepoints. A check failure modifies nothing,
+    /// so it needs no savepoint. `None` when a statement failed after writing began: the caller
+    /// then redoes the batch with a savepoint per append.
+    async fn fast_batch(&self, batch: &[Job]) -> Option<Vec<Result<Appended, StoreError>>> {
+        let mut tx = self.pool.begin().await.ok()?;
+        let locked = self.lock_runs(&mut tx, batch).await.ok()?;
+        let mut results = Vec::with_capacity(batch.len());
+        for (a, _) in batch {
+            let l = locked.get(a.run.as_str());
+            let r = match check_append(a, l) {
+                Err(e) => Err(e),
+                Ok(Some(dup)) => Ok(dup),
+                Ok(None) => {
+                    let run = &l.expect("checked").run;
+                    let (first_seq, next_seq) = self
+                        .write(
+                            &mut tx,
+                            run,
+                            a.events.clone(),
+                            a.now,
+                            Some(a.append_id.as_str()),
+                        )
+                        .await
+                        .ok()?;
+                    Ok(Appended {
+                        first_seq,
+                        next_seq,
+                        duplicate: false,
+                    })
+                }
+            };
+            results.push(r);
+        }
+        Some(match tx.commit().await {
+            Ok(()) => results,
+            Err(e) => {
+                let msg = format!(
+                    "the group commit failed ({}); the append may or may not have landed: retry it with the same append id",
+                    map_err(e)
+                );
+                results
+                    .into_iter()
+                    .map(|r| r.and_then(|_| Err(unavailable(msg.clone()))))
+                    .collect()
+            }
         })
     }
 
@@ -758,10 +874,21 @@ impl Db {
             let msg = e.to_string();
             (0..n).map(|_| Err(unavailable(msg.clone()))).collect()
         };
+        let distinct = {
+            let mut runs: Vec<&str> = batch.iter().map(|(a, _)| a.run.as_str()).collect();
+            runs.dedup();
+            runs.len() == batch.len()
+        };
+        if batch.len() > 1 && distinct {
+            if let Some(results) = self.fast_batch(batch).await {
+                return results;
+            }
+        }
         let mut tx = match self.pool.begin().await {
             Ok(tx) => tx,
             Err(e) => return lost(map_err(e), batch.len()),
         };
+
         let mut results = Vec::with_capacity(batch.len());
         if batch.len() == 1 {
             let r = self.apply_append(&mut tx, &batch[0].0).await;
@@ -802,6 +929,50 @@ impl Db {
         }
     }
 
+    /// Claims up to `max` claimable runs (`only`: among these ids; `skip`: not these) in the
+    /// caller's transaction; `only = None` skips rows locked by others.
+    async fn claim_rows(
+        &self,
+        conn: &mut PgConnection,
+        lease: &Lease,
+        max: usize,
+        now: Timestamp,
+        only: Option<&[String]>,
+        skip: &[String],
+    ) -> Result<Vec<((i64, i64), RunRecord)>, StoreError> {
+        let lock = if only.is_some() { "" } else { "SKIP LOCKED" };
+        let rows = sqlx::query(self.sql(&format!(
+            "WITH c AS ( \
+               SELECT r.run_id, r.ord, {WORK_AT} AS work_at \
+               FROM {{s}}.runs r LEFT JOIN {{s}}.workers w ON w.worker_id = r.owner_worker \
+               WHERE {CLAIMABLE} AND NOT (r.run_id = ANY($7)) \
+                 AND ($6::text[] IS NULL OR r.run_id = ANY($6)) \
+               ORDER BY work_at, r.ord LIMIT $3 \
+               FOR UPDATE OF r {lock}) \
+             UPDATE {{s}}.runs r SET owner_worker = $4, owner_epoch = $5, \
+               activations = r.activations + 1, updated_at = $2 \
+             FROM c WHERE r.run_id = c.run_id \
+             RETURNING {RUN_COLS}, c.work_at AS work_at, c.ord AS c_ord"
+        )))
+        .bind(lease.deployment.as_str())
+        .bind(now.0)
+        .bind(i64::try_from(max).unwrap_or(i64::MAX))
+        .bind(lease.worker.as_str())
+        .bind(i64_of(lease.epoch, "epoch")?)
+        .bind(only)
+        .bind(skip)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map_err)?;
+        rows.iter()
+            .map(|row| {
+                let at: i64 = row.try_get("work_at").map_err(map_err)?;
+                let ord: i64 = row.try_get("c_ord").map_err(map_err)?;
+                Ok(((at, ord), run_from_row(row)?))
+            })
+            .collect()
+    }
+
     async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
         self.pool.begin().await.map_err(map_err)
     }
@@ -818,6 +989,36 @@ impl Db {
         .await
         .map_err(map_err)
     }
+}
+
+/// The checks of an append against its locked run, in MemoryStore's order; modifies nothing.
+/// `Some` for a retry of a landed append.
+fn check_append(a: &Append, locked: Option<&Locked>) -> Result<Option<Appended>, StoreError> {
+    let locked = locked.ok_or_else(|| StoreError::not_found("run", &a.run))?;
+    if let Some((first, count)) = locked.landed {
+        return Ok(Some(Appended {
+            first_seq: first,
+            next_seq: first + count,
+            duplicate: true,
+        }));
+    }
+    let run = &locked.run;
+    if run.status.is_terminal() {
+        return Err(StoreError::RunEnded { run: a.run.clone() });
+    }
+    if run.owner.as_ref() != Some(&(a.lease.worker.clone(), a.lease.epoch))
+        || locked.owner_lease != Some((a.lease.epoch, false))
+    {
+        return Err(fenced(&a.lease, a.run.as_str()));
+    }
+    if run.next_seq != a.expected_seq {
+        return Err(StoreError::Conflict {
+            run: a.run.clone(),
+            expected: a.expected_seq,
+            actual: run.next_seq,
+        });
+    }
+    Ok(None)
 }
 
 fn token_taken(token: &str) -> StoreError {
@@ -1065,7 +1266,7 @@ impl JournalStore for PostgresStore {
              WHERE ($1::text IS NULL OR r.session_id = $1) \
                AND ($2::text IS NULL OR r.status = $2) \
                AND ($3::text IS NULL OR r.deployment_id = $3) \
-             ORDER BY r.ord LIMIT $4"
+             ORDER BY r.created_at, r.run_id COLLATE \"C\" LIMIT $4"
         )))
         .bind(query.session.as_ref().map(|s| s.as_str()))
         .bind(query.status.map(RunStatus::as_str))
@@ -1512,37 +1713,39 @@ impl JournalStore for PostgresStore {
         if max == 0 {
             return Ok(Vec::new());
         }
-        let rows = sqlx::query(db.sql(&format!(
-            "WITH c AS ( \
-               SELECT r.run_id, r.ord, \
-                 LEAST(r.pending_at, (SELECT min(t.due) FROM {{s}}.timers t WHERE t.run_id = r.run_id)) AS work_at \
-               FROM {{s}}.runs r LEFT JOIN {{s}}.workers w ON w.worker_id = r.owner_worker \
-               WHERE r.deployment_id = $1 AND r.status = 'running' \
-                 AND NOT coalesce(NOT w.retired AND w.epoch = r.owner_epoch AND w.expires_at > $2, FALSE) \
-                 AND LEAST(r.pending_at, (SELECT min(t.due) FROM {{s}}.timers t WHERE t.run_id = r.run_id)) <= $2 \
-               ORDER BY work_at, r.ord LIMIT $3 \
-               FOR UPDATE OF r SKIP LOCKED) \
-             UPDATE {{s}}.runs r SET owner_worker = $4, owner_epoch = $5, \
-               activations = r.activations + 1, updated_at = $2 \
-             FROM c WHERE r.run_id = c.run_id \
-             RETURNING {RUN_COLS}, c.work_at AS work_at, c.ord AS c_ord"
-        )))
-        .bind(lease.deployment.as_str())
-        .bind(now.0)
-        .bind(i64::try_from(max).unwrap_or(i64::MAX))
-        .bind(lease.worker.as_str())
-        .bind(i64_of(lease.epoch, "epoch")?)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        let mut out = rows
-            .iter()
-            .map(|row| {
-                let at: i64 = row.try_get("work_at").map_err(map_err)?;
-                let ord: i64 = row.try_get("c_ord").map_err(map_err)?;
-                Ok(((at, ord), run_from_row(row)?))
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
+        // Runs locked by a write in flight are skipped (SKIP LOCKED) so claimers never queue
+        // behind each other; if that left the claim short, the skipped candidates are locked
+        // (waiting for those writes) and re-checked with a fresh snapshot, so a claim never
+        // misses a run that was claimable before the write that held it.
+        let mut out = db.claim_rows(&mut tx, lease, max, now, None, &[]).await?;
+        if out.len() < max {
+            let taken: Vec<String> = out.iter().map(|(_, r)| r.run_id.to_string()).collect();
+            let skipped: Vec<String> = sqlx::query_scalar(db.sql(&format!(
+                "SELECT r.run_id FROM {{s}}.runs r LEFT JOIN {{s}}.workers w ON w.worker_id = r.owner_worker \
+                 WHERE {CLAIMABLE} AND NOT (r.run_id = ANY($4)) \
+                 ORDER BY {WORK_AT}, r.ord LIMIT $3"
+            )))
+            .bind(lease.deployment.as_str())
+            .bind(now.0)
+            .bind(i64::try_from(max - out.len()).unwrap_or(i64::MAX))
+            .bind(&taken)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_err)?;
+            if !skipped.is_empty() {
+                sqlx::query(db.sql(
+                    "SELECT 1 FROM {s}.runs WHERE run_id = ANY($1) ORDER BY run_id FOR UPDATE",
+                ))
+                .bind(&skipped)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_err)?;
+                let more = db
+                    .claim_rows(&mut tx, lease, max - out.len(), now, Some(&skipped), &taken)
+                    .await?;
+                out.extend(more);
+            }
+        }
         tx.commit().await.map_err(map_err)?;
         out.sort_by_key(|(k, _)| *k);
         Ok(out.into_iter().map(|(_, r)| r).collect())
