@@ -46,12 +46,25 @@
 //! pending request withdrawn, every timer dropped and the owner cleared.
 //!
 //! Worker appends go through a **group commit**: [`PostgresOptions::writers`] writer tasks each
-//! take every append queued (up to [`PostgresOptions::max_batch`]), sort them by run, and apply
-//! them in one transaction with a `SAVEPOINT` per append, so one append's failure (a conflict,
-//! a fence, a lost hook token, even a deadlock) rolls back only that append; the others commit
-//! together. If the commit itself fails, every append of the batch gets `Unavailable`: retry it
-//! with the same append id to learn whether it landed. Deliveries, starts, claims and releases
-//! are their own transactions. Claims lock candidate runs with `FOR UPDATE SKIP LOCKED`.
+//! take every append queued (up to [`PostgresOptions::max_batch`]) and apply them in one
+//! transaction. Fast path (distinct runs): one statement locks every run of the batch in run id
+//! order (writers never deadlock on each other), a second reads them with a fresh snapshot, the
+//! checks run in memory (a failed check writes nothing, so it needs no savepoint) and each passing
+//! append is one statement (journal row, run row, cleared timers) plus its rarer effects. If any
+//! statement fails after writing began, the transaction is rolled back and the batch is redone
+//! with a `SAVEPOINT` per append, so one append's failure (a lost hook token, a deadlock) never
+//! rolls back another's. If the commit itself fails, every append of the batch that had passed
+//! gets `Unavailable`: retry it with the same append id to learn whether it landed. Deliveries,
+//! starts, claims and releases are their own transactions.
+//!
+//! Row locks are always taken by a statement of their own, and what the checks need is read by a
+//! later statement: under read committed a statement that waited for a lock re-checks only the
+//! locked row and keeps joined rows of its old snapshot.
+//!
+//! Claims lock candidate runs with `FOR UPDATE SKIP LOCKED`, so claimers never queue behind each
+//! other. When that leaves a claim short, the candidates it skipped (runs locked by a delivery
+//! or append in flight) are locked, waiting for that write, and re-checked, so a claim never
+//! misses a run that was claimable before the write began (the conformance model checks this).
 //!
 //! Errors: connection loss, pool timeouts, serialization failures (40001), deadlocks (40P01),
 //! server shutdown (57P…) are [`StoreError::Unavailable`] (retryable); concurrent starts with one
