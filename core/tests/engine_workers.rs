@@ -25,9 +25,11 @@ struct In {
     steps: u32,
 }
 
-/// Runs whose live body is executing a step right now, and every (run, cmd) executed.
-fn live() -> &'static Mutex<(HashSet<String>, HashMap<String, u32>)> {
-    static L: OnceLock<Mutex<(HashSet<String>, HashMap<String, u32>)>> = OnceLock::new();
+/// Runs whose live body is executing a step right now, and executions by (run, cmd).
+type Live = Mutex<(HashSet<String>, HashMap<String, u32>)>;
+
+fn live() -> &'static Live {
+    static L: OnceLock<Live> = OnceLock::new();
     L.get_or_init(Default::default)
 }
 
@@ -151,17 +153,16 @@ async fn two_workers_share_runs_without_overlap() {
         assert_eq!(steps, 5);
     }
     // No faults: every step ran exactly once.
-    let l = live().lock().unwrap();
+    let executions = live().lock().unwrap().1.clone();
     for run in &runs {
         let prefix = format!("{run}:");
-        let execs: Vec<u32> =
-            l.1.iter()
-                .filter(|(k, _)| k.starts_with(&prefix))
-                .map(|(_, n)| *n)
-                .collect();
+        let execs: Vec<u32> = executions
+            .iter()
+            .filter(|(k, _)| k.starts_with(&prefix))
+            .map(|(_, n)| *n)
+            .collect();
         assert_eq!(execs, vec![1; 4], "run {run}");
     }
-    drop(l);
     for h in handles {
         h.shutdown().await;
     }

@@ -1,0 +1,123 @@
+//! The seed's workflow tools as runnable examples on a SQLite file, with hooks standing in for
+//! `ask` until sessions land: a reminder (sleep), a render job that waits for a callback from
+//! another process, and a deploy approval with a deadline and an escalation.
+//!
+//! Each binary opens the SQLite file given by `--db` (default `eve-examples.db`), so several
+//! processes can share it: one runs the worker, another delivers the callback.
+
+use eve_core::engine::{
+    define_workflow_tool, Registry, SystemClock, Worker, WorkerConfig, WorkerHandle,
+};
+use eve_core::{Event, JournalStore, JournalStoreExt, RunId, RunStatus};
+use eve_storage_sqlite::SqliteStore;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub mod deploy;
+pub mod remind;
+pub mod render_video;
+
+/// The deployment id the examples run under.
+pub const DEPLOYMENT: &str = "examples-v1";
+
+/// Every example tool.
+pub fn registry() -> Registry {
+    Registry::new(DEPLOYMENT)
+        .with(remind::tool())
+        .with(render_video::tool())
+        .with(deploy::tool())
+}
+
+/// `--name value` from the command line.
+pub fn arg(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+/// Opens the SQLite file named by `--db` (default `eve-examples.db`).
+///
+/// # Panics
+/// When the file cannot be opened: the examples stop with the store's message.
+pub async fn open(args: &[String]) -> Arc<dyn JournalStore> {
+    let path = arg(args, "--db").unwrap_or_else(|| "eve-examples.db".into());
+    match SqliteStore::open(&path).await {
+        Ok(s) => Arc::new(s),
+        Err(e) => panic!("cannot open {path}: {e}"),
+    }
+}
+
+/// Starts a background worker for the example tools with a lease of `lease`.
+///
+/// # Panics
+/// When the worker cannot register.
+pub async fn worker(store: Arc<dyn JournalStore>, lease: Duration) -> WorkerHandle {
+    let config = WorkerConfig {
+        lease_ttl: lease,
+        poll_interval: Duration::from_millis(50),
+        ..WorkerConfig::default()
+    };
+    Worker::new(store, registry(), Arc::new(SystemClock), config)
+        .await
+        .expect("register worker")
+        .spawn()
+}
+
+/// Waits until the run leaves `running`, printing each new journal event as it lands.
+///
+/// # Panics
+/// When the store fails.
+pub async fn follow(store: &dyn JournalStore, run: &RunId, prefix: &str) -> RunStatus {
+    let mut seen = 0;
+    loop {
+        let events = store.read_all(run, seen).await.expect("read journal");
+        for e in &events {
+            println!("{prefix} seq {:>2}  {}", e.seq, describe(&e.event));
+        }
+        seen += events.len() as u64;
+        let status = store.get_run(run).await.expect("get run").status;
+        if status != RunStatus::Running {
+            return status;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// One line per event, for the examples' output.
+pub fn describe(e: &Event) -> String {
+    match e {
+        Event::RunStarted { tool, input, .. } => format!("RunStarted      {tool} {}", input.get()),
+        Event::StepCompleted {
+            cmd,
+            name,
+            attempt,
+            output,
+        } => format!(
+            "StepCompleted   cmd {cmd} {name:?} attempt {attempt} -> {}",
+            output.get()
+        ),
+        Event::StepFailed {
+            cmd, name, error, ..
+        } => format!("StepFailed      cmd {cmd} {name:?}: {error}"),
+        Event::SleepScheduled { cmd, wake_at } if *cmd == eve_core::engine::GUARD_CMD => {
+            format!("(activation guard until {wake_at})")
+        }
+        Event::SleepFired { cmd } if *cmd == eve_core::engine::GUARD_CMD => {
+            "(activation guard cleared)".into()
+        }
+        Event::SleepScheduled { cmd, wake_at } => {
+            format!("SleepScheduled  cmd {cmd} until {wake_at}")
+        }
+        Event::SleepFired { cmd } => format!("SleepFired      cmd {cmd}"),
+        Event::HookCreated { cmd, token, .. } => format!("HookCreated     cmd {cmd} {token:?}"),
+        Event::HookReceived { cmd, payload } => {
+            format!("HookReceived    cmd {cmd} {}", payload.get())
+        }
+        Event::RunCompleted { output } => format!("RunCompleted    {}", output.get()),
+        Event::RunFailed { error } => format!("RunFailed       {error}"),
+        other => other.kind().to_owned(),
+    }
+}
+
+/// Shorthand used by the tool modules.
+pub(crate) use define_workflow_tool as define;
