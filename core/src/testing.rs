@@ -286,3 +286,122 @@ impl JournalStore for FaultyStore {
             .await
     }
 }
+
+/// Canned workflows and journals for benches and engine tests.
+pub mod canned {
+    use crate::engine::{define_workflow_tool, WorkflowCtx, WorkflowError, WorkflowTool};
+    use crate::error::StoreError;
+    use crate::event::{Event, Execution, Payload};
+    use crate::ids::{AppendId, CallId, DeploymentId, RunId, SessionId, WorkerId};
+    use crate::store::{Append, JournalStore, NewRun, MAX_EVENTS_PER_APPEND};
+    use crate::time::Timestamp;
+    use std::time::Duration;
+
+    /// Input of [`noop_steps`].
+    #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+    pub struct Steps {
+        /// How many steps.
+        pub steps: u32,
+    }
+
+    /// The body: `steps` sequential no-op steps named `"noop"`, each returning its index;
+    /// returns the count.
+    pub async fn noop_steps(ctx: WorkflowCtx, input: Steps) -> Result<u32, WorkflowError> {
+        for i in 0..input.steps {
+            ctx.step("noop", move |_| async move { Ok(i) }).await?;
+        }
+        Ok(input.steps)
+    }
+
+    /// Input of [`nap`].
+    #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+    pub struct Nap {
+        /// How long: "1h", "30s", …
+        pub delay: String,
+    }
+
+    /// The body: one durable sleep.
+    pub async fn nap(ctx: WorkflowCtx, input: Nap) -> Result<(), WorkflowError> {
+        ctx.sleep(&input.delay).await;
+        Ok(())
+    }
+
+    /// The [`nap`] tool (name `canned_nap`), for parked-run benchmarks.
+    pub fn nap_tool() -> WorkflowTool {
+        define_workflow_tool("One durable sleep, for benchmarks.", crate::workflow!(nap))
+            .named("canned_nap")
+    }
+
+    /// The [`noop_steps`] tool (workflow id `testing::canned::noop_steps`, name `canned`).
+    pub fn noop_steps_tool() -> WorkflowTool {
+        define_workflow_tool("No-op steps, for benchmarks.", crate::workflow!(noop_steps))
+    }
+
+    /// Creates a run of [`noop_steps_tool`] in `deployment` whose journal already holds `steps`
+    /// completed steps (appended 100 per append by a throwaway worker, which then retires,
+    /// leaving the run unclaimable): what a cold replay benchmark reads back. The throwaway
+    /// worker claims every claimable run of `deployment`, so use one no real worker serves.
+    ///
+    /// # Errors
+    /// The store's errors.
+    pub async fn completed_steps_run(
+        store: &dyn JournalStore,
+        deployment: &str,
+        steps: u32,
+        now: Timestamp,
+    ) -> Result<RunId, StoreError> {
+        let run = RunId::random();
+        let tool = noop_steps_tool();
+        store
+            .create_run(
+                NewRun {
+                    run_id: run.clone(),
+                    idempotency_key: Some(format!("canned/{run}")),
+                    workflow_id: tool.workflow_id().clone(),
+                    deployment_id: DeploymentId::new(deployment),
+                    tool: tool.name().to_owned(),
+                    input: Payload::from_value(&serde_json::json!({ "steps": steps }))
+                        .expect("json"),
+                    session_id: SessionId::new("canned"),
+                    call_id: CallId::new(run.as_str()),
+                    execution: Execution::Default,
+                },
+                now,
+            )
+            .await?;
+        let worker = WorkerId::new(format!("canned-{run}"));
+        let lease = store
+            .register_worker(
+                &worker,
+                &DeploymentId::new(deployment),
+                Duration::from_secs(3600),
+                now,
+            )
+            .await?;
+        store.claim(&lease, usize::MAX, now).await?;
+        let mut next = 1;
+        let events: Vec<Event> = (0..steps)
+            .map(|i| Event::StepCompleted {
+                cmd: u64::from(i),
+                name: "noop".into(),
+                attempt: 1,
+                output: Payload::from_value(&i).expect("json"),
+            })
+            .collect();
+        for chunk in events.chunks(MAX_EVENTS_PER_APPEND) {
+            let done = store
+                .append(Append {
+                    run: run.clone(),
+                    expected_seq: next,
+                    lease: lease.clone(),
+                    append_id: AppendId::random(),
+                    events: chunk.to_vec(),
+                    now,
+                })
+                .await?;
+            next = done.next_seq;
+        }
+        store.retire_worker(&lease, now).await?;
+        Ok(run)
+    }
+}

@@ -12,6 +12,7 @@ use crate::ids::{CallId, RunId, SessionId};
 use crate::time::Timestamp;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use std::collections::BTreeSet;
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
@@ -123,21 +124,18 @@ impl Cmd {
             consumed: 0,
         }
     }
-
-    /// Whether a future delivery could still resolve a handle of this command.
-    pub(crate) fn outstanding(&self) -> bool {
-        match self.kind {
-            CmdKind::Step { .. } => self.outcome.is_none(),
-            CmdKind::Sleep(_) => self.fired.is_none(),
-            CmdKind::Hook { .. } => true,
-        }
-    }
 }
 
 /// The run's command table, shared by the ctx handles and the engine.
 pub(crate) struct Core {
     pub(crate) run_id: RunId,
     pub(crate) cmds: Vec<Cmd>,
+    /// Steps without a final outcome and sleeps not fired: what a delivery may still resolve.
+    pub(crate) open: BTreeSet<u64>,
+    /// Waits whose command event is not in the journal yet.
+    pub(crate) unrecorded: BTreeSet<u64>,
+    /// Hooks issued (a hook may always receive another payload).
+    pub(crate) hooks: u64,
     /// Time of the event being delivered.
     pub(crate) now: Timestamp,
     rng: u64,
@@ -154,14 +152,36 @@ impl Core {
         Self {
             run_id,
             cmds: Vec::new(),
+            open: BTreeSet::new(),
+            unrecorded: BTreeSet::new(),
+            hooks: 0,
             now,
             rng: h,
         }
     }
 
     fn issue(&mut self, kind: CmdKind) -> u64 {
+        let cmd = self.cmds.len() as u64;
+        match kind {
+            CmdKind::Step { .. } => {
+                self.open.insert(cmd);
+            }
+            CmdKind::Sleep(_) => {
+                self.open.insert(cmd);
+                self.unrecorded.insert(cmd);
+            }
+            CmdKind::Hook { .. } => {
+                self.hooks += 1;
+                self.unrecorded.insert(cmd);
+            }
+        }
         self.cmds.push(Cmd::new(kind));
-        self.cmds.len() as u64 - 1
+        cmd
+    }
+
+    /// Whether a future delivery could still resolve a handle.
+    pub(crate) fn has_outstanding(&self) -> bool {
+        self.hooks > 0 || !self.open.is_empty()
     }
 
     fn next_random(&mut self) -> u64 {

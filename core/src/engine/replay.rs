@@ -177,6 +177,7 @@ impl Executor {
                     format!("step {name:?}"),
                     &|k| matches!(k, CmdKind::Step { name: n, .. } if n == name),
                 )?;
+                core.open.remove(cmd);
                 let c = &mut core.cmds[*cmd as usize];
                 c.attempts = *attempt;
                 c.retry_at = None;
@@ -196,6 +197,9 @@ impl Executor {
                     format!("step {name:?}"),
                     &|k| matches!(k, CmdKind::Step { name: n, .. } if n == name),
                 )?;
+                if retry_at.is_none() {
+                    core.open.remove(cmd);
+                }
                 let c = &mut core.cmds[*cmd as usize];
                 c.attempts = *attempt;
                 c.retry_at = *retry_at;
@@ -218,6 +222,7 @@ impl Executor {
                 check(&core, *cmd, "sleep".into(), &|k| {
                     matches!(k, CmdKind::Sleep(_))
                 })?;
+                core.unrecorded.remove(cmd);
                 let c = &mut core.cmds[*cmd as usize];
                 c.recorded = true;
                 c.wake_at = Some(*wake_at);
@@ -226,6 +231,7 @@ impl Executor {
                 check(&core, *cmd, "sleep".into(), &|k| {
                     matches!(k, CmdKind::Sleep(_))
                 })?;
+                core.open.remove(cmd);
                 core.cmds[*cmd as usize].fired = Some(ev.seq);
             }
             Event::HookCreated { cmd, token, .. } => {
@@ -235,6 +241,7 @@ impl Executor {
                     format!("hook {token:?}"),
                     &|k| matches!(k, CmdKind::Hook { token: t } if t == token),
                 )?;
+                core.unrecorded.remove(cmd);
                 core.cmds[*cmd as usize].recorded = true;
             }
             Event::HookReceived { cmd, payload } => {
@@ -296,7 +303,7 @@ impl Executor {
                 Ok(Poll::Pending) => break,
             }
         }
-        if lock(&self.core).cmds.iter().any(|c| c.outstanding()) {
+        if lock(&self.core).has_outstanding() {
             Ok(())
         } else {
             Err(Stop::Stuck)
@@ -307,27 +314,22 @@ impl Executor {
     /// order; sleeps get `wake_at = now + duration`.
     pub(crate) fn unrecorded_waits(&self, now: Timestamp) -> Vec<Event> {
         let core = lock(&self.core);
-        core.cmds
+        core.unrecorded
             .iter()
-            .enumerate()
-            .filter(|(_, c)| !c.recorded)
-            .filter_map(|(i, c)| {
-                let cmd = i as u64;
-                match &c.kind {
-                    CmdKind::Sleep(SleepFor::Duration(d)) => Some(Event::SleepScheduled {
-                        cmd,
-                        wake_at: now.plus(*d),
-                    }),
-                    CmdKind::Sleep(SleepFor::Until(at)) => {
-                        Some(Event::SleepScheduled { cmd, wake_at: *at })
-                    }
-                    CmdKind::Hook { token } => Some(Event::HookCreated {
-                        cmd,
-                        token: token.clone(),
-                        webhook: false,
-                    }),
-                    CmdKind::Step { .. } => None,
+            .filter_map(|&cmd| match &core.cmds[cmd as usize].kind {
+                CmdKind::Sleep(SleepFor::Duration(d)) => Some(Event::SleepScheduled {
+                    cmd,
+                    wake_at: now.plus(*d),
+                }),
+                CmdKind::Sleep(SleepFor::Until(at)) => {
+                    Some(Event::SleepScheduled { cmd, wake_at: *at })
                 }
+                CmdKind::Hook { token } => Some(Event::HookCreated {
+                    cmd,
+                    token: token.clone(),
+                    webhook: false,
+                }),
+                CmdKind::Step { .. } => None,
             })
             .collect()
     }
@@ -336,9 +338,9 @@ impl Executor {
     /// in `running`.
     pub(crate) fn runnable_steps(&self, now: Timestamp, running: &[u64]) -> Vec<StepToRun> {
         let core = lock(&self.core);
-        core.cmds
+        core.open
             .iter()
-            .enumerate()
+            .map(|&i| (i as usize, &core.cmds[i as usize]))
             .filter_map(|(i, c)| match &c.kind {
                 CmdKind::Step {
                     name,
@@ -364,9 +366,9 @@ impl Executor {
     /// Recorded sleeps that have not fired, with their wake times.
     pub(crate) fn pending_sleeps(&self) -> Vec<(u64, Timestamp)> {
         let core = lock(&self.core);
-        core.cmds
+        core.open
             .iter()
-            .enumerate()
+            .map(|&i| (i as usize, &core.cmds[i as usize]))
             .filter_map(|(i, c)| match (&c.kind, c.wake_at, c.fired) {
                 (CmdKind::Sleep(_), Some(at), None) => Some((i as u64, at)),
                 _ => None,
@@ -377,10 +379,9 @@ impl Executor {
     /// The earliest pending retry wait.
     pub(crate) fn next_retry(&self) -> Option<Timestamp> {
         let core = lock(&self.core);
-        core.cmds
+        core.open
             .iter()
-            .filter(|c| c.outcome.is_none())
-            .filter_map(|c| c.retry_at)
+            .filter_map(|&i| core.cmds[i as usize].retry_at)
             .min()
     }
 

@@ -830,8 +830,15 @@ impl Inner {
             };
             tokio::select! {
                 Some((cmd, result)) = rx.recv() => {
+                    let now = self.clock.now();
                     if let Some(r) = running.remove(&cmd) {
-                        outbox.push(outcome_event(cmd, r, result, self.clock.now()));
+                        outbox.push(outcome_event(cmd, r, result, now));
+                    }
+                    // Outcomes that finished meanwhile go into the same append.
+                    while let Ok((cmd, result)) = rx.try_recv() {
+                        if let Some(r) = running.remove(&cmd) {
+                            outbox.push(outcome_event(cmd, r, result, now));
+                        }
                     }
                 }
                 _ = timer => {}
