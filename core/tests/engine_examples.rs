@@ -13,8 +13,8 @@ use eve_core::engine::{
     CODE_MISSING_WORKFLOW,
 };
 use eve_core::{
-    workflow, CallId, Event, Execution, RunQuery, RunStatus, SessionEvent, SessionId, StoreError,
-    Timestamp,
+    workflow, CallId, Event, Execution, JournalStore, JournalStoreExt, RunQuery, RunStatus,
+    SessionEvent, SessionId, StoreError, Timestamp,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -362,6 +362,19 @@ async fn approve_with_deadline_and_escalation(env: Env) {
         serde_json::json!({"deployed": false, "reason": "timed out"})
     );
     assert_eq!(env.output(&rejected).await["reason"], "rejected");
+    if std::env::var_os("EVE_WRITE_FIXTURES").is_some() && env.store.backend() == "memory" {
+        for (run, name) in [
+            (&slow, "escalation_approved_late"),
+            (&never, "escalation_timed_out"),
+        ] {
+            let journal = env.store.read_all(run, 0).await.unwrap();
+            std::fs::write(
+                format!("{}/tests/fixtures/{name}.json", env!("CARGO_MANIFEST_DIR")),
+                serde_json::to_string_pretty(&journal).unwrap(),
+            )
+            .unwrap();
+        }
+    }
     // The request's token is released when the run ends.
     assert!(
         resume_hook(&*env.store, "approve-db", &approve, None, now())
@@ -575,6 +588,83 @@ async fn ordinary_tools_run_once_and_validate() {
     let err = tool.call(ctx, serde_json::json!([1])).await.unwrap_err();
     assert!(err.contains("expected a JSON object"), "{err}");
     assert_eq!(tool.input_schema()["required"], serde_json::json!(["name"]));
+}
+
+/// Journals recorded by an earlier build (`EVE_WRITE_FIXTURES=1` rewrites them) must still
+/// replay to the end without non-determinism: a change to the engine or the example that
+/// breaks runs in flight fails here.
+#[tokio::test]
+async fn recorded_journals_still_replay() {
+    use eve_core::engine::Worker;
+    use eve_core::{Append, AppendId, DeploymentId, NewRun, StoredEvent, WorkerId};
+    let reg = Registry::new("v1").with(deploy::tool());
+    for name in ["escalation_approved_late", "escalation_timed_out"] {
+        let path = format!("{}/tests/fixtures/{name}.json", env!("CARGO_MANIFEST_DIR"));
+        let journal: Vec<StoredEvent> =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let store = eve_core::MemoryStore::new();
+        let Event::RunStarted {
+            workflow_id,
+            deployment_id,
+            tool,
+            input,
+            session_id,
+            call_id,
+            execution,
+        } = journal[0].event.clone()
+        else {
+            panic!("{name}: no RunStarted");
+        };
+        let run = eve_core::RunId::new(name);
+        store
+            .create_run(
+                NewRun {
+                    run_id: run.clone(),
+                    idempotency_key: None,
+                    workflow_id,
+                    deployment_id,
+                    tool,
+                    input,
+                    session_id,
+                    call_id,
+                    execution,
+                },
+                journal[0].at,
+            )
+            .await
+            .unwrap();
+        let lease = store
+            .register_worker(
+                &WorkerId::new("fixture"),
+                &DeploymentId::new("v1"),
+                HOUR * 1000,
+                journal[0].at,
+            )
+            .await
+            .unwrap();
+        store.claim(&lease, 1, journal[0].at).await.unwrap();
+        for e in &journal[1..] {
+            store
+                .append(Append {
+                    run: run.clone(),
+                    expected_seq: e.seq,
+                    lease: lease.clone(),
+                    append_id: AppendId::random(),
+                    events: vec![e.event.clone()],
+                    now: e.at,
+                })
+                .await
+                .unwrap();
+        }
+        let report = Worker::replay_cold(&store, &reg, &run)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(
+            report.finished,
+            "{name}: the body returns at the end of its journal"
+        );
+        assert_eq!(report.events, journal.len() as u64);
+    }
 }
 
 trait Now {

@@ -447,6 +447,88 @@ async fn poison_runs_are_parked(env: Env) {
     assert!(reason.contains("EVE-POISON-001"), "{reason}");
 }
 
+mod pair {
+    use super::*;
+
+    #[derive(Deserialize, JsonSchema)]
+    pub struct In {
+        pub id: String,
+    }
+
+    fn barrier(id: &str) -> Arc<tokio::sync::Barrier> {
+        static B: OnceLock<Mutex<HashMap<String, Arc<tokio::sync::Barrier>>>> = OnceLock::new();
+        B.get_or_init(Default::default)
+            .lock()
+            .unwrap()
+            .entry(id.to_owned())
+            .or_insert_with(|| Arc::new(tokio::sync::Barrier::new(2)))
+            .clone()
+    }
+
+    /// Two steps issued together, each waiting for the other at a barrier: they complete only
+    /// if they run concurrently. Then a select over two more steps.
+    pub async fn execute(ctx: WorkflowCtx, input: In) -> Result<Vec<String>, WorkflowError> {
+        let mk = |name: &'static str| {
+            let id = input.id.clone();
+            ctx.step(name, move |_| {
+                let b = barrier(&id);
+                async move {
+                    tokio::time::timeout(Duration::from_secs(10), b.wait())
+                        .await
+                        .map_err(|_| StepError::fatal("steps did not run concurrently"))?;
+                    Ok(name.to_owned())
+                }
+            })
+        };
+        let both = ctx.join_all(vec![mk("left"), mk("right")]).await;
+        let mut out: Vec<String> = both.into_iter().collect::<Result<_, _>>()?;
+        let (i, first) = ctx
+            .select(vec![
+                ctx.step("slow", |_| async { Ok("slow".to_owned()) }),
+                ctx.step("fast", |_| async { Ok("fast".to_owned()) }),
+            ])
+            .await;
+        out.push(format!("{i}:{}", first?));
+        Ok(out)
+    }
+
+    pub fn tool() -> eve_core::engine::WorkflowTool {
+        define_workflow_tool("Concurrent steps.", workflow!(execute))
+    }
+}
+
+/// Steps issued together run concurrently; `select` takes the one recorded first in the
+/// journal, and a cold replay agrees.
+async fn steps_issued_together_run_concurrently(env: Env) {
+    let reg = Registry::new("v1").with(pair::tool());
+    let id = format!("{:p}", &env);
+    let run = env
+        .start(&reg, "j", "pair", serde_json::json!({ "id": id }))
+        .await;
+    env.worker(&reg).await.drain().await.unwrap();
+    let out = env.output(&run).await;
+    let events = env.events(&run).await;
+    let steps = completed_steps(&events);
+    let first_of_select = steps
+        .iter()
+        .position(|s| s == "slow" || s == "fast")
+        .unwrap();
+    let expected = if steps[first_of_select] == "slow" {
+        "0:slow"
+    } else {
+        "1:fast"
+    };
+    assert_eq!(
+        out,
+        serde_json::json!(["left", "right", expected]),
+        "{events:#?}"
+    );
+    let report = eve_core::engine::Worker::replay_cold(&*env.store, &reg, &run)
+        .await
+        .unwrap();
+    assert!(report.finished);
+}
+
 trait ClockExt {
     fn now_ms(&self) -> i64;
     fn now_ts(&self) -> eve_core::Timestamp;
@@ -470,6 +552,7 @@ on_both_stores!(
     panicking_step_is_a_failed_attempt,
     panicking_body_parks_the_run,
     poison_runs_are_parked,
+    steps_issued_together_run_concurrently,
 );
 
 #[allow(dead_code)]
