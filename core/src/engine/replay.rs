@@ -15,7 +15,10 @@ use std::task::{Context, Poll, Wake, Waker};
 /// The engine-internal timer command that keeps a run claimable while an activation runs
 /// steps, so a crash mid-step is recovered once the worker's lease expires. Its
 /// `SleepScheduled`/`SleepFired` events are not body commands; replay skips them.
-pub const GUARD_CMD: u64 = u64::MAX;
+///
+/// 2^53 − 1: far past any real command counter, and exact in an `i64` column and in a
+/// JavaScript number.
+pub const GUARD_CMD: u64 = (1 << 53) - 1;
 
 /// What the body returned: the output, or the error the run fails with.
 pub(crate) type BodyOutcome = Result<Payload, String>;
