@@ -92,8 +92,6 @@ impl CmdKind {
 /// One command the body issued and what the journal says about it.
 pub(crate) struct Cmd {
     pub(crate) kind: CmdKind,
-    /// A wait's command event (`SleepScheduled`, `HookCreated`) is in the journal.
-    pub(crate) recorded: bool,
     /// Step: attempts recorded so far.
     pub(crate) attempts: u32,
     /// Step: the next attempt is due then (a failed attempt will be retried).
@@ -114,7 +112,6 @@ impl Cmd {
     fn new(kind: CmdKind) -> Self {
         Self {
             kind,
-            recorded: false,
             attempts: 0,
             retry_at: None,
             outcome: None,

@@ -226,9 +226,7 @@ impl Executor {
                     matches!(k, CmdKind::Sleep(_))
                 })?;
                 core.unrecorded.remove(cmd);
-                let c = &mut core.cmds[*cmd as usize];
-                c.recorded = true;
-                c.wake_at = Some(*wake_at);
+                core.cmds[*cmd as usize].wake_at = Some(*wake_at);
             }
             Event::SleepFired { cmd } => {
                 check(&core, *cmd, "sleep".into(), &|k| {
@@ -245,7 +243,6 @@ impl Executor {
                     &|k| matches!(k, CmdKind::Hook { token: t } if t == token),
                 )?;
                 core.unrecorded.remove(cmd);
-                core.cmds[*cmd as usize].recorded = true;
             }
             Event::HookReceived { cmd, payload } => {
                 check(&core, *cmd, "a hook".into(), &|k| {
