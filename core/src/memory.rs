@@ -32,7 +32,7 @@ impl MemoryStore {
 #[derive(Debug, Default)]
 struct State {
     runs: HashMap<RunId, MemRun>,
-    /// Creation order, for listing.
+    /// Insertion order, so scans are deterministic.
     order: Vec<RunId>,
     keys: HashMap<String, RunId>,
     /// Live hook tokens: token → (run, cmd).
@@ -362,17 +362,19 @@ impl JournalStore for MemoryStore {
 
     async fn list_runs(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError> {
         let st = self.state.lock().expect("memory store lock");
-        let it = st
+        let mut runs: Vec<RunRecord> = st
             .order
             .iter()
             .map(|id| &st.runs[id].record)
             .filter(|r| query.matches(r))
-            .cloned();
-        Ok(if query.limit == 0 {
-            it.collect()
-        } else {
-            it.take(query.limit).collect()
-        })
+            .cloned()
+            .collect();
+        // Creation time comes from the caller's clock, so insertion order is not time order.
+        runs.sort_by(|a, b| (a.created_at, &a.run_id).cmp(&(b.created_at, &b.run_id)));
+        if query.limit != 0 {
+            runs.truncate(query.limit);
+        }
+        Ok(runs)
     }
 
     async fn answer(

@@ -543,7 +543,9 @@ impl Effects {
 ///    `StepFailed` retry) due at `now`. [`claim`](Self::claim) hands such runs to one worker,
 ///    earliest work first; the run stays that worker's until it [`release`](Self::release)s it,
 ///    ends it, or the worker's lease expires or is superseded. Nothing due is lost across
-///    crashes: work lives only in the store.
+///    crashes: work lives only in the store. A lease that expired but whose runs nobody took
+///    over still writes: fencing is decided by ownership and epoch, never by the writer's clock,
+///    so a slow worker that comes back loses only the runs another worker claimed meanwhile.
 /// 6. **Faithful reads.** [`read`](Self::read) returns exactly what was appended, in seq order,
 ///    payloads byte for byte, paged; payloads up to [`MAX_PAYLOAD_BYTES`].
 /// 7. **Queries.** Runs by id, by session, by status; pending requests by session; the session
@@ -687,7 +689,8 @@ pub trait JournalStore: Debug + Send + Sync + 'static {
     /// Renews a lease for another `ttl` from `now`.
     ///
     /// # Errors
-    /// `Fenced` when the epoch was superseded; `NotFound` for an unknown (retired) worker.
+    /// `Fenced` when the epoch was superseded or the worker retired; `NotFound` for a worker id
+    /// never registered.
     async fn heartbeat(
         &self,
         lease: &Lease,

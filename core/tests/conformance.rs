@@ -23,7 +23,4 @@ impl StoreFactory for MemoryFactory {
     }
 }
 
-// Known failure: `list_runs_ties_by_run_id` — MemoryStore::list_runs returns runs in insertion
-// order, not "creation time, then run id" as `RunQuery` documents; reported to the owner of
-// core/src/memory.rs. The case asserts the documented order (SqliteStore passes it).
 eve_conformance::store_suite!(MemoryFactory);
