@@ -201,7 +201,9 @@ impl Worker {
     }
 
     /// Claims runnable runs once and runs each activation to its end (completion, suspension,
-    /// blocking), concurrently. Returns what each activation ended with.
+    /// blocking), concurrently. Returns what each activation ended with. It does not heartbeat
+    /// while activations run (only [`Worker::spawn`] does): for tests, tools and one-shot
+    /// batches whose steps finish within the lease.
     ///
     /// # Errors
     /// The store's error on claim.
@@ -564,35 +566,26 @@ impl Inner {
         Ok(Ok(()))
     }
 
-    /// Appends a run-level event (end or park) at the journal's end, catching up on conflicts.
+    /// Appends a run-level event (end or park) at the journal's end. The outcome is decided, so
+    /// deliveries that got in first (a conflict) are skipped over, not delivered.
     async fn append_final(
         &self,
         run: &RunId,
-        exec: Option<&mut Executor>,
-        mut next_seq: u64,
+        mut expected_seq: u64,
         event: Event,
     ) -> Result<(), StoreError> {
-        let mut exec = exec;
         loop {
-            let now = self.clock.now();
             let a = Append {
                 run: run.clone(),
-                expected_seq: exec.as_ref().map_or(next_seq, |e| e.next_seq),
+                expected_seq,
                 lease: self.lease(),
                 append_id: AppendId::random(),
                 events: vec![event.clone()],
-                now,
+                now: self.clock.now(),
             };
             match self.retrying(|| self.store.append(a.clone())).await {
                 Ok(_) => return Ok(()),
-                Err(StoreError::Conflict { actual, .. }) => match exec.as_deref_mut() {
-                    // Deliveries that got in first are read for their non-determinism checks
-                    // only: the outcome is decided.
-                    Some(e) => {
-                        let _ = self.catch_up(run, e).await?;
-                    }
-                    None => next_seq = actual,
-                },
+                Err(StoreError::Conflict { actual, .. }) => expected_seq = actual,
                 Err(e) => return Err(e),
             }
         }
@@ -601,14 +594,12 @@ impl Inner {
     async fn block(
         &self,
         run: &RunId,
-        exec: Option<&mut Executor>,
         next_seq: u64,
         reason: String,
     ) -> Result<ActivationEnd, StoreError> {
         warn!(run_id = %run, %reason, "parking run as blocked");
         self.append_final(
             run,
-            exec,
             next_seq,
             Event::RunBlocked {
                 reason: reason.clone(),
@@ -637,7 +628,6 @@ impl Inner {
             return self
                 .block(
                     run,
-                    None,
                     next_seq,
                     format!(
                         "[{CODE_POISON}] run {run} was claimed {} times without progress (its activations keep failing or crashing the worker); inspect it, deploy a fix, and resume it",
@@ -658,7 +648,6 @@ impl Inner {
             );
             self.append_final(
                 run,
-                None,
                 next_seq,
                 Event::RunFailed {
                     error: error.clone(),
@@ -672,7 +661,6 @@ impl Inner {
             Err(error) => {
                 self.append_final(
                     run,
-                    None,
                     next_seq,
                     Event::RunFailed {
                         error: error.clone(),
@@ -684,7 +672,7 @@ impl Inner {
         };
         for ev in &events {
             if let Err(stop) = exec.deliver(ev) {
-                return self.block(run, Some(&mut exec), 0, stop.reason()).await;
+                return self.block(run, next_seq, stop.reason()).await;
             }
         }
         if exec.ended {
@@ -719,7 +707,7 @@ impl Inner {
                         ActivationEnd::Failed(error),
                     ),
                 };
-                self.append_final(run, Some(exec), 0, event).await?;
+                self.append_final(run, exec.next_seq, event).await?;
                 return Ok(end);
             }
             let mut batch = exec.unrecorded_waits(now);
@@ -748,7 +736,7 @@ impl Inner {
                     Ok(Ok(Appendix::Conflict)) => continue,
                     Ok(Err(stop)) => {
                         abort_all(&running);
-                        return self.block(run, Some(exec), 0, stop.reason()).await;
+                        return self.block(run, exec.next_seq, stop.reason()).await;
                     }
                     Err(e) => {
                         abort_all(&running);
@@ -805,7 +793,7 @@ impl Inner {
                         .await?
                     {
                         Ok(_) => continue,
-                        Err(stop) => return self.block(run, Some(exec), 0, stop.reason()).await,
+                        Err(stop) => return self.block(run, exec.next_seq, stop.reason()).await,
                     }
                 }
                 let lease = self.lease();
@@ -847,7 +835,7 @@ impl Inner {
                     if rec.next_seq > exec.next_seq {
                         if let Err(stop) = self.catch_up(run, exec).await? {
                             abort_all(&running);
-                            return self.block(run, Some(exec), 0, stop.reason()).await;
+                            return self.block(run, exec.next_seq, stop.reason()).await;
                         }
                     }
                 }
