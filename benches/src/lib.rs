@@ -111,10 +111,61 @@ fn uuid_like() -> String {
 }
 
 /// Every backend this build and environment can measure: memory always, SQLite files (FULL and
-/// NORMAL synchronous) always, Postgres and DynamoDB when their test env vars are set.
+/// NORMAL synchronous) always, Postgres (a fresh schema) when `EVE_TEST_POSTGRES_URL` is set and
+/// DynamoDB Local (a fresh table) when `EVE_TEST_DYNAMODB_ENDPOINT` is set.
+///
+/// # Panics
+/// When a configured server does not answer: a bench run should fail loudly, not skip.
 pub async fn backends() -> Vec<Backend> {
-    vec![Backend {
+    use eve_storage_sqlite::{SqliteOptions, SqliteStore, Synchronous};
+    let mut out = vec![Backend {
         name: "memory".into(),
         store: Arc::new(eve_core::MemoryStore::new()),
-    }]
+    }];
+    let dir = std::env::temp_dir().join(format!("eve-bench-{}", uuid_like()));
+    std::fs::create_dir_all(&dir).expect("temp dir for SQLite files");
+    for (name, synchronous) in [
+        ("sqlite-full", Synchronous::Full),
+        ("sqlite-normal", Synchronous::Normal),
+    ] {
+        let options = SqliteOptions {
+            synchronous,
+            ..SqliteOptions::default()
+        };
+        let store = SqliteStore::open_with(dir.join(format!("{name}.db")), options)
+            .await
+            .expect("SQLite file");
+        out.push(Backend {
+            name: name.into(),
+            store: Arc::new(store),
+        });
+    }
+    if let Ok(url) = std::env::var("EVE_TEST_POSTGRES_URL") {
+        let options = eve_storage_postgres::PostgresOptions {
+            schema: format!("bench_{}", &uuid_like()[..12]),
+            ..Default::default()
+        };
+        let store = eve_storage_postgres::PostgresStore::connect_with(&url, options)
+            .await
+            .expect("Postgres at EVE_TEST_POSTGRES_URL");
+        out.push(Backend {
+            name: "postgres".into(),
+            store: Arc::new(store),
+        });
+    }
+    if let Ok(endpoint) = std::env::var("EVE_TEST_DYNAMODB_ENDPOINT") {
+        let table = format!("bench_{}", &uuid_like()[..12]);
+        let store =
+            eve_storage_dynamodb::DynamoStore::connect(eve_storage_dynamodb::DynamoConfig::local(
+                endpoint, table,
+            ))
+            .await
+            .expect("DynamoDB at EVE_TEST_DYNAMODB_ENDPOINT");
+        store.create_table().await.expect("bench table");
+        out.push(Backend {
+            name: "dynamodb".into(),
+            store: Arc::new(store),
+        });
+    }
+    out
 }
