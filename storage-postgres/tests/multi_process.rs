@@ -394,15 +394,24 @@ async fn three_processes_survive_a_sigkill(url: String) {
     }
 
     let mut step_cmds: HashSet<(String, i64)> = HashSet::new();
+    // Per run: ms from its last StepCompleted to its RunCompleted (the writers' clocks).
+    let mut completion_gaps: Vec<i64> = Vec::new();
+    // Per step after the first: ms from the previous StepCompleted.
+    let mut step_gaps: Vec<i64> = Vec::new();
     for run in &runs {
         let rec = store.get_run(run).await.expect("get run");
         assert_eq!(rec.status, RunStatus::Completed, "run {run}");
         let events = store.read_all(run, 0).await.expect("read journal");
         let mut names = Vec::new();
+        let mut last_step_at = 0;
         let mut outputs = Vec::new();
         for e in &events {
             match &e.event {
                 Event::StepCompleted { cmd, name, .. } => {
+                    if last_step_at > 0 {
+                        step_gaps.push(e.at.millis() - last_step_at);
+                    }
+                    last_step_at = e.at.millis();
                     let cmd = i64::try_from(*cmd).expect("cmd fits i64");
                     assert!(
                         step_cmds.insert((run.to_string(), cmd)),
@@ -413,7 +422,10 @@ async fn three_processes_survive_a_sigkill(url: String) {
                 Event::StepFailed { name, error, .. } => {
                     panic!("run {run}: step {name} failed: {error}")
                 }
-                Event::RunCompleted { output } => outputs.push(output.get().to_owned()),
+                Event::RunCompleted { output } => {
+                    outputs.push(output.get().to_owned());
+                    completion_gaps.push(e.at.millis() - last_step_at);
+                }
                 _ => {}
             }
         }
@@ -432,6 +444,8 @@ async fn three_processes_survive_a_sigkill(url: String) {
     assert_eq!(per_cmd.len(), step_cmds.len(), "executions of unknown cmds");
     let reexecuted: u32 = per_cmd.values().map(|n| n - 1).sum();
     let reexecuted_steps = per_cmd.values().filter(|n| **n > 1).count();
+    completion_gaps.sort_unstable();
+    step_gaps.sort_unstable();
 
     // The dead worker's runs were finished by others, only after its lease expired: each got
     // appends after the kill (w2 was dead, so from another worker), none before the expiry.
@@ -494,5 +508,14 @@ async fn three_processes_survive_a_sigkill(url: String) {
          {reexecuted_steps} steps; executions by worker: {by_worker:?}",
         rows.len(),
         step_cmds.len()
+    );
+    println!(
+        "multi_process: StepCompleted -> next StepCompleted: median {} ms, p90 {} ms; \
+         last StepCompleted -> RunCompleted: median {} ms, p90 {} ms, max {} ms",
+        step_gaps[step_gaps.len() / 2],
+        step_gaps[step_gaps.len() * 9 / 10],
+        completion_gaps[completion_gaps.len() / 2],
+        completion_gaps[completion_gaps.len() * 9 / 10],
+        completion_gaps[completion_gaps.len() - 1]
     );
 }
