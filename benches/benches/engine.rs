@@ -59,8 +59,8 @@ fn replay(c: &mut Criterion) {
 
 /// Starts `runs` runs of `per_run` no-op steps and measures one worker draining them.
 async fn drain(store: Arc<dyn JournalStore>, runs: u32, per_run: u32) -> Duration {
-    let reg = Registry::new(format!("bench-steps-{}", Timestamp::now().millis()))
-        .with(noop_steps_tool());
+    let reg =
+        Registry::new(format!("bench-steps-{}", Timestamp::now().millis())).with(noop_steps_tool());
     let session = SessionId::new(format!("bench-{}", Timestamp::now().millis()));
     let mut ids = Vec::new();
     for i in 0..runs {

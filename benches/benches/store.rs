@@ -53,33 +53,36 @@ fn append(c: &mut Criterion) {
         let runs = 16usize;
         let batch = 16usize;
         g.throughput(Throughput::Elements((runs * batch) as u64));
-        g.bench_function(BenchmarkId::new(format!("{}/16runs", b.name), batch), |bench| {
-            let store = b.store.clone();
-            bench.to_async(&rt).iter_custom(|iters| {
-                let store = store.clone();
-                async move {
-                    let now = Timestamp::now();
-                    let l = lease(&*store, now).await.expect("lease");
-                    let ids = claimed_runs(&*store, &l, runs, now).await.expect("runs");
-                    let t = Instant::now();
-                    let tasks: Vec<_> = ids
-                        .into_iter()
-                        .map(|run| {
-                            let (store, l) = (store.clone(), l.clone());
-                            tokio::spawn(async move {
-                                append_batches(&*store, &l, &run, 1, iters as usize, batch, now)
-                                    .await
-                                    .expect("append")
+        g.bench_function(
+            BenchmarkId::new(format!("{}/16runs", b.name), batch),
+            |bench| {
+                let store = b.store.clone();
+                bench.to_async(&rt).iter_custom(|iters| {
+                    let store = store.clone();
+                    async move {
+                        let now = Timestamp::now();
+                        let l = lease(&*store, now).await.expect("lease");
+                        let ids = claimed_runs(&*store, &l, runs, now).await.expect("runs");
+                        let t = Instant::now();
+                        let tasks: Vec<_> = ids
+                            .into_iter()
+                            .map(|run| {
+                                let (store, l) = (store.clone(), l.clone());
+                                tokio::spawn(async move {
+                                    append_batches(&*store, &l, &run, 1, iters as usize, batch, now)
+                                        .await
+                                        .expect("append")
+                                })
                             })
-                        })
-                        .collect();
-                    for t in tasks {
-                        t.await.expect("task");
+                            .collect();
+                        for t in tasks {
+                            t.await.expect("task");
+                        }
+                        t.elapsed()
                     }
-                    t.elapsed()
-                }
-            })
-        });
+                })
+            },
+        );
     }
     g.finish();
 }

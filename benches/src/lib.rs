@@ -81,7 +81,9 @@ pub async fn append_batches(
     now: Timestamp,
 ) -> Result<u64, StoreError> {
     for _ in 0..batches {
-        let events = (0..batch).map(|i| step_event(next_seq + i as u64)).collect();
+        let events = (0..batch)
+            .map(|i| step_event(next_seq + i as u64))
+            .collect();
         let done = store
             .append(eve_core::Append {
                 run: run.clone(),
@@ -107,7 +109,10 @@ pub struct Backend {
 }
 
 fn uuid_like() -> String {
-    RunId::random().as_str().trim_start_matches("run_").to_owned()
+    RunId::random()
+        .as_str()
+        .trim_start_matches("run_")
+        .to_owned()
 }
 
 /// Every backend this build and environment can measure: memory always, SQLite files (FULL and
@@ -155,12 +160,11 @@ pub async fn backends() -> Vec<Backend> {
     }
     if let Ok(endpoint) = std::env::var("EVE_TEST_DYNAMODB_ENDPOINT") {
         let table = format!("bench_{}", &uuid_like()[..12]);
-        let store =
-            eve_storage_dynamodb::DynamoStore::connect(eve_storage_dynamodb::DynamoConfig::local(
-                endpoint, table,
-            ))
-            .await
-            .expect("DynamoDB at EVE_TEST_DYNAMODB_ENDPOINT");
+        let store = eve_storage_dynamodb::DynamoStore::connect(
+            eve_storage_dynamodb::DynamoConfig::local(endpoint, table),
+        )
+        .await
+        .expect("DynamoDB at EVE_TEST_DYNAMODB_ENDPOINT");
         store.create_table().await.expect("bench table");
         out.push(Backend {
             name: "dynamodb".into(),
