@@ -143,6 +143,18 @@ async fn main() {
     steps(sqlite.clone(), "sqlite", 1, 1_000).await;
     steps(memory.clone(), "memory", 64, 200).await;
     steps(sqlite.clone(), "sqlite", 64, 100).await;
+    let normal: Arc<dyn JournalStore> = Arc::new(
+        SqliteStore::open_with(
+            dir.join("n.db"),
+            eve_storage_sqlite::SqliteOptions {
+                synchronous: eve_storage_sqlite::Synchronous::Normal,
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("sqlite"),
+    );
+    steps(normal.clone(), "sqlite (synchronous=NORMAL)", 64, 100).await;
     let parked_store: Arc<dyn JournalStore> =
         Arc::new(SqliteStore::open(dir.join("p.db")).await.expect("sqlite"));
     parked(parked_store).await;
