@@ -699,7 +699,9 @@ pub trait JournalStore: Debug + Send + Sync + 'static {
     ) -> Result<Lease, StoreError>;
 
     /// Claims up to `max` claimable runs of the lease's deployment, earliest work first, and
-    /// counts one activation on each.
+    /// counts one activation on each. Claims racing each other may split the claimable runs
+    /// between them, so a claim under contention may return fewer than `max` runs; it never
+    /// returns a run that another valid lease holds.
     ///
     /// # Errors
     /// `Fenced` when the lease is superseded or expired at `now`.

@@ -107,6 +107,10 @@ pub(crate) struct Header {
     pub(crate) reqs: Vec<PendingRef>,
     /// The time of the event at `processed_seq`, when there is one.
     pub(crate) unproc_at: Option<i64>,
+    /// A random id of the last claim, so a claimer recognises its own write after a lost answer
+    /// even when a concurrent claim by the same lease would write an otherwise identical header.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) claim_nonce: Option<String>,
 }
 
 impl Header {

@@ -1147,7 +1147,7 @@ impl DynamoStore {
                 // Our put landed though its answer was lost (the retry then failed its
                 // condition): the header is exactly what we wrote, so the claim is ours.
                 if let Some(w) = &written {
-                    if h.ver == w.ver && h.rec == w.rec {
+                    if h.ver == w.ver && h.rec == w.rec && h.claim_nonce == w.claim_nonce {
                         return Ok(Some(h.rec));
                     }
                 }
@@ -1162,6 +1162,7 @@ impl DynamoStore {
             nh.ver += 1;
             nh.rec.owner = Some((lease.worker.clone(), lease.epoch));
             nh.rec.activations += 1;
+            nh.claim_nonce = Some(uuid::Uuid::new_v4().simple().to_string());
             nh.touch(now);
             let mut tx = Tx::new();
             tx.push(self.header_put(&nh, Some(h.ver))?, Role::Header);
@@ -1291,6 +1292,7 @@ impl JournalStore for DynamoStore {
                 hooks: vec![],
                 reqs: vec![],
                 unproc_at: Some(now.millis()),
+                claim_nonce: None,
             };
             let pk = run_pk(&new.run_id);
             let mut tx = Tx::new();
