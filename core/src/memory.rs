@@ -447,16 +447,7 @@ impl JournalStore for MemoryStore {
         dedupe_key: Option<&str>,
         now: Timestamp,
     ) -> Result<Delivered, StoreError> {
-        if token.is_empty() {
-            return Err(StoreError::InvalidInput(
-                "hook token must not be empty".into(),
-            ));
-        }
-        if dedupe_key == Some("") {
-            return Err(StoreError::InvalidInput(
-                "dedupe key must not be empty; pass None for at-least-once delivery".into(),
-            ));
-        }
+        crate::store::check_hook_delivery(token, dedupe_key)?;
         let mut st = self.state.lock().expect("memory store lock");
         let (run_id, cmd) = st
             .hooks

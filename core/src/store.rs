@@ -375,6 +375,25 @@ pub fn check_limits(events: &[Event]) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Checks the arguments of [`JournalStore::deliver_hook`]: a non-empty token, and a dedupe key
+/// that is either absent or non-empty.
+///
+/// # Errors
+/// `InvalidInput` saying which argument was empty.
+pub fn check_hook_delivery(token: &str, dedupe_key: Option<&str>) -> Result<(), StoreError> {
+    if token.is_empty() {
+        return Err(StoreError::InvalidInput(
+            "hook token must not be empty".into(),
+        ));
+    }
+    if dedupe_key == Some("") {
+        return Err(StoreError::InvalidInput(
+            "dedupe key must not be empty; pass None for at-least-once delivery".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// The index changes an append implies, computed once here so that every backend derives the
 /// same hooks, requests, timers, status and session events from the same events.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -1649,16 +1649,7 @@ impl JournalStore for DynamoStore {
         dedupe_key: Option<&str>,
         now: Timestamp,
     ) -> Result<Delivered, StoreError> {
-        if token.is_empty() {
-            return Err(StoreError::InvalidInput(
-                "hook token must not be empty".into(),
-            ));
-        }
-        if dedupe_key == Some("") {
-            return Err(StoreError::InvalidInput(
-                "dedupe key must not be empty; pass None for at-least-once delivery".into(),
-            ));
-        }
+        eve_core::store::check_hook_delivery(token, dedupe_key)?;
         for _ in 0..MAX_ROUNDS {
             let hook = self
                 .get(hook_pk(token), ONE)

@@ -1391,16 +1391,7 @@ impl JournalStore for PostgresStore {
         dedupe_key: Option<&str>,
         now: Timestamp,
     ) -> Result<Delivered, StoreError> {
-        if token.is_empty() {
-            return Err(StoreError::InvalidInput(
-                "hook token must not be empty".into(),
-            ));
-        }
-        if dedupe_key == Some("") {
-            return Err(StoreError::InvalidInput(
-                "dedupe key must not be empty; pass None for at-least-once delivery".into(),
-            ));
-        }
+        eve_core::store::check_hook_delivery(token, dedupe_key)?;
         let db = self.db();
         let hook_q = db.sql("SELECT run_id, cmd FROM {s}.hooks WHERE token = $1");
         let hook: Option<(String, i64)> = sqlx::query_as(AssertSqlSafe(hook_q.0.clone()))

@@ -535,16 +535,7 @@ impl JournalStore for SqliteStore {
         dedupe_key: Option<&str>,
         now: Timestamp,
     ) -> Result<Delivered, StoreError> {
-        if token.is_empty() {
-            return Err(StoreError::InvalidInput(
-                "hook token must not be empty".into(),
-            ));
-        }
-        if dedupe_key == Some("") {
-            return Err(StoreError::InvalidInput(
-                "dedupe key must not be empty; pass None for at-least-once delivery".into(),
-            ));
-        }
+        eve_core::store::check_hook_delivery(token, dedupe_key)?;
         self.call(|reply| Op::DeliverHook {
             token: token.to_owned(),
             payload,
