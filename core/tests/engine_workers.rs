@@ -130,14 +130,15 @@ async fn two_workers_share_runs_without_overlap() {
     };
     let mut handles = Vec::new();
     for _ in 0..2 {
-        let w = Worker::new(
-            store.clone(),
-            reg.clone(),
-            Arc::new(SystemClock),
-            config.clone(),
-        )
-        .await
-        .unwrap();
+        // Each worker needs its own id: a second registration of one id fences the first
+        // (WorkerConfig::default() draws one random id, which a clone would share).
+        let own = WorkerConfig {
+            id: eve_core::WorkerId::random(),
+            ..config.clone()
+        };
+        let w = Worker::new(store.clone(), reg.clone(), Arc::new(SystemClock), own)
+            .await
+            .unwrap();
         handles.push(w.spawn());
     }
     await_done(&mut rx, &runs).await;
