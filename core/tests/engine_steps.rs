@@ -421,7 +421,7 @@ async fn poison_runs_are_parked(env: Env) {
         .await;
     let faulty = FaultyStore::new(env.store.clone());
     let config = eve_core::engine::WorkerConfig {
-        id: eve_core::WorkerId::new("crashy"),
+        id: Some(eve_core::WorkerId::new("crashy")),
         ..env.config()
     };
     for _ in 0..6 {

@@ -130,15 +130,16 @@ async fn two_workers_share_runs_without_overlap() {
     };
     let mut handles = Vec::new();
     for _ in 0..2 {
-        // Each worker needs its own id: a second registration of one id fences the first
-        // (WorkerConfig::default() draws one random id, which a clone would share).
-        let own = WorkerConfig {
-            id: eve_core::WorkerId::random(),
-            ..config.clone()
-        };
-        let w = Worker::new(store.clone(), reg.clone(), Arc::new(SystemClock), own)
-            .await
-            .unwrap();
+        // Clones of one config: each worker still draws its own id (sharing one would make
+        // them fence each other).
+        let w = Worker::new(
+            store.clone(),
+            reg.clone(),
+            Arc::new(SystemClock),
+            config.clone(),
+        )
+        .await
+        .unwrap();
         handles.push(w.spawn());
     }
     await_done(&mut rx, &runs).await;

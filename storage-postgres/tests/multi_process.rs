@@ -168,7 +168,7 @@ async fn worker_process(id: String) {
         panic!("worker {id}: recorder set twice");
     }
     let config = WorkerConfig {
-        id: WorkerId::new(id.clone()),
+        id: Some(WorkerId::new(id.clone())),
         lease_ttl: LEASE,
         poll_interval: Duration::from_millis(20),
         max_active_runs: 16,

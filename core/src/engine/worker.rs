@@ -86,8 +86,10 @@ impl Clock for ManualClock {
 /// Worker tunables.
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
-    /// The worker's id (random by default). Re-registering an id fences its older incarnation.
-    pub id: WorkerId,
+    /// The worker's id. `None` (the default) draws a fresh random id in [`Worker::new`], so
+    /// workers built from clones of one config never share an id. Set it to restart a worker
+    /// under its old id: registering an id again fences its older incarnation.
+    pub id: Option<WorkerId>,
     /// Lease length; heartbeats renew it at half-life (default 30 s).
     pub lease_ttl: Duration,
     /// How often an idle worker polls the store for new work, and a busy activation checks for
@@ -105,7 +107,7 @@ pub struct WorkerConfig {
 impl Default for WorkerConfig {
     fn default() -> Self {
         Self {
-            id: WorkerId::random(),
+            id: None,
             lease_ttl: Duration::from_secs(30),
             poll_interval: Duration::from_millis(50),
             max_active_runs: 64,
@@ -174,15 +176,11 @@ impl Worker {
         store: Arc<dyn JournalStore>,
         registry: Registry,
         clock: Arc<dyn Clock>,
-        config: WorkerConfig,
+        mut config: WorkerConfig,
     ) -> Result<Self, StoreError> {
+        let id = config.id.get_or_insert_with(WorkerId::random).clone();
         let lease = store
-            .register_worker(
-                &config.id,
-                registry.deployment(),
-                config.lease_ttl,
-                clock.now(),
-            )
+            .register_worker(&id, registry.deployment(), config.lease_ttl, clock.now())
             .await?;
         Ok(Self {
             inner: Arc::new(Inner {
