@@ -250,24 +250,7 @@ impl JournalStore for MemoryStore {
                 hint: "run ids are unique; use a fresh id",
             });
         }
-        let record = RunRecord {
-            run_id: new.run_id.clone(),
-            idempotency_key: key.clone(),
-            workflow_id: new.workflow_id.clone(),
-            deployment_id: new.deployment_id.clone(),
-            tool: new.tool.clone(),
-            session_id: new.session_id.clone(),
-            call_id: new.call_id.clone(),
-            execution: new.execution,
-            status: RunStatus::Running,
-            next_seq: 1,
-            processed_seq: 0,
-            cancel_requested: false,
-            activations: 0,
-            owner: None,
-            created_at: now,
-            updated_at: now,
-        };
+        let record = new.record(now);
         let run = MemRun {
             record: record.clone(),
             events: vec![StoredEvent {
@@ -585,11 +568,7 @@ impl JournalStore for MemoryStore {
         ttl: Duration,
         now: Timestamp,
     ) -> Result<Lease, StoreError> {
-        if worker.as_str().is_empty() || deployment.as_str().is_empty() {
-            return Err(StoreError::InvalidInput(
-                "worker id and deployment id must not be empty".into(),
-            ));
-        }
+        crate::store::check_worker_ids(worker, deployment)?;
         let mut st = self.state.lock().expect("memory store lock");
         let epoch = st.workers.get(worker).map_or(1, |w| w.lease.epoch + 1);
         let lease = Lease {

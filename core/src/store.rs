@@ -142,6 +142,29 @@ impl NewRun {
         check_limits(std::slice::from_ref(&self.started_event()))
     }
 
+    /// The record of the run this start creates: running, journal holding only `RunStarted`
+    /// (next seq 1), nothing processed, no owner.
+    pub fn record(&self, now: Timestamp) -> RunRecord {
+        RunRecord {
+            run_id: self.run_id.clone(),
+            idempotency_key: self.key(),
+            workflow_id: self.workflow_id.clone(),
+            deployment_id: self.deployment_id.clone(),
+            tool: self.tool.clone(),
+            session_id: self.session_id.clone(),
+            call_id: self.call_id.clone(),
+            execution: self.execution,
+            status: RunStatus::Running,
+            next_seq: 1,
+            processed_seq: 0,
+            cancel_requested: false,
+            activations: 0,
+            owner: None,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
     /// Whether `existing` was started by an identical request (same workflow, tool, input and
     /// execution), so a repeated key may return it.
     pub fn matches(&self, existing: &Event) -> bool {
@@ -371,6 +394,20 @@ pub fn check_limits(events: &[Event]) -> Result<(), StoreError> {
             actual: total,
             limit: MAX_APPEND_PAYLOAD_BYTES,
         });
+    }
+    Ok(())
+}
+
+/// Checks the arguments of [`JournalStore::register_worker`]: non-empty worker and deployment
+/// ids.
+///
+/// # Errors
+/// `InvalidInput`.
+pub fn check_worker_ids(worker: &WorkerId, deployment: &DeploymentId) -> Result<(), StoreError> {
+    if worker.as_str().is_empty() || deployment.as_str().is_empty() {
+        return Err(StoreError::InvalidInput(
+            "worker id and deployment id must not be empty".into(),
+        ));
     }
     Ok(())
 }

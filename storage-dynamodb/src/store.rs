@@ -1267,24 +1267,7 @@ impl JournalStore for DynamoStore {
         new.validate()?;
         let key_s = new.key();
         for _ in 0..MAX_ROUNDS {
-            let record = RunRecord {
-                run_id: new.run_id.clone(),
-                idempotency_key: key_s.clone(),
-                workflow_id: new.workflow_id.clone(),
-                deployment_id: new.deployment_id.clone(),
-                tool: new.tool.clone(),
-                session_id: new.session_id.clone(),
-                call_id: new.call_id.clone(),
-                execution: new.execution,
-                status: RunStatus::Running,
-                next_seq: 1,
-                processed_seq: 0,
-                cancel_requested: false,
-                activations: 0,
-                owner: None,
-                created_at: now,
-                updated_at: now,
-            };
+            let record = new.record(now);
             let h = Header {
                 rec: record.clone(),
                 ver: 1,
@@ -1868,11 +1851,7 @@ impl JournalStore for DynamoStore {
         ttl: Duration,
         now: Timestamp,
     ) -> Result<Lease, StoreError> {
-        if worker.as_str().is_empty() || deployment.as_str().is_empty() {
-            return Err(StoreError::InvalidInput(
-                "worker id and deployment id must not be empty".into(),
-            ));
-        }
+        eve_core::store::check_worker_ids(worker, deployment)?;
         let expires_at = now.plus(ttl);
         let req = self
             .client

@@ -1101,24 +1101,7 @@ impl JournalStore for PostgresStore {
             db.notify(&mut tx, &new.deployment_id).await?;
             tx.commit().await.map_err(map_err)?;
             return Ok(CreatedRun {
-                run: RunRecord {
-                    run_id: new.run_id.clone(),
-                    idempotency_key: key,
-                    workflow_id: new.workflow_id,
-                    deployment_id: new.deployment_id,
-                    tool: new.tool,
-                    session_id: new.session_id,
-                    call_id: new.call_id,
-                    execution: new.execution,
-                    status: RunStatus::Running,
-                    next_seq: 1,
-                    processed_seq: 0,
-                    cancel_requested: false,
-                    activations: 0,
-                    owner: None,
-                    created_at: now,
-                    updated_at: now,
-                },
+                run: new.record(now),
                 created: true,
             });
         }
@@ -1625,11 +1608,7 @@ impl JournalStore for PostgresStore {
         ttl: Duration,
         now: Timestamp,
     ) -> Result<Lease, StoreError> {
-        if worker.as_str().is_empty() || deployment.as_str().is_empty() {
-            return Err(StoreError::InvalidInput(
-                "worker id and deployment id must not be empty".into(),
-            ));
-        }
+        eve_core::store::check_worker_ids(worker, deployment)?;
         let db = self.db();
         let expires_at = now.plus(ttl);
         let epoch: i64 = sqlx::query_scalar(db.sql(

@@ -651,11 +651,7 @@ impl JournalStore for SqliteStore {
         ttl: Duration,
         now: Timestamp,
     ) -> Result<Lease, StoreError> {
-        if worker.as_str().is_empty() || deployment.as_str().is_empty() {
-            return Err(StoreError::InvalidInput(
-                "worker id and deployment id must not be empty".into(),
-            ));
-        }
+        eve_core::store::check_worker_ids(worker, deployment)?;
         let (worker, deployment) = (worker.clone(), deployment.clone());
         self.call(|r| Op::Register(worker, deployment, ttl, now, r))
             .await

@@ -600,24 +600,7 @@ async fn create_run(
     );
     apply(conn, plan).await?;
     Ok(CreatedRun {
-        run: RunRecord {
-            run_id: new.run_id.clone(),
-            idempotency_key: key,
-            workflow_id: new.workflow_id,
-            deployment_id: new.deployment_id,
-            tool: new.tool,
-            session_id: new.session_id,
-            call_id: new.call_id,
-            execution: new.execution,
-            status: RunStatus::Running,
-            next_seq: 1,
-            processed_seq: 0,
-            cancel_requested: false,
-            activations: 0,
-            owner: None,
-            created_at: now,
-            updated_at: now,
-        },
+        run: new.record(now),
         created: true,
     })
 }
