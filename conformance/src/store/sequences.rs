@@ -631,15 +631,25 @@ impl Harness {
         self.note_outcome(&cb, &rb);
         let mut m1 = self.model.clone();
         let ab = check(&mut m1, &ca, &ra, now).and_then(|()| check(&mut m1, &cb, &rb, now));
-        if ab.is_ok() {
-            self.model = m1;
-            return Ok(());
-        }
         let mut m2 = self.model.clone();
         let ba = check(&mut m2, &cb, &rb, now).and_then(|()| check(&mut m2, &ca, &ra, now));
-        if ba.is_ok() {
-            self.model = m2;
-            return Ok(());
+        match (ab.is_ok(), ba.is_ok()) {
+            (true, true) => {
+                // The outcomes fit both orders (two appends to different runs of one session,
+                // say); the session logs show which order the store took.
+                let first_then_second = self.session_logs_match(&m1, &*s1).await;
+                self.model = if first_then_second { m1 } else { m2 };
+                return Ok(());
+            }
+            (true, false) => {
+                self.model = m1;
+                return Ok(());
+            }
+            (false, true) => {
+                self.model = m2;
+                return Ok(());
+            }
+            (false, false) => {}
         }
         if matches!((&ca, &cb), (Call::Claim(..), Call::Claim(..))) {
             // Racing claims may split the claimable runs between them (conditional per-run
@@ -667,6 +677,18 @@ impl Harness {
             ab.unwrap_err(),
             ba.unwrap_err()
         ))
+    }
+
+    /// Whether the store's session logs equal `model`'s (the final check compares them again).
+    async fn session_logs_match(&self, model: &Model, st: &dyn JournalStore) -> bool {
+        for s in 0..2 {
+            let s = self.session(s);
+            match st.read_session(&s, 0, 100_000).await {
+                Ok(log) if log.as_slice() == model.session_log(&s) => {}
+                _ => return false,
+            }
+        }
+        true
     }
 
     fn note_outcome(&self, call: &Call, out: &Outcome) {
