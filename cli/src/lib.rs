@@ -1,0 +1,1 @@
+//! eve-cli: the `eve` command.

@@ -1,0 +1,2 @@
+//! The `eve` binary.
+fn main() {}
