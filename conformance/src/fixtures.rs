@@ -76,6 +76,7 @@ pub fn hook(cmd: u64, token: &str) -> Event {
         cmd,
         token: token.to_owned(),
         webhook: false,
+        respond_with: None,
     }
 }
 

@@ -193,6 +193,49 @@ impl InputRequest {
     }
 }
 
+/// What a webhook answers each delivery with, set by `ctx.create_webhook_with` and recorded in
+/// its `HookCreated` event so every server process answers the same.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WebhookResponse {
+    /// HTTP status (default 200).
+    #[serde(default = "WebhookResponse::default_status")]
+    pub status: u16,
+    /// Response headers.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// The JSON body.
+    #[serde(default)]
+    pub body: serde_json::Value,
+}
+
+impl WebhookResponse {
+    fn default_status() -> u16 {
+        200
+    }
+
+    /// A 200 response with this JSON body.
+    pub fn json(body: serde_json::Value) -> Self {
+        Self {
+            status: 200,
+            headers: std::collections::BTreeMap::new(),
+            body,
+        }
+    }
+}
+
+/// The HTTP request a webhook delivery carries (the payload of its `HookReceived` event).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WebhookRequest {
+    /// The HTTP method.
+    pub method: String,
+    /// Request headers (lower-case names; repeated headers joined with ", ").
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// The body: its JSON when it parses as JSON, else the text as a JSON string.
+    #[serde(default)]
+    pub body: serde_json::Value,
+}
+
 /// An answer to an [`InputRequest`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
@@ -295,6 +338,9 @@ pub enum Event {
         token: String,
         /// Whether it is a webhook served over HTTP.
         webhook: bool,
+        /// A webhook's custom HTTP response to each delivery (`None`: 202 Accepted).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        respond_with: Option<WebhookResponse>,
     },
     /// A payload delivered to the hook of `cmd`.
     HookReceived {

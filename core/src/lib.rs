@@ -20,7 +20,7 @@ pub mod time;
 pub use error::StoreError;
 pub use event::{
     Display, Event, Execution, InputOption, InputRequest, InputResponse, OptionStyle, Payload,
-    StoredEvent,
+    StoredEvent, WebhookRequest, WebhookResponse,
 };
 pub use ids::{AppendId, CallId, DeploymentId, RequestId, RunId, SessionId, WorkerId, WorkflowId};
 pub use memory::MemoryStore;

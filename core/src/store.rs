@@ -479,6 +479,7 @@ impl Effects {
                     cmd,
                     token,
                     webhook,
+                    ..
                 } => fx.hooks_created.push((token.clone(), *cmd, *webhook)),
                 Event::InputRequested {
                     cmd,

@@ -178,6 +178,7 @@ async fn transaction_item_limit_is_refused_whole() {
             cmd: i,
             token: format!("tok-{run}-{i}"),
             webhook: false,
+            respond_with: None,
         });
         events.push(Event::InputRequested {
             cmd: 50 + i,
@@ -343,6 +344,7 @@ async fn calls_per_operation() {
                     cmd: 52,
                     token: token.clone(),
                     webhook: true,
+                    respond_with: None,
                 },
                 Event::InputRequested {
                     cmd: 53,

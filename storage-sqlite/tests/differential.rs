@@ -167,6 +167,7 @@ async fn script(s: &dyn JournalStore) -> Vec<String> {
             cmd: 1,
             token: "tok".into(),
             webhook: false,
+            respond_with: None,
         },
         Event::InputRequested {
             cmd: 2,
@@ -218,6 +219,7 @@ async fn script(s: &dyn JournalStore) -> Vec<String> {
                 cmd: 0,
                 token: "tok".into(),
                 webhook: true,
+                respond_with: None,
             }],
             13,
         ))
@@ -572,6 +574,7 @@ async fn script(s: &dyn JournalStore) -> Vec<String> {
                 cmd: 0,
                 token: "tok".into(),
                 webhook: true,
+                respond_with: None,
             }],
             1502,
         ))

@@ -423,6 +423,7 @@ impl Harness {
                 cmd,
                 token: self.token(*t),
                 webhook: t % 2 == 0,
+                respond_with: None,
             },
             Ev::Ask => {
                 let opt = |id: &str| InputOption {

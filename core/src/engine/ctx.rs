@@ -5,14 +5,17 @@
 //! event that resolves it; handles never use wakers, since the engine polls the body after every
 //! delivery.
 
+use super::agent::{agent_token, AgentCall, AgentError};
 use super::error::{StepError, StepFailed};
 use super::step::{parse_duration, RetryPolicy, StepCtx};
-use crate::event::{Execution, Payload};
-use crate::ids::{CallId, RunId, SessionId};
+use crate::event::{
+    Execution, InputRequest, InputResponse, Payload, WebhookRequest, WebhookResponse,
+};
+use crate::ids::{CallId, RequestId, RunId, SessionId};
 use crate::time::Timestamp;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
@@ -76,6 +79,22 @@ pub(crate) enum CmdKind {
     Sleep(SleepFor),
     Hook {
         token: String,
+        webhook: bool,
+        respond_with: Option<WebhookResponse>,
+    },
+    Ask {
+        request_id: RequestId,
+        request: InputRequest,
+    },
+    Agent {
+        call: AgentCall,
+        token: String,
+    },
+    Progress {
+        value: Payload,
+    },
+    Message {
+        message: Payload,
     },
 }
 
@@ -84,8 +103,21 @@ impl CmdKind {
         match self {
             CmdKind::Step { name, .. } => format!("step {name:?}"),
             CmdKind::Sleep(_) => "sleep".into(),
-            CmdKind::Hook { token } => format!("hook {token:?}"),
+            CmdKind::Hook { webhook: true, .. } => "webhook".into(),
+            CmdKind::Hook { token, .. } => format!("hook {token:?}"),
+            CmdKind::Ask { .. } => "ask".into(),
+            CmdKind::Agent { call, .. } => format!("agent {:?}", call.key),
+            CmdKind::Progress { .. } => "progress".into(),
+            CmdKind::Message { .. } => "post_message".into(),
         }
+    }
+
+    /// Whether the body waits on it (its command event must be durable before steps start).
+    pub(crate) fn is_wait(&self) -> bool {
+        matches!(
+            self,
+            CmdKind::Sleep(_) | CmdKind::Hook { .. } | CmdKind::Ask { .. } | CmdKind::Agent { .. }
+        )
     }
 }
 
@@ -106,6 +138,12 @@ pub(crate) struct Cmd {
     pub(crate) payloads: Vec<(u64, Payload)>,
     /// Hook: payloads handed to the body.
     pub(crate) consumed: usize,
+    /// Ask: the answer, with its seq.
+    pub(crate) answer: Option<(u64, InputResponse)>,
+    /// Ask: recorded (`InputRequested` in the journal) and neither answered nor withdrawn.
+    pub(crate) pending: bool,
+    /// Agent: the host acknowledged the start (`AgentStarted` in the journal).
+    pub(crate) started: bool,
 }
 
 impl Cmd {
@@ -119,6 +157,9 @@ impl Cmd {
             fired: None,
             payloads: Vec::new(),
             consumed: 0,
+            answer: None,
+            pending: false,
+            started: false,
         }
     }
 }
@@ -136,6 +177,16 @@ pub(crate) struct Core {
     /// Time of the event being delivered.
     pub(crate) now: Timestamp,
     rng: u64,
+    /// Ask commands by request id.
+    pub(crate) requests: HashMap<RequestId, u64>,
+    /// Agent keys issued (unique within the run).
+    pub(crate) agent_keys: HashSet<String>,
+    /// Webhook tokens recorded in the journal, by cmd (read back on replay, never redrawn).
+    pub(crate) webhook_tokens: HashMap<u64, String>,
+    /// The last `ctx.progress` value (the return rules' fallback output).
+    pub(crate) last_progress: Option<Payload>,
+    /// The seq of `CancelRequested`, once delivered: the abort signal.
+    pub(crate) cancel_seq: Option<u64>,
 }
 
 impl Core {
@@ -154,6 +205,11 @@ impl Core {
             hooks: 0,
             now,
             rng: h,
+            requests: HashMap::new(),
+            agent_keys: HashSet::new(),
+            webhook_tokens: HashMap::new(),
+            last_progress: None,
+            cancel_seq: None,
         }
     }
 
@@ -169,6 +225,13 @@ impl Core {
             }
             CmdKind::Hook { .. } => {
                 self.hooks += 1;
+                self.unrecorded.insert(cmd);
+            }
+            CmdKind::Ask { .. } | CmdKind::Agent { .. } => {
+                self.open.insert(cmd);
+                self.unrecorded.insert(cmd);
+            }
+            CmdKind::Progress { .. } | CmdKind::Message { .. } => {
                 self.unrecorded.insert(cmd);
             }
         }
@@ -333,12 +396,137 @@ impl WorkflowCtx {
         let token = token.into();
         let cmd = lock(&self.core).issue(CmdKind::Hook {
             token: token.clone(),
+            webhook: false,
+            respond_with: None,
         });
         Hook {
             core: self.core.clone(),
             cmd,
             token,
             _t: PhantomData,
+        }
+    }
+
+    /// Creates a webhook: an unguessable URL path (`/.well-known/workflow/v1/webhook/{token}`,
+    /// 244 random bits from the OS) that `eve serve` answers with 202 Accepted and delivers as
+    /// a [`WebhookRequest`]. The token is drawn once and read back from the journal on replay.
+    pub fn create_webhook<T: DeserializeOwned + Send + 'static>(&self) -> Webhook<T> {
+        self.webhook(None)
+    }
+
+    /// [`create_webhook`](Self::create_webhook) answering each delivery with `response`.
+    pub fn create_webhook_with<T: DeserializeOwned + Send + 'static>(
+        &self,
+        response: WebhookResponse,
+    ) -> Webhook<T> {
+        self.webhook(Some(response))
+    }
+
+    fn webhook<T: DeserializeOwned + Send + 'static>(
+        &self,
+        respond_with: Option<WebhookResponse>,
+    ) -> Webhook<T> {
+        let mut core = lock(&self.core);
+        let cmd = core.cmds.len() as u64;
+        let token = core
+            .webhook_tokens
+            .get(&cmd)
+            .cloned()
+            .unwrap_or_else(new_webhook_token);
+        core.issue(CmdKind::Hook {
+            token: token.clone(),
+            webhook: true,
+            respond_with,
+        });
+        Webhook {
+            hook: Hook {
+                core: self.core.clone(),
+                cmd,
+                token,
+                _t: PhantomData,
+            },
+        }
+    }
+
+    /// Asks a person: publishes `input.requested` on the session's channel. The handle resolves
+    /// with the answer; race it against a sleep for a deadline and await it again later.
+    /// Several requests may be outstanding; each is answered at most once (the store refuses a
+    /// second answer, an answer after the run ended, and an option that is not offered). Ending
+    /// the run withdraws it. An invalid request (empty prompt, duplicate option ids) is a bug
+    /// in the body: it panics, which parks the run as blocked.
+    pub fn ask(&self, request: InputRequest) -> Ask {
+        if let Err(e) = validate_request(&request) {
+            panic!("ctx.ask: {e}");
+        }
+        let mut core = lock(&self.core);
+        let cmd = core.cmds.len() as u64;
+        let request_id = RequestId::new(format!("{}.{cmd}", core.run_id));
+        core.requests.insert(request_id.clone(), cmd);
+        core.issue(CmdKind::Ask {
+            request_id: request_id.clone(),
+            request,
+        });
+        Ask {
+            core: self.core.clone(),
+            cmd,
+            request_id,
+        }
+    }
+
+    /// Delegates to a subagent through the registry's [`AgentHost`](super::AgentHost): the
+    /// host starts (or, with `agent_id`, continues) the child once per `(run, key)` and reports
+    /// its result with [`complete_agent`](super::complete_agent). The handle resolves with the
+    /// child's output, validated against `output_schema` when one is given.
+    ///
+    /// # Errors
+    /// [`AgentError::InvalidKey`] at the call when the key is empty or was used before in this
+    /// run (deterministic on replay); no command is issued then.
+    pub fn agent(&self, call: AgentCall) -> Result<Agent, AgentError> {
+        let mut core = lock(&self.core);
+        if call.key.trim().is_empty() {
+            return Err(AgentError::InvalidKey {
+                key: call.key,
+                reason: "an agent call needs a non-empty key, unique within the run".into(),
+            });
+        }
+        if !core.agent_keys.insert(call.key.clone()) {
+            return Err(AgentError::InvalidKey {
+                reason: format!(
+                    "key {:?} was used by an earlier agent call of this run; give each agent call its own key",
+                    call.key
+                ),
+                key: call.key,
+            });
+        }
+        let token = agent_token(&core.run_id, &call.key);
+        let key = call.key.clone();
+        let cmd = core.issue(CmdKind::Agent { call, token });
+        Ok(Agent {
+            core: self.core.clone(),
+            cmd,
+            key,
+        })
+    }
+
+    /// Reports progress. In default execution it is an `action.partial` snapshot (last write
+    /// wins per call, never in model history) and the fallback output when the body returns
+    /// `null`; in background execution it is stream-only `task.progress`. Recorded once: a
+    /// replay does not publish it again. A value that does not serialize is a bug in the body:
+    /// it panics.
+    pub fn progress<T: Serialize + ?Sized>(&self, value: &T) {
+        let value = Payload::from_value(value)
+            .unwrap_or_else(|e| panic!("ctx.progress: the value does not serialize: {e}"));
+        let mut core = lock(&self.core);
+        core.last_progress = Some(value.clone());
+        core.issue(CmdKind::Progress { value });
+    }
+
+    /// The run's cancellation signal: durable (the same on every replay), ready once a cancel
+    /// was requested. Race a step against it to run a cleanup step; steps themselves see it
+    /// through [`StepCtx::aborted`]. The body then has its tool's grace period.
+    pub fn abort_signal(&self) -> AbortSignal {
+        AbortSignal {
+            core: self.core.clone(),
         }
     }
 
@@ -673,5 +861,237 @@ impl<D: Durable> Durable for JoinAll<D> {
             max = max.max(d.resolved_seq()?);
         }
         Some(max)
+    }
+}
+
+/// 244 random bits from the OS (two v4 UUIDs), hex: the unguessable part of a webhook URL.
+fn new_webhook_token() -> String {
+    format!(
+        "wh_{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    )
+}
+
+fn validate_request(r: &InputRequest) -> Result<(), String> {
+    if r.prompt.trim().is_empty() {
+        return Err("the request needs a non-empty prompt".into());
+    }
+    let mut seen = HashSet::new();
+    for o in &r.options {
+        if o.id.is_empty() {
+            return Err("an option needs a non-empty id".into());
+        }
+        if !seen.insert(o.id.as_str()) {
+            return Err(format!("option id {:?} appears twice", o.id));
+        }
+    }
+    Ok(())
+}
+
+/// A webhook's handle (see [`WorkflowCtx::create_webhook`]): a [`Hook`] with a URL path.
+pub struct Webhook<T = WebhookRequest> {
+    hook: Hook<T>,
+}
+
+impl<T> Clone for Webhook<T> {
+    fn clone(&self) -> Self {
+        Self {
+            hook: self.hook.clone(),
+        }
+    }
+}
+
+impl<T> fmt::Debug for Webhook<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Webhook")
+            .field("cmd", &self.hook.cmd)
+            .finish()
+    }
+}
+
+/// The URL path prefix every webhook lives under.
+pub const WEBHOOK_PATH: &str = "/.well-known/workflow/v1/webhook/";
+
+impl<T: DeserializeOwned> Webhook<T> {
+    /// The token (the last path segment).
+    pub fn token(&self) -> &str {
+        self.hook.token()
+    }
+
+    /// The URL path: `/.well-known/workflow/v1/webhook/{token}`.
+    pub fn path(&self) -> String {
+        format!("{WEBHOOK_PATH}{}", self.hook.token())
+    }
+
+    /// The next delivered request, in journal order.
+    pub fn next(&self) -> HookNext<T> {
+        self.hook.next()
+    }
+}
+
+/// An [`WorkflowCtx::ask`] handle: resolves with the answer. Clone it to await it again.
+#[derive(Clone)]
+#[must_use = "the request is published whether or not it is awaited; await it for the answer"]
+pub struct Ask {
+    core: SharedCore,
+    cmd: u64,
+    request_id: RequestId,
+}
+
+impl fmt::Debug for Ask {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ask")
+            .field("cmd", &self.cmd)
+            .field("request_id", &self.request_id)
+            .finish()
+    }
+}
+
+impl Ask {
+    /// The request id a person answers (`"{run_id}.{cmd}"`).
+    pub fn request_id(&self) -> &RequestId {
+        &self.request_id
+    }
+}
+
+impl Future for Ask {
+    type Output = InputResponse;
+
+    fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<InputResponse> {
+        match &lock(&self.core).cmds[self.cmd as usize].answer {
+            Some((_, r)) => Poll::Ready(r.clone()),
+            None => Poll::Pending,
+        }
+    }
+}
+
+impl Durable for Ask {
+    fn resolved_seq(&self) -> Option<u64> {
+        lock(&self.core).cmds[self.cmd as usize]
+            .answer
+            .as_ref()
+            .map(|(s, _)| *s)
+    }
+}
+
+/// A [`WorkflowCtx::agent`] handle: resolves with the child's output. Clone it to await it
+/// again.
+#[derive(Clone)]
+#[must_use = "the child is started whether or not it is awaited; await it for its output"]
+pub struct Agent {
+    core: SharedCore,
+    cmd: u64,
+    key: String,
+}
+
+impl fmt::Debug for Agent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Agent")
+            .field("cmd", &self.cmd)
+            .field("key", &self.key)
+            .finish()
+    }
+}
+
+impl Agent {
+    /// The call's key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+impl Future for Agent {
+    type Output = Result<serde_json::Value, AgentError>;
+
+    fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let core = lock(&self.core);
+        let c = &core.cmds[self.cmd as usize];
+        let (Some((_, payload)), CmdKind::Agent { call, .. }) = (c.payloads.first(), &c.kind)
+        else {
+            return Poll::Pending;
+        };
+        Poll::Ready(super::agent::agent_outcome(call, payload))
+    }
+}
+
+impl Durable for Agent {
+    fn resolved_seq(&self) -> Option<u64> {
+        lock(&self.core).cmds[self.cmd as usize]
+            .payloads
+            .first()
+            .map(|(s, _)| *s)
+    }
+}
+
+/// The run's cancellation signal (see [`WorkflowCtx::abort_signal`]). Ready once a cancel was
+/// requested; awaiting it never consumes anything.
+#[derive(Clone)]
+pub struct AbortSignal {
+    core: SharedCore,
+}
+
+impl fmt::Debug for AbortSignal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AbortSignal")
+            .field("aborted", &self.is_aborted())
+            .finish()
+    }
+}
+
+impl AbortSignal {
+    /// Whether a cancel was requested (as of the journal event being delivered).
+    pub fn is_aborted(&self) -> bool {
+        lock(&self.core).cancel_seq.is_some()
+    }
+}
+
+impl Future for AbortSignal {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
+        if self.is_aborted() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+impl Durable for AbortSignal {
+    fn resolved_seq(&self) -> Option<u64> {
+        lock(&self.core).cancel_seq
+    }
+}
+
+/// What a background body receives besides its [`WorkflowCtx`]: the task's own operations.
+/// Only background bodies (see [`background_workflow!`](crate::background_workflow)) get one,
+/// so `post_message` outside a background run does not compile.
+#[derive(Clone)]
+pub struct TaskHandle {
+    pub(crate) core: SharedCore,
+}
+
+impl fmt::Debug for TaskHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TaskHandle")
+            .field("task_id", &lock(&self.core).run_id)
+            .finish()
+    }
+}
+
+impl TaskHandle {
+    /// The task id (the background run's id).
+    pub fn task_id(&self) -> RunId {
+        lock(&self.core).run_id.clone()
+    }
+
+    /// Sends a message to the parent agent (`task.message`, which asks for a turn). Recorded in
+    /// the journal, so it is sent exactly once even across replays. A message that does not
+    /// serialize is a bug in the body: it panics.
+    pub fn post_message<T: Serialize + ?Sized>(&self, message: &T) {
+        let message = Payload::from_value(message)
+            .unwrap_or_else(|e| panic!("task.post_message: the message does not serialize: {e}"));
+        lock(&self.core).issue(CmdKind::Message { message });
     }
 }

@@ -14,6 +14,7 @@
 //! replay see the same events in the same order. A live body stays in memory between steps
 //! and is replayed only after a suspension, an eviction or a crash.
 
+mod agent;
 mod ctx;
 mod error;
 mod replay;
@@ -21,19 +22,22 @@ mod step;
 mod tool;
 mod worker;
 
+pub use agent::{
+    agent_token, complete_agent, AgentCall, AgentError, AgentHost, AgentStart, ScriptedAgentHost,
+};
 pub use ctx::{
-    Durable, Either, Hook, HookNext, IntoSleep, JoinAll, PayloadError, Race, Select, Sleep,
-    SleepFor, StepFuture, WorkflowCtx,
+    AbortSignal, Agent, Ask, Durable, Either, Hook, HookNext, IntoSleep, JoinAll, PayloadError,
+    Race, Select, Sleep, SleepFor, StepFuture, TaskHandle, Webhook, WorkflowCtx, WEBHOOK_PATH,
 };
 pub use error::{
     EngineError, NonDeterminism, StepError, StepFailed, WorkflowError, CODE_BODY_PANIC,
     CODE_MISSING_WORKFLOW, CODE_NON_DETERMINISM, CODE_POISON, CODE_STUCK,
 };
-pub use replay::GUARD_CMD;
+pub use replay::{GRACE_CMD, GUARD_CMD};
 pub use step::{parse_duration, RetryPolicy, StepCtx};
 pub use tool::{
     define_tool, define_workflow_tool, resume_hook, start_tool_call, Registry, Tool, ToolCtx,
-    Workflow, WorkflowTool,
+    Workflow, WorkflowTool, DEFAULT_GRACE,
 };
 pub use worker::{
     ActivationEnd, Clock, ManualClock, ReplayReport, SystemClock, Worker, WorkerConfig,

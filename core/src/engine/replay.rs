@@ -1,10 +1,12 @@
 //! The deterministic executor: polls one body on the calling thread with a flag waker and
 //! delivers journal events to it strictly in seq order, polling until stuck after each.
 
+use super::agent::AgentCall;
 use super::ctx::{lock, BoxFuture, CallInfo, CmdKind, Core, SharedCore, SleepFor, WorkflowCtx};
 use super::error::{NonDeterminism, StepFailed, CODE_BODY_PANIC, CODE_STUCK};
 use super::tool::WorkflowTool;
-use crate::event::{Event, Payload, StoredEvent};
+use crate::event::{Event, Execution, Payload, StoredEvent};
+use crate::ids::RequestId;
 use crate::ids::RunId;
 use crate::time::Timestamp;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -19,6 +21,10 @@ use std::task::{Context, Poll, Wake, Waker};
 /// 2^53 − 1: far past any real command counter, and exact in an `i64` column and in a
 /// JavaScript number.
 pub const GUARD_CMD: u64 = (1 << 53) - 1;
+
+/// The engine-internal timer command of a cancelled run's grace deadline: when it is due the
+/// run ends cancelled, whatever the body is doing. Replay skips it like [`GUARD_CMD`].
+pub const GRACE_CMD: u64 = (1 << 53) - 2;
 
 /// What the body returned: the output, or the error the run fails with.
 pub(crate) type BodyOutcome = Result<Payload, String>;
@@ -80,6 +86,11 @@ pub(crate) struct Executor {
     pub(crate) ended: bool,
     /// Events delivered (for replay measurements).
     pub(crate) delivered: u64,
+    /// Default or background: the return rules differ.
+    execution: Execution,
+    session: crate::ids::SessionId,
+    /// The grace deadline of a cancelled run, once recorded.
+    pub(crate) grace_at: Option<Timestamp>,
 }
 
 impl std::fmt::Debug for Executor {
@@ -133,7 +144,86 @@ impl Executor {
             guard_set: false,
             ended: false,
             delivered: 0,
+            execution: *execution,
+            session: session_id.clone(),
+            grace_at: None,
         })
+    }
+
+    /// Reads ahead in the journal for what the body must get back at the call rather than at
+    /// delivery: the webhook tokens drawn on the first run.
+    pub(crate) fn prescan(&mut self, events: &[StoredEvent]) {
+        let mut core = lock(&self.core);
+        for ev in events {
+            if let Event::HookCreated {
+                cmd,
+                token,
+                webhook: true,
+                ..
+            } = &ev.event
+            {
+                core.webhook_tokens.insert(*cmd, token.clone());
+            }
+        }
+    }
+
+    /// The run's session.
+    pub(crate) fn session_id(&self) -> crate::ids::SessionId {
+        self.session.clone()
+    }
+
+    /// The seq of `CancelRequested`, once delivered.
+    pub(crate) fn cancel_seq(&self) -> Option<u64> {
+        lock(&self.core).cancel_seq
+    }
+
+    /// Requests recorded and neither answered nor withdrawn, in cmd order.
+    pub(crate) fn pending_requests(&self) -> Vec<RequestId> {
+        let core = lock(&self.core);
+        core.cmds
+            .iter()
+            .filter_map(|c| match &c.kind {
+                CmdKind::Ask { request_id, .. } if c.pending => Some(request_id.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Agent calls recorded whose host has not acknowledged the start and whose result has
+    /// not arrived, except those in `starting`.
+    pub(crate) fn agents_to_start(&self, starting: &[u64]) -> Vec<(u64, AgentCall)> {
+        let core = lock(&self.core);
+        core.open
+            .iter()
+            .filter_map(|&i| {
+                let c = &core.cmds[i as usize];
+                match &c.kind {
+                    CmdKind::Agent { call, .. }
+                        if !c.started
+                            && c.payloads.is_empty()
+                            && !core.unrecorded.contains(&i)
+                            && !starting.contains(&i) =>
+                    {
+                        Some((i, call.clone()))
+                    }
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+
+    /// Keys of agent calls still waiting for their child's result.
+    pub(crate) fn pending_agents(&self) -> Vec<String> {
+        let core = lock(&self.core);
+        core.open
+            .iter()
+            .filter_map(|&i| match &core.cmds[i as usize].kind {
+                CmdKind::Agent { call, .. } if core.cmds[i as usize].payloads.is_empty() => {
+                    Some(call.key.clone())
+                }
+                _ => None,
+            })
+            .collect()
     }
 
     /// Delivers the next journal event and polls the body until it is stuck.
@@ -221,6 +311,10 @@ impl Executor {
             }
             Event::SleepScheduled { cmd, .. } if *cmd == GUARD_CMD => self.guard_set = true,
             Event::SleepFired { cmd } if *cmd == GUARD_CMD => self.guard_set = false,
+            Event::SleepScheduled { cmd, wake_at } if *cmd == GRACE_CMD => {
+                self.grace_at = Some(*wake_at)
+            }
+            Event::SleepFired { cmd } if *cmd == GRACE_CMD => {}
             Event::SleepScheduled { cmd, wake_at } => {
                 check(&core, *cmd, "sleep".into(), &|k| {
                     matches!(k, CmdKind::Sleep(_))
@@ -235,39 +329,92 @@ impl Executor {
                 core.open.remove(cmd);
                 core.cmds[*cmd as usize].fired = Some(ev.seq);
             }
-            Event::HookCreated { cmd, token, .. } => {
-                check(
-                    &core,
-                    *cmd,
-                    format!("hook {token:?}"),
-                    &|k| matches!(k, CmdKind::Hook { token: t } if t == token),
-                )?;
+            Event::HookCreated {
+                cmd,
+                token,
+                webhook,
+                ..
+            } => {
+                let what = if *webhook {
+                    "webhook".to_owned()
+                } else {
+                    format!("hook {token:?}")
+                };
+                check(&core, *cmd, what, &|k| match k {
+                    CmdKind::Hook { token: t, .. } | CmdKind::Agent { token: t, .. } => t == token,
+                    _ => false,
+                })?;
                 core.unrecorded.remove(cmd);
             }
             Event::HookReceived { cmd, payload } => {
                 check(&core, *cmd, "a hook".into(), &|k| {
-                    matches!(k, CmdKind::Hook { .. })
+                    matches!(k, CmdKind::Hook { .. } | CmdKind::Agent { .. })
                 })?;
-                core.cmds[*cmd as usize]
-                    .payloads
-                    .push((ev.seq, payload.clone()));
+                let c = &mut core.cmds[*cmd as usize];
+                c.payloads.push((ev.seq, payload.clone()));
+                if matches!(c.kind, CmdKind::Agent { .. }) {
+                    core.open.remove(cmd);
+                }
             }
-            Event::InputRequested { cmd, .. }
-            | Event::AgentStarted { cmd, .. }
-            | Event::Progress { cmd, .. }
-            | Event::MessagePosted { cmd, .. } => {
-                // Kinds this engine does not issue yet: any body command here is a mismatch.
-                check(&core, *cmd, ev.event.kind().to_owned(), &|_| false)?;
+            Event::InputRequested {
+                cmd, request_id, ..
+            } => {
+                check(
+                    &core,
+                    *cmd,
+                    "ask".into(),
+                    &|k| matches!(k, CmdKind::Ask { request_id: r, .. } if r == request_id),
+                )?;
+                core.unrecorded.remove(cmd);
+                core.cmds[*cmd as usize].pending = true;
+            }
+            Event::InputAnswered {
+                request_id,
+                response,
+            } => {
+                if let Some(cmd) = core.requests.get(request_id).copied() {
+                    core.open.remove(&cmd);
+                    let c = &mut core.cmds[cmd as usize];
+                    c.pending = false;
+                    c.answer = Some((ev.seq, response.clone()));
+                }
+            }
+            Event::InputWithdrawn { request_id } => {
+                if let Some(cmd) = core.requests.get(request_id).copied() {
+                    core.open.remove(&cmd);
+                    core.cmds[cmd as usize].pending = false;
+                }
+            }
+            Event::AgentStarted { cmd, key, .. } => {
+                check(
+                    &core,
+                    *cmd,
+                    format!("agent {key:?}"),
+                    &|k| matches!(k, CmdKind::Agent { call, .. } if &call.key == key),
+                )?;
+                core.cmds[*cmd as usize].started = true;
+            }
+            Event::Progress { cmd, .. } => {
+                check(&core, *cmd, "progress".into(), &|k| {
+                    matches!(k, CmdKind::Progress { .. })
+                })?;
+                core.unrecorded.remove(cmd);
+            }
+            Event::MessagePosted { cmd, .. } => {
+                check(&core, *cmd, "post_message".into(), &|k| {
+                    matches!(k, CmdKind::Message { .. })
+                })?;
+                core.unrecorded.remove(cmd);
+            }
+            Event::CancelRequested { .. } => {
+                core.cancel_seq.get_or_insert(ev.seq);
             }
             Event::RunCompleted { .. } | Event::RunFailed { .. } | Event::RunCancelled => {
                 self.ended = true;
             }
             Event::RunStarted { .. }
-            | Event::InputAnswered { .. }
-            | Event::InputWithdrawn { .. }
             | Event::AgentCompleted { .. }
             | Event::AgentFailed { .. }
-            | Event::CancelRequested { .. }
             | Event::RunBlocked { .. }
             | Event::RunResumed => {}
         }
@@ -296,26 +443,42 @@ impl Executor {
                 }
                 Ok(Poll::Ready(out)) => {
                     self.body = None;
-                    self.finished = Some(out);
+                    self.finished = Some(self.return_rules(out));
                     return Ok(());
                 }
                 Ok(Poll::Pending) if flag.0.load(Ordering::SeqCst) => continue,
                 Ok(Poll::Pending) => break,
             }
         }
-        if lock(&self.core).has_outstanding() {
+        let core = lock(&self.core);
+        // A cancelled body waiting on a withdrawn request or a dropped timer is abandoned at
+        // the end of its grace period, not parked as stuck.
+        if core.has_outstanding() || core.cancel_seq.is_some() {
             Ok(())
         } else {
             Err(Stop::Stuck)
         }
     }
 
-    /// Command events for waits the body issued that the journal does not hold yet, in cmd
-    /// order; sleeps get `wake_at = now + duration`.
-    pub(crate) fn unrecorded_waits(&self, now: Timestamp) -> Vec<Event> {
+    /// The seed's return rules: a default-execution body that returns `null` settles with its
+    /// last progress value (if any); a background body's `null` stays `null`.
+    fn return_rules(&self, out: BodyOutcome) -> BodyOutcome {
+        match out {
+            Ok(p) if p.is_null() && self.execution == Execution::Default => {
+                Ok(lock(&self.core).last_progress.clone().unwrap_or(p))
+            }
+            other => other,
+        }
+    }
+
+    /// Command events the body issued that the journal does not hold yet, in cmd order: waits
+    /// (sleeps get `wake_at = now + duration`) and progress/messages. With `waits: false` (a
+    /// cancelled run in its grace period, where no new wait is published) only the latter.
+    pub(crate) fn unrecorded_commands(&self, now: Timestamp, waits: bool) -> Vec<Event> {
         let core = lock(&self.core);
         core.unrecorded
             .iter()
+            .filter(|&&cmd| waits || !core.cmds[cmd as usize].kind.is_wait())
             .filter_map(|&cmd| match &core.cmds[cmd as usize].kind {
                 CmdKind::Sleep(SleepFor::Duration(d)) => Some(Event::SleepScheduled {
                     cmd,
@@ -324,10 +487,37 @@ impl Executor {
                 CmdKind::Sleep(SleepFor::Until(at)) => {
                     Some(Event::SleepScheduled { cmd, wake_at: *at })
                 }
-                CmdKind::Hook { token } => Some(Event::HookCreated {
+                CmdKind::Hook {
+                    token,
+                    webhook,
+                    respond_with,
+                } => Some(Event::HookCreated {
+                    cmd,
+                    token: token.clone(),
+                    webhook: *webhook,
+                    respond_with: respond_with.clone(),
+                }),
+                CmdKind::Agent { token, .. } => Some(Event::HookCreated {
                     cmd,
                     token: token.clone(),
                     webhook: false,
+                    respond_with: None,
+                }),
+                CmdKind::Ask {
+                    request_id,
+                    request,
+                } => Some(Event::InputRequested {
+                    cmd,
+                    request_id: request_id.clone(),
+                    request: request.clone(),
+                }),
+                CmdKind::Progress { value } => Some(Event::Progress {
+                    cmd,
+                    value: value.clone(),
+                }),
+                CmdKind::Message { message } => Some(Event::MessagePosted {
+                    cmd,
+                    message: message.clone(),
                 }),
                 CmdKind::Step { .. } => None,
             })

@@ -66,6 +66,7 @@ pub struct StepCtx {
     pub(crate) cmd: u64,
     pub(crate) name: String,
     pub(crate) attempt: u32,
+    pub(crate) abort: tokio::sync::watch::Receiver<bool>,
 }
 
 impl StepCtx {
@@ -77,6 +78,22 @@ impl StepCtx {
     /// The step's command counter.
     pub fn cmd(&self) -> u64 {
         self.cmd
+    }
+
+    /// Whether the run's cancellation was requested while this attempt runs.
+    pub fn is_aborted(&self) -> bool {
+        *self.abort.borrow()
+    }
+
+    /// Completes once the run's cancellation is requested (the abort signal reached this
+    /// attempt); pending forever otherwise. Select on it to stop long work early.
+    pub async fn aborted(&self) {
+        let mut rx = self.abort.clone();
+        if rx.wait_for(|a| *a).await.is_err() {
+            // The activation dropped the sender: it is gone and so is this attempt's reason
+            // to run; never resolve.
+            std::future::pending::<()>().await;
+        }
     }
 
     /// The step's name.

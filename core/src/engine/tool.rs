@@ -2,7 +2,7 @@
 //! tools (a [`ToolCtx`], no durable operations), the [`Registry`], and the entry points that
 //! start runs and deliver hook payloads.
 
-use super::ctx::{BoxFuture, WorkflowCtx};
+use super::ctx::{BoxFuture, TaskHandle, WorkflowCtx};
 use super::error::{EngineError, WorkflowError};
 use super::replay::BodyOutcome;
 use crate::event::{Execution, Payload};
@@ -28,6 +28,7 @@ pub(crate) type ErasedBody =
 pub struct Workflow<I, O> {
     id: WorkflowId,
     module: &'static str,
+    execution: Execution,
     body: ErasedBody,
     _t: PhantomData<fn(I) -> O>,
 }
@@ -55,26 +56,50 @@ where
         F: Fn(WorkflowCtx, I) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<O, WorkflowError>> + Send + 'static,
     {
-        let id = match without_crate(module_path) {
-            Some(m) => format!("{m}::{fn_name}"),
-            None => fn_name.to_owned(),
-        };
         let body: ErasedBody = Arc::new(move |ctx: WorkflowCtx, input: &Payload| {
             let input: I = input.to_value().map_err(|e| {
                 format!("recorded input does not fit the workflow's input type: {e}")
             })?;
             let fut = f(ctx, input);
-            Ok(Box::pin(async move {
-                match fut.await {
-                    Ok(out) => Payload::from_value(&out)
-                        .map_err(|e| format!("the workflow's output does not serialize: {e}")),
-                    Err(e) => Err(e.message().to_owned()),
-                }
-            }) as BoxFuture<BodyOutcome>)
+            Ok(Box::pin(async move { finish(fut.await) }) as BoxFuture<BodyOutcome>)
         });
+        Self::erased(module_path, fn_name, Execution::Default, body)
+    }
+
+    /// Used by [`background_workflow!`](crate::background_workflow); call the macro instead.
+    #[doc(hidden)]
+    pub fn __new_background<F, Fut>(module_path: &'static str, fn_name: &'static str, f: F) -> Self
+    where
+        F: Fn(WorkflowCtx, TaskHandle, I) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, WorkflowError>> + Send + 'static,
+    {
+        let body: ErasedBody = Arc::new(move |ctx: WorkflowCtx, input: &Payload| {
+            let input: I = input.to_value().map_err(|e| {
+                format!("recorded input does not fit the workflow's input type: {e}")
+            })?;
+            let task = TaskHandle {
+                core: ctx.core.clone(),
+            };
+            let fut = f(ctx, task, input);
+            Ok(Box::pin(async move { finish(fut.await) }) as BoxFuture<BodyOutcome>)
+        });
+        Self::erased(module_path, fn_name, Execution::Background, body)
+    }
+
+    fn erased(
+        module_path: &'static str,
+        fn_name: &'static str,
+        execution: Execution,
+        body: ErasedBody,
+    ) -> Self {
+        let id = match without_crate(module_path) {
+            Some(m) => format!("{m}::{fn_name}"),
+            None => fn_name.to_owned(),
+        };
         Self {
             id: WorkflowId::new(id),
             module: module_path,
+            execution,
             body,
             _t: PhantomData,
         }
@@ -91,6 +116,30 @@ where
     pub fn id(&self) -> &WorkflowId {
         &self.id
     }
+}
+
+/// A body's result as the run's outcome.
+fn finish<O: Serialize>(out: Result<O, WorkflowError>) -> BodyOutcome {
+    match out {
+        Ok(out) => Payload::from_value(&out)
+            .map_err(|e| format!("the workflow's output does not serialize: {e}")),
+        Err(e) => Err(e.message().to_owned()),
+    }
+}
+
+/// Marks an `async fn(WorkflowCtx, TaskHandle, I) -> Result<O, WorkflowError>` as a background
+/// workflow body: a tool defined from it runs in the background (the call returns
+/// `{status: "working", taskId}` at once) and only its body gets a [`TaskHandle`], so
+/// `post_message` exists nowhere else. Ids as for [`workflow!`](crate::workflow).
+#[macro_export]
+macro_rules! background_workflow {
+    ($f:ident) => {
+        $crate::engine::Workflow::__new_background(
+            ::core::module_path!(),
+            ::core::stringify!($f),
+            $f,
+        )
+    };
 }
 
 /// Marks an `async fn(WorkflowCtx, I) -> Result<O, WorkflowError>` as a workflow body; the
@@ -115,6 +164,7 @@ pub struct WorkflowTool {
     description: String,
     workflow_id: WorkflowId,
     execution: Execution,
+    grace: std::time::Duration,
     input_schema: serde_json::Value,
     validate: fn(&serde_json::Value) -> Result<(), String>,
     pub(crate) body: ErasedBody,
@@ -179,18 +229,37 @@ where
         name,
         description: description.into(),
         workflow_id: workflow.id,
-        execution: Execution::Default,
+        execution: workflow.execution,
+        grace: DEFAULT_GRACE,
         input_schema: serde_json::to_value(&schema).unwrap_or(serde_json::Value::Null),
         validate: validate_as::<I>,
         body: workflow.body,
     }
 }
 
+/// How long a cancelled run's body may keep running cleanup steps (see
+/// [`WorkflowTool::grace`]).
+pub const DEFAULT_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
+
 impl WorkflowTool {
-    /// Runs in the background: the call returns a task receipt at once.
+    /// Runs in the background: the call returns a task receipt at once. (A body that needs
+    /// `post_message` is made with [`background_workflow!`](crate::background_workflow).)
     pub fn background(mut self) -> Self {
         self.execution = Execution::Background;
         self
+    }
+
+    /// The cancellation grace period: after a cancel request the body may run steps (cleanup)
+    /// this long; then the run ends cancelled whether or not the body finished (default
+    /// [`DEFAULT_GRACE`]).
+    pub fn grace(mut self, grace: std::time::Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// The cancellation grace period.
+    pub fn grace_period(&self) -> std::time::Duration {
+        self.grace
     }
 
     /// Overrides the model-visible name.
@@ -241,6 +310,7 @@ impl WorkflowTool {
 #[derive(Clone, Debug)]
 pub struct Registry {
     deployment: DeploymentId,
+    agent_host: Option<Arc<dyn super::AgentHost>>,
     by_id: BTreeMap<WorkflowId, Arc<WorkflowTool>>,
     by_name: BTreeMap<String, WorkflowId>,
 }
@@ -250,6 +320,7 @@ impl Registry {
     pub fn new(deployment: impl Into<DeploymentId>) -> Self {
         Self {
             deployment: deployment.into(),
+            agent_host: None,
             by_id: BTreeMap::new(),
             by_name: BTreeMap::new(),
         }
@@ -284,6 +355,18 @@ impl Registry {
             panic!("{e}");
         }
         self
+    }
+
+    /// Starts the children of `ctx.agent` calls with `host`. Without one, agent calls fail
+    /// with an error that says so.
+    pub fn with_agent_host(mut self, host: Arc<dyn super::AgentHost>) -> Self {
+        self.agent_host = Some(host);
+        self
+    }
+
+    /// The agent host, if any.
+    pub fn agent_host(&self) -> Option<&Arc<dyn super::AgentHost>> {
+        self.agent_host.as_ref()
     }
 
     /// The deployment id.

@@ -2,9 +2,10 @@
 //! steps on tokio, appends every outcome before the body sees it, and shares work with other
 //! workers through the store's leases.
 
+use super::agent::{result_payload, AgentStart};
 use super::ctx::BoxFuture;
 use super::error::{StepError, CODE_MISSING_WORKFLOW, CODE_POISON};
-use super::replay::{Executor, Stop, GUARD_CMD};
+use super::replay::{Executor, Stop, GRACE_CMD, GUARD_CMD};
 use super::step::{RetryPolicy, StepCtx};
 use super::tool::Registry;
 use crate::error::StoreError;
@@ -124,6 +125,9 @@ pub enum ActivationEnd {
     Completed,
     /// The run failed (a body error, a step failure that escaped, a missing workflow).
     Failed(String),
+    /// The run ended cancelled (its body finished its grace period, or had nothing left to
+    /// run).
+    Cancelled,
     /// The body waits on a timer or a delivery; the run was released.
     Suspended,
     /// The run was parked as blocked (non-determinism, panicking body, poison), with the reason.
@@ -668,6 +672,7 @@ impl Inner {
                 return Ok(ActivationEnd::Failed(error));
             }
         };
+        exec.prescan(&events);
         for ev in &events {
             if let Err(stop) = exec.deliver(ev) {
                 return self.block(run, next_seq, stop.reason()).await;
@@ -678,14 +683,54 @@ impl Inner {
         }
         debug!(events = events.len(), "replayed");
         drop(events);
-        let result = self.live(run, &mut exec).await;
-        result
+        let grace = tool.grace_period();
+        self.live(run, &mut exec, grace).await
+    }
+
+    /// Ends the run with `terminal` (`RunCompleted`, `RunFailed` or `RunCancelled`): the one
+    /// cleanup for every end. The same append records the body's unrecorded progress and
+    /// messages and withdraws every pending request (the store disposes hooks and drops timers
+    /// when the run ends). Deliveries that got in first are read and folded in; the outcome is
+    /// decided and does not change.
+    async fn finish(
+        &self,
+        run: &RunId,
+        exec: &mut Executor,
+        terminal: Event,
+    ) -> Result<(), StoreError> {
+        loop {
+            let mut events = exec.unrecorded_commands(self.clock.now(), false);
+            events.extend(
+                exec.pending_requests()
+                    .into_iter()
+                    .map(|request_id| Event::InputWithdrawn { request_id }),
+            );
+            let last = events.len() < crate::store::MAX_EVENTS_PER_APPEND;
+            if last {
+                events.push(terminal.clone());
+            } else {
+                events.truncate(crate::store::MAX_EVENTS_PER_APPEND);
+            }
+            match self.append_deliver(run, exec, events).await? {
+                Ok(Appendix::Done) if last => return Ok(()),
+                // A delivery that cannot be replayed any more changes nothing: the body is done.
+                Ok(_) | Err(_) => {}
+            }
+        }
     }
 
     /// The live part of an activation, once the journal is exhausted.
-    async fn live(&self, run: &RunId, exec: &mut Executor) -> Result<ActivationEnd, StoreError> {
+    async fn live(
+        &self,
+        run: &RunId,
+        exec: &mut Executor,
+        grace: Duration,
+    ) -> Result<ActivationEnd, StoreError> {
         let (tx, mut rx) = mpsc::unbounded_channel::<StepResult>();
+        let (agent_tx, mut agent_rx) = mpsc::unbounded_channel::<(u64, Result<String, String>)>();
+        let (abort_tx, abort_rx) = watch::channel(false);
         let mut running: HashMap<u64, Running> = HashMap::new();
+        let mut starting: HashMap<u64, (AgentStart, tokio::task::AbortHandle)> = HashMap::new();
         let mut outbox: Vec<Event> = Vec::new();
         let abort_all = |running: &HashMap<u64, Running>| {
             for r in running.values() {
@@ -694,30 +739,71 @@ impl Inner {
         };
         loop {
             let now = self.clock.now();
-            if let Some(out) = exec.finished.take() {
+            let cancelling = exec.cancel_seq().is_some();
+            if cancelling {
+                abort_tx.send_replace(true);
+            }
+            let past_grace = exec.grace_at.is_some_and(|at| at <= now);
+            if exec.finished.is_some() || past_grace {
                 abort_all(&running);
+                for (_, h) in starting.values() {
+                    h.abort();
+                }
+                let out = exec.finished.take();
                 let (event, end) = match out {
-                    Ok(output) => (Event::RunCompleted { output }, ActivationEnd::Completed),
-                    Err(error) => (
+                    _ if cancelling => (Event::RunCancelled, ActivationEnd::Cancelled),
+                    Some(Ok(output)) => (Event::RunCompleted { output }, ActivationEnd::Completed),
+                    Some(Err(error)) => (
                         Event::RunFailed {
                             error: error.clone(),
                         },
                         ActivationEnd::Failed(error),
                     ),
+                    None => unreachable!("past the grace period only when cancelling"),
                 };
-                self.append_final(run, exec.next_seq, event).await?;
+                self.finish(run, exec, event).await?;
                 return Ok(end);
             }
-            let mut batch = exec.unrecorded_waits(now);
+            let mut batch = exec.unrecorded_commands(now, !cancelling);
+            if cancelling && exec.grace_at.is_none() {
+                // The cancel request is seen for the first time: withdraw pending requests at
+                // once, journal the grace deadline as a durable timer, cancel child agents.
+                batch.extend(
+                    exec.pending_requests()
+                        .into_iter()
+                        .map(|request_id| Event::InputWithdrawn { request_id }),
+                );
+                batch.push(Event::SleepScheduled {
+                    cmd: GRACE_CMD,
+                    wake_at: now.plus(grace),
+                });
+                if let Some(host) = self.registry.agent_host() {
+                    for key in exec.pending_agents() {
+                        host.cancel(run, &key).await;
+                    }
+                }
+            }
             batch.extend(outbox.iter().cloned());
-            for (cmd, at) in exec.pending_sleeps() {
-                if at <= now {
-                    batch.push(Event::SleepFired { cmd });
+            if !cancelling {
+                for (cmd, at) in exec.pending_sleeps() {
+                    if at <= now {
+                        batch.push(Event::SleepFired { cmd });
+                    }
                 }
             }
             let running_keys: Vec<u64> = running.keys().copied().collect();
             let runnable = exec.runnable_steps(now, &running_keys);
-            if !exec.guard_set && (!runnable.is_empty() || !running.is_empty()) {
+            let starting_keys: Vec<u64> = starting.keys().copied().collect();
+            let to_start = if cancelling {
+                Vec::new()
+            } else {
+                exec.agents_to_start(&starting_keys)
+            };
+            let busy = !runnable.is_empty()
+                || !running.is_empty()
+                || !to_start.is_empty()
+                || !starting.is_empty();
+            if !exec.guard_set && busy {
                 batch.push(Event::SleepScheduled {
                     cmd: GUARD_CMD,
                     wake_at: now.plus(self.config.lease_ttl),
@@ -727,8 +813,8 @@ impl Inner {
                 batch.truncate(crate::store::MAX_EVENTS_PER_APPEND);
                 match self.append_deliver(run, exec, batch).await {
                     Ok(Ok(Appendix::Done)) => {
-                        // Drop the outcomes that were written (a full batch may have left some).
-                        outbox.retain(|e| !step_outcome_recorded(exec, e));
+                        // Drop what was written (a full batch may have left some).
+                        outbox.retain(|e| !outbox_recorded(exec, e));
                         continue;
                     }
                     Ok(Ok(Appendix::Conflict)) => continue,
@@ -742,12 +828,43 @@ impl Inner {
                     }
                 }
             }
+            for (cmd, call) in to_start {
+                let start = AgentStart {
+                    run_id: run.clone(),
+                    session_id: exec.session_id(),
+                    key: call.key.clone(),
+                    target: call.target.clone(),
+                    message: call.message.clone(),
+                    agent_id: call.agent_id.clone(),
+                };
+                let Some(host) = self.registry.agent_host().cloned() else {
+                    outbox.push(Event::HookReceived {
+                        cmd,
+                        payload: result_payload(Err(format!(
+                            "no AgentHost is configured in the registry of deployment {}; add one with Registry::with_agent_host",
+                            self.registry.deployment()
+                        ))),
+                    });
+                    continue;
+                };
+                let tx = agent_tx.clone();
+                let req = start.clone();
+                let task = tokio::spawn(async move {
+                    let r = host.start(req).await;
+                    let _ = tx.send((cmd, r));
+                });
+                starting.insert(cmd, (start, task.abort_handle()));
+            }
+            if !outbox.is_empty() {
+                continue;
+            }
             for s in runnable {
                 let sc = StepCtx {
                     run_id: run.clone(),
                     cmd: s.cmd,
                     name: s.name.clone(),
                     attempt: s.attempt,
+                    abort: abort_rx.clone(),
                 };
                 let tx = tx.clone();
                 let runner = s.runner.clone();
@@ -784,7 +901,14 @@ impl Inner {
                     },
                 );
             }
-            if running.is_empty() {
+            if running.is_empty() && starting.is_empty() {
+                // A cancelled body with no step to run before its deadline can do nothing more:
+                // it is abandoned now rather than at the end of the grace period.
+                let grace_at = exec.grace_at.unwrap_or(now);
+                if cancelling && exec.next_retry().is_none_or(|at| at >= grace_at) {
+                    self.finish(run, exec, Event::RunCancelled).await?;
+                    return Ok(ActivationEnd::Cancelled);
+                }
                 if exec.guard_set {
                     match self
                         .append_deliver(run, exec, vec![Event::SleepFired { cmd: GUARD_CMD }])
@@ -802,11 +926,16 @@ impl Inner {
                 .await?;
                 return Ok(ActivationEnd::Suspended);
             }
-            let next_timer = exec
-                .pending_sleeps()
+            let sleeps = if cancelling {
+                Vec::new()
+            } else {
+                exec.pending_sleeps()
+            };
+            let next_timer = sleeps
                 .into_iter()
                 .map(|(_, at)| at)
                 .chain(exec.next_retry())
+                .chain(exec.grace_at)
                 .min();
             let timer = async {
                 match next_timer {
@@ -827,6 +956,22 @@ impl Inner {
                         }
                     }
                 }
+                Some((cmd, result)) = agent_rx.recv() => {
+                    if let Some((start, _)) = starting.remove(&cmd) {
+                        outbox.push(match result {
+                            Ok(agent_id) => Event::AgentStarted {
+                                cmd,
+                                key: start.key,
+                                target: start.target,
+                                agent_id: Some(agent_id),
+                            },
+                            Err(e) => Event::HookReceived {
+                                cmd,
+                                payload: result_payload(Err(format!("the agent host could not start the child: {e}"))),
+                            },
+                        });
+                    }
+                }
                 _ = timer => {}
                 _ = tokio::time::sleep(self.config.poll_interval) => {
                     let rec = self.retrying(|| self.store.get_run(run)).await?;
@@ -842,18 +987,22 @@ impl Inner {
     }
 }
 
-/// Whether the journal (as delivered to `exec`) holds the outcome event `e`.
-fn step_outcome_recorded(exec: &Executor, e: &Event) -> bool {
-    let (cmd, attempt) = match e {
-        Event::StepCompleted { cmd, attempt, .. } | Event::StepFailed { cmd, attempt, .. } => {
-            (*cmd, *attempt)
-        }
-        _ => return true,
-    };
+/// Whether the journal (as delivered to `exec`) holds the outbox event `e`: a step outcome,
+/// an agent's start acknowledgement or its start failure.
+fn outbox_recorded(exec: &Executor, e: &Event) -> bool {
     let core = super::ctx::lock(&exec.core);
-    core.cmds
-        .get(cmd as usize)
-        .is_none_or(|c| c.attempts >= attempt)
+    let cmd = |cmd: &u64| core.cmds.get(*cmd as usize);
+    match e {
+        Event::StepCompleted {
+            cmd: c, attempt, ..
+        }
+        | Event::StepFailed {
+            cmd: c, attempt, ..
+        } => cmd(c).is_none_or(|c| c.attempts >= *attempt),
+        Event::AgentStarted { cmd: c, .. } => cmd(c).is_none_or(|c| c.started),
+        Event::HookReceived { cmd: c, .. } => cmd(c).is_none_or(|c| !c.payloads.is_empty()),
+        _ => true,
+    }
 }
 
 fn outcome_event(

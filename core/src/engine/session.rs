@@ -1,0 +1,728 @@
+//! [`Session`]: the agent conversation a tool call belongs to, seen from the host.
+//!
+//! A session owns its tool calls' runs. Everything it knows lives in the store (the runs indexed
+//! by session, the per-session log, the pending requests), so a `Session` handle is a cheap view:
+//! a host process may drop it, restart, open a new one on the same store and continue — follow
+//! the channel from the seq it had reached, answer a request asked days ago, cancel a task.
+//!
+//! - **Tool calls: one call, one result.** [`Session::call_tool`] starts the run. A
+//!   default-execution call is parked ([`ToolCallStart::Parked`]) until the run ends and is then
+//!   settled once ([`Session::settlement`], [`Session::wait_settled`]) with the output, the error
+//!   or the cancellation. A background call's one result is its receipt
+//!   ([`ToolCallStart::Working`], `{"status":"working","taskId":…}`); what follows arrives as
+//!   session events (`task.progress`, `task.message`, `task.completed`, …).
+//! - **The channel.** [`Session::events`] pages the persisted log; [`Session::follow`] is a
+//!   stream of it from any seq that keeps going as new entries land. [`SessionEventExt`] tells
+//!   what the parent agent must act on from what is stream-only.
+//! - **The turn policy.** [`Session::user_message`]: a `queue` message waits for the parked
+//!   default-execution calls; a `steer` message cancels the turn, i.e. those calls' runs (the
+//!   engine then withdraws their requests and settles them cancelled). Background runs are not
+//!   part of a turn and survive it. Answering a request ([`Session::answer`]) never steers.
+//! - **The task index.** [`Session::tasks`] lists the background runs with their status;
+//!   [`Session::task_cancel`] cancels one; [`Session::end`] cancels them all.
+
+use super::error::EngineError;
+use super::tool::{start_tool_call, Registry};
+use super::worker::Clock;
+use crate::error::StoreError;
+use crate::event::{Execution, InputResponse};
+use crate::ids::{CallId, RequestId, RunId, SessionId};
+use crate::session::{SessionEntry, SessionEvent, ToolResult};
+use crate::store::{
+    CancelOutcome, JournalStore, PendingRequest, RunQuery, RunRecord, RunStatus, READ_PAGE,
+};
+use futures::Stream;
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often [`Session::wait_settled`] and [`Session::follow`] look at the store for new
+/// entries when they have caught up (the default; see [`Session::with_poll_interval`]).
+pub const DEFAULT_SESSION_POLL: Duration = Duration::from_millis(50);
+
+/// The reason written in `CancelRequested` by a steering message.
+pub const REASON_STEER: &str = "the turn was steered by a new user message";
+/// The reason written in `CancelRequested` by [`Session::task_cancel`].
+pub const REASON_TASK_CANCEL: &str = "task_cancel";
+/// The reason written in `CancelRequested` by [`Session::end`].
+pub const REASON_SESSION_END: &str = "the session ended";
+
+/// What [`Session::call_tool`] returns at once: the call's receipt.
+///
+/// Serialized with a `status` tag: `{"status":"parked","runId":…}` and
+/// `{"status":"working","taskId":…}` (the seed's background receipt, verbatim).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum ToolCallStart {
+    /// Default execution: the call stays pending (the turn is parked) until the run ends and
+    /// settles it once.
+    #[serde(rename_all = "camelCase")]
+    Parked {
+        /// The run that will settle the call.
+        run_id: RunId,
+    },
+    /// Background execution: this receipt is the call's one result; the run continues as a
+    /// task of the session and ends with a task notification.
+    #[serde(rename_all = "camelCase")]
+    Working {
+        /// The task id (the background run's id), for `task_cancel`.
+        task_id: RunId,
+    },
+}
+
+impl ToolCallStart {
+    /// The run started for the call, in either mode.
+    pub fn run_id(&self) -> &RunId {
+        match self {
+            ToolCallStart::Parked { run_id } => run_id,
+            ToolCallStart::Working { task_id } => task_id,
+        }
+    }
+}
+
+/// How a new user message treats a turn that is parked on default-execution tool calls.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TurnPolicy {
+    /// The message waits until the parked calls are settled.
+    #[default]
+    Queue,
+    /// The message cancels the turn: every parked default-execution run is cancelled (its
+    /// pending requests are withdrawn and its call settles cancelled). Background runs survive.
+    Steer,
+}
+
+/// What [`Session::user_message`] did with the message.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "lowercase")]
+pub enum TurnOutcome {
+    /// No call was parked: the message starts a turn now.
+    Delivered,
+    /// `queue`: the message waits for these parked calls to settle.
+    #[serde(rename_all = "camelCase")]
+    Queued {
+        /// The parked calls, oldest first.
+        waiting_on: Vec<CallId>,
+    },
+    /// `steer`: cancellation was requested for these runs (the turn's parked calls, oldest
+    /// first); the message starts a turn once they are settled cancelled.
+    Steered {
+        /// The runs whose cancellation was requested (empty when nothing was parked).
+        cancelled: Vec<RunId>,
+    },
+}
+
+/// One background run of a session, as the task index shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskInfo {
+    /// The task id (the run id) named by the receipt and by `task_cancel`.
+    pub task_id: RunId,
+    /// The tool call that started it.
+    pub call_id: CallId,
+    /// The tool's model-visible name.
+    pub tool: String,
+    /// Where the run stands (`running` until it ends).
+    pub status: RunStatus,
+    /// Whether a cancel was requested (the run may still be unwinding in its grace period).
+    pub cancel_requested: bool,
+}
+
+impl TaskInfo {
+    fn of(run: &RunRecord) -> Self {
+        Self {
+            task_id: run.run_id.clone(),
+            call_id: run.call_id.clone(),
+            tool: run.tool.clone(),
+            status: run.status,
+            cancel_requested: run.cancel_requested,
+        }
+    }
+}
+
+/// What a [`Session`] call can fail with. The message says what to do.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    /// [`Session::end`] was called on this handle; it starts no more tool calls.
+    #[error("session {session} has ended; start a new session for new tool calls")]
+    Ended {
+        /// The session.
+        session: SessionId,
+    },
+    /// No run of this session was started for the call id.
+    #[error("tool call {call} was not started in session {session}; start it with Session::call_tool")]
+    UnknownCall {
+        /// The session.
+        session: SessionId,
+        /// The call id.
+        call: CallId,
+    },
+    /// The call runs in the background: its one result was the receipt, and it is never
+    /// settled by a tool result.
+    #[error("tool call {call} runs in the background as task {task}; its result was the receipt: follow the session for task.completed, task.failed or task.cancelled")]
+    BackgroundCall {
+        /// The call id.
+        call: CallId,
+        /// Its task id.
+        task: RunId,
+    },
+    /// The request was not asked in this session (unknown, or another session's).
+    #[error("request {request} was not asked in session {session}; answer it through the session that shows it")]
+    UnknownRequest {
+        /// The session.
+        session: SessionId,
+        /// The request.
+        request: RequestId,
+    },
+    /// The request was answered already with another response. Requests are answered once.
+    #[error("request {request} was already answered; a request is answered once, ask again for a new answer")]
+    AlreadyAnswered {
+        /// The request.
+        request: RequestId,
+    },
+    /// The request was withdrawn: its run ended (returned, failed or was cancelled).
+    #[error("request {request} was withdrawn (its run ended); it can no longer be answered")]
+    Withdrawn {
+        /// The request.
+        request: RequestId,
+    },
+    /// The response is not one the request accepts.
+    #[error("invalid answer to request {request}: {reason}")]
+    InvalidAnswer {
+        /// The request.
+        request: RequestId,
+        /// What was wrong (e.g. the option ids offered).
+        reason: String,
+    },
+    /// The id names no background run of this session.
+    #[error("{task} is not a background task of session {session}: {reason}")]
+    NotATask {
+        /// The session.
+        session: SessionId,
+        /// The id given.
+        task: RunId,
+        /// Why not (unknown, another session's run, a default-execution call).
+        reason: &'static str,
+    },
+    /// Starting the tool call failed (unknown tool, invalid input, store).
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What the parent agent must act on, told apart from what only streams to the user.
+///
+/// Implemented for [`SessionEvent`] (its type lives in [`crate::session`]; this trait keeps the
+/// classification next to the turn logic that uses it).
+pub trait SessionEventExt {
+    /// Whether the event requests a parent-agent turn: a settled tool result (`tool.settled`),
+    /// a background task's end (`task.completed`, `task.failed`, `task.cancelled`) or its
+    /// message (`task.message`). Everything else (`action.partial`, `task.progress`,
+    /// `input.requested`, `input.answered`, `input.withdrawn`) is stream-only: rendered on the
+    /// channel, never in model history.
+    fn requests_turn(&self) -> bool;
+
+    /// The negation of [`SessionEventExt::requests_turn`].
+    fn is_stream_only(&self) -> bool {
+        !self.requests_turn()
+    }
+}
+
+impl SessionEventExt for SessionEvent {
+    fn requests_turn(&self) -> bool {
+        requests_turn(self)
+    }
+}
+
+/// See [`SessionEventExt::requests_turn`].
+pub fn requests_turn(event: &SessionEvent) -> bool {
+    match event {
+        SessionEvent::ToolSettled { .. }
+        | SessionEvent::TaskCompleted { .. }
+        | SessionEvent::TaskFailed { .. }
+        | SessionEvent::TaskCancelled
+        | SessionEvent::TaskMessage { .. } => true,
+        SessionEvent::InputRequested { .. }
+        | SessionEvent::InputAnswered { .. }
+        | SessionEvent::InputWithdrawn { .. }
+        | SessionEvent::ActionPartial { .. }
+        | SessionEvent::TaskProgress { .. } => false,
+    }
+}
+
+/// Drops every `action.partial` entry that a later `action.partial` of the same call id in
+/// `entries` supersedes: what a channel re-sends on resume, since snapshots are
+/// last-write-wins per call id. Other entries are kept, in order.
+pub fn compact_partials(entries: Vec<SessionEntry>) -> Vec<SessionEntry> {
+    let mut last: HashMap<&CallId, u64> = HashMap::new();
+    for e in &entries {
+        if matches!(e.event, SessionEvent::ActionPartial { .. }) {
+            last.insert(&e.call_id, e.seq);
+        }
+    }
+    let keep: Vec<bool> = entries
+        .iter()
+        .map(|e| {
+            !matches!(e.event, SessionEvent::ActionPartial { .. })
+                || last.get(&e.call_id) == Some(&e.seq)
+        })
+        .collect();
+    entries
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(e, k)| k.then_some(e))
+        .collect()
+}
+
+/// What the handle has learnt from the session log so far (read forward only, so it is always
+/// a prefix of the persisted log).
+#[derive(Default)]
+struct LogIndex {
+    next_seq: u64,
+    settled: HashMap<CallId, ToolResult>,
+    requests: HashMap<RequestId, RunId>,
+}
+
+/// The agent conversation a tool call belongs to; see the module docs. Cheap to create: all
+/// state is in the store, so any number of handles (in any processes) may view one session.
+pub struct Session {
+    store: Arc<dyn JournalStore>,
+    registry: Arc<Registry>,
+    clock: Arc<dyn Clock>,
+    id: SessionId,
+    poll: Duration,
+    index: tokio::sync::Mutex<LogIndex>,
+    ended: AtomicBool,
+}
+
+impl fmt::Debug for Session {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Session")
+            .field("id", &self.id)
+            .field("store", &self.store.backend())
+            .field("deployment", self.registry.deployment())
+            .field("ended", &self.ended.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl Session {
+    /// A handle on session `id`: its tool calls start runs of `registry`'s deployment in
+    /// `store`, stamped with `clock`'s time.
+    pub fn new(
+        store: Arc<dyn JournalStore>,
+        registry: Arc<Registry>,
+        clock: Arc<dyn Clock>,
+        id: SessionId,
+    ) -> Self {
+        Self {
+            store,
+            registry,
+            clock,
+            id,
+            poll: DEFAULT_SESSION_POLL,
+            index: tokio::sync::Mutex::new(LogIndex::default()),
+            ended: AtomicBool::new(false),
+        }
+    }
+
+    /// How often [`Session::wait_settled`] and [`Session::follow`] re-read the store once they
+    /// have caught up (default [`DEFAULT_SESSION_POLL`]). Wall-clock time, independent of the
+    /// session's [`Clock`], so a test's manual clock never stalls a follower.
+    pub fn with_poll_interval(mut self, every: Duration) -> Self {
+        self.poll = every.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The session id.
+    pub fn id(&self) -> &SessionId {
+        &self.id
+    }
+
+    /// Starts the run of a tool call (see [`start_tool_call`]): validates the input, then
+    /// creates the run. Idempotent by call id: calling again with the same call id and input
+    /// returns the same receipt and starts nothing.
+    ///
+    /// # Errors
+    /// [`SessionError::Ended`] after [`Session::end`] on this handle; [`SessionError::Engine`]
+    /// for an unknown tool, an invalid input, the same call id with another input, or the store.
+    pub async fn call_tool(
+        &self,
+        call_id: impl Into<CallId>,
+        tool_name: &str,
+        input: serde_json::Value,
+    ) -> Result<ToolCallStart, SessionError> {
+        if self.ended.load(Ordering::SeqCst) {
+            return Err(SessionError::Ended {
+                session: self.id.clone(),
+            });
+        }
+        let call_id = call_id.into();
+        let created = start_tool_call(
+            &*self.store,
+            &self.registry,
+            &self.id,
+            &call_id,
+            tool_name,
+            input,
+            self.clock.now(),
+        )
+        .await?;
+        let run = created.run;
+        Ok(match run.execution {
+            Execution::Default => ToolCallStart::Parked { run_id: run.run_id },
+            Execution::Background => ToolCallStart::Working {
+                task_id: run.run_id,
+            },
+        })
+    }
+
+    /// Reads the session log from where this handle stopped, page by page, to its end.
+    async fn refresh(&self) -> Result<tokio::sync::MutexGuard<'_, LogIndex>, StoreError> {
+        let mut index = self.index.lock().await;
+        loop {
+            let page = self
+                .store
+                .read_session(&self.id, index.next_seq, READ_PAGE)
+                .await?;
+            let Some(last) = page.last() else {
+                return Ok(index);
+            };
+            index.next_seq = last.seq + 1;
+            for e in page {
+                match e.event {
+                    SessionEvent::ToolSettled { result } => {
+                        index.settled.insert(e.call_id, result);
+                    }
+                    SessionEvent::InputRequested { request_id, .. } => {
+                        index.requests.insert(request_id, e.run_id);
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// The one result of a default-execution call, from the session log's `tool.settled`
+    /// entry: `None` while the call is parked (or was never made, or runs in the background).
+    /// Once `Some`, it never changes.
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn settlement(&self, call_id: &CallId) -> Result<Option<ToolResult>, SessionError> {
+        Ok(self.refresh().await?.settled.get(call_id).cloned())
+    }
+
+    /// Waits for a default-execution call's one result. Follows the persisted log (re-read
+    /// every poll interval once caught up), so it also sees runs worked by other processes and
+    /// survives this process' restarts (call it again). A blocked run keeps the call parked
+    /// until an operator resumes or fails it.
+    ///
+    /// # Errors
+    /// [`SessionError::UnknownCall`] when the session has no run for the call,
+    /// [`SessionError::BackgroundCall`] for a background call (never settled), the store's
+    /// error.
+    ///
+    /// # Cancel safety
+    /// Dropping the future loses nothing: it only reads.
+    pub async fn wait_settled(&self, call_id: &CallId) -> Result<ToolResult, SessionError> {
+        if let Some(r) = self.settlement(call_id).await? {
+            return Ok(r);
+        }
+        let run = self.run_of_call(call_id).await?;
+        if run.execution == Execution::Background {
+            return Err(SessionError::BackgroundCall {
+                call: call_id.clone(),
+                task: run.run_id,
+            });
+        }
+        let mut every = tokio::time::interval(self.poll);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            if let Some(r) = self.settlement(call_id).await? {
+                return Ok(r);
+            }
+        }
+    }
+
+    async fn runs(&self) -> Result<Vec<RunRecord>, StoreError> {
+        self.store
+            .list_runs(&RunQuery {
+                session: Some(self.id.clone()),
+                ..RunQuery::default()
+            })
+            .await
+    }
+
+    async fn run_of_call(&self, call_id: &CallId) -> Result<RunRecord, SessionError> {
+        self.runs()
+            .await?
+            .into_iter()
+            .find(|r| &r.call_id == call_id)
+            .ok_or_else(|| SessionError::UnknownCall {
+                session: self.id.clone(),
+                call: call_id.clone(),
+            })
+    }
+
+    /// Up to `max` entries of the session log from `from_seq` on, as persisted (every
+    /// `action.partial` included; see [`compact_partials`] for a resume).
+    ///
+    /// # Errors
+    /// The store's error (`InvalidInput` for `max` = 0).
+    pub async fn events(
+        &self,
+        from_seq: u64,
+        max: usize,
+    ) -> Result<Vec<SessionEntry>, SessionError> {
+        Ok(self.store.read_session(&self.id, from_seq, max).await?)
+    }
+
+    /// The session log from `from_seq` on as a stream that never ends by itself: it yields the
+    /// persisted entries in seq order, then waits for new ones (re-reading every poll interval).
+    /// Entries come from the store, so a follower started after a restart from the last seq it
+    /// saw misses nothing and sees nothing twice. After a store error the stream yields it and
+    /// ends; follow again from the next seq.
+    pub fn follow(
+        &self,
+        from_seq: u64,
+    ) -> impl Stream<Item = Result<SessionEntry, SessionError>> + Send + 'static {
+        struct State {
+            store: Arc<dyn JournalStore>,
+            id: SessionId,
+            next: u64,
+            buf: VecDeque<SessionEntry>,
+            every: Option<tokio::time::Interval>,
+            poll: Duration,
+            failed: bool,
+        }
+        let state = State {
+            store: self.store.clone(),
+            id: self.id.clone(),
+            next: from_seq,
+            buf: VecDeque::new(),
+            every: None,
+            poll: self.poll,
+            failed: false,
+        };
+        futures::stream::unfold(state, |mut s| async move {
+            if s.failed {
+                return None;
+            }
+            loop {
+                if let Some(e) = s.buf.pop_front() {
+                    return Some((Ok(e), s));
+                }
+                match s.store.read_session(&s.id, s.next, READ_PAGE).await {
+                    Err(e) => {
+                        s.failed = true;
+                        return Some((Err(SessionError::Store(e)), s));
+                    }
+                    Ok(page) if page.is_empty() => {
+                        let poll = s.poll;
+                        let every = s.every.get_or_insert_with(|| {
+                            let mut i = tokio::time::interval(poll);
+                            i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                            i
+                        });
+                        every.tick().await;
+                    }
+                    Ok(page) => {
+                        s.next = page.last().map_or(s.next, |e| e.seq + 1);
+                        s.buf.extend(page);
+                    }
+                }
+            }
+        })
+    }
+
+    /// The session's requests that can still be answered, oldest first (from every run of the
+    /// session, background ones included).
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn pending_requests(&self) -> Result<Vec<PendingRequest>, SessionError> {
+        Ok(self.store.pending_requests(&self.id).await?)
+    }
+
+    /// Answers a request asked in this session, at most once: the store checks atomically that
+    /// it is pending and that the response is one it accepts. The same response again is a
+    /// duplicate success (a retry); the answer resumes the run that asked and never steers the
+    /// turn. Works from any process on the store, any time before the run ends.
+    ///
+    /// # Errors
+    /// [`SessionError::UnknownRequest`] (not asked in this session),
+    /// [`SessionError::AlreadyAnswered`] (answered with another response),
+    /// [`SessionError::Withdrawn`] (its run ended), [`SessionError::InvalidAnswer`] (an option
+    /// not offered, free text where it is not allowed), the store's error.
+    pub async fn answer(
+        &self,
+        request_id: &RequestId,
+        response: InputResponse,
+    ) -> Result<crate::store::Delivered, SessionError> {
+        let known = self.refresh().await?.requests.contains_key(request_id);
+        if !known {
+            return Err(SessionError::UnknownRequest {
+                session: self.id.clone(),
+                request: request_id.clone(),
+            });
+        }
+        match self
+            .store
+            .answer(request_id, response, self.clock.now())
+            .await
+        {
+            Ok(d) => Ok(d),
+            Err(StoreError::AlreadyAnswered { request }) => {
+                Err(SessionError::AlreadyAnswered { request })
+            }
+            Err(StoreError::Withdrawn { request }) => Err(SessionError::Withdrawn { request }),
+            Err(StoreError::InvalidAnswer { request, reason }) => {
+                Err(SessionError::InvalidAnswer { request, reason })
+            }
+            // The run ended between the log read and the answer.
+            Err(StoreError::RunEnded { .. }) => Err(SessionError::Withdrawn {
+                request: request_id.clone(),
+            }),
+            Err(e) => Err(SessionError::Store(e)),
+        }
+    }
+
+    /// The task index: the session's background runs, oldest first, with their status.
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn tasks(&self) -> Result<Vec<TaskInfo>, SessionError> {
+        Ok(self
+            .runs()
+            .await?
+            .iter()
+            .filter(|r| r.execution == Execution::Background)
+            .map(TaskInfo::of)
+            .collect())
+    }
+
+    /// Cancels a background task of this session: writes `CancelRequested` once; the engine
+    /// then gives the body its grace period and ends it `task.cancelled`. Cancelling a task
+    /// that ended is a no-op answered with [`CancelOutcome::AlreadyEnded`]; cancelling twice
+    /// with [`CancelOutcome::AlreadyRequested`].
+    ///
+    /// # Errors
+    /// [`SessionError::NotATask`] when the id names no run, another session's run or a
+    /// default-execution call (steer the turn to cancel that); the store's error.
+    pub async fn task_cancel(&self, task_id: &RunId) -> Result<CancelOutcome, SessionError> {
+        let not_a_task = |reason| SessionError::NotATask {
+            session: self.id.clone(),
+            task: task_id.clone(),
+            reason,
+        };
+        let run = match self.store.get_run(task_id).await {
+            Ok(r) => r,
+            Err(StoreError::NotFound { .. }) => return Err(not_a_task("no such run")),
+            Err(e) => return Err(e.into()),
+        };
+        if run.session_id != self.id {
+            return Err(not_a_task("the run belongs to another session"));
+        }
+        if run.execution != Execution::Background {
+            return Err(not_a_task(
+                "it is a default-execution call; send a steering message to cancel the turn",
+            ));
+        }
+        Ok(self
+            .store
+            .request_cancel(task_id, REASON_TASK_CANCEL, self.clock.now())
+            .await?)
+    }
+
+    /// Requests cancellation of each run; returns those for which a cancel is now requested
+    /// (skipping runs that ended meanwhile).
+    async fn cancel_all(
+        &self,
+        runs: Vec<RunRecord>,
+        reason: &str,
+    ) -> Result<Vec<RunRecord>, SessionError> {
+        let mut cancelled = Vec::new();
+        for run in runs {
+            match self
+                .store
+                .request_cancel(&run.run_id, reason, self.clock.now())
+                .await?
+            {
+                CancelOutcome::Requested { .. } | CancelOutcome::AlreadyRequested => {
+                    cancelled.push(run)
+                }
+                CancelOutcome::AlreadyEnded { .. } => {}
+            }
+        }
+        Ok(cancelled)
+    }
+
+    /// The session's default-execution calls that are not settled: the current turn's parked
+    /// calls (blocked runs included: their calls are pending too).
+    async fn parked(&self) -> Result<Vec<RunRecord>, StoreError> {
+        Ok(self
+            .runs()
+            .await?
+            .into_iter()
+            .filter(|r| r.execution == Execution::Default && !r.status.is_terminal())
+            .collect())
+    }
+
+    /// Applies the turn policy to a new user message. `queue` reports the parked calls the
+    /// message waits for, or [`TurnOutcome::Delivered`] when none is parked; `steer` requests cancellation of every parked default-execution run (their requests are
+    /// withdrawn and their calls settle `cancelled` once the engine ends them) and leaves
+    /// background runs alone. An answer to a request is not a user message: it never steers.
+    ///
+    /// # Errors
+    /// The store's error. A steer may have cancelled some runs before the error.
+    pub async fn user_message(&self, policy: TurnPolicy) -> Result<TurnOutcome, SessionError> {
+        let parked = self.parked().await?;
+        match policy {
+            TurnPolicy::Queue if parked.is_empty() => Ok(TurnOutcome::Delivered),
+            TurnPolicy::Queue => Ok(TurnOutcome::Queued {
+                waiting_on: parked.into_iter().map(|r| r.call_id).collect(),
+            }),
+            TurnPolicy::Steer => Ok(TurnOutcome::Steered {
+                cancelled: self
+                    .cancel_all(parked, REASON_STEER)
+                    .await?
+                    .into_iter()
+                    .map(|r| r.run_id)
+                    .collect(),
+            }),
+        }
+    }
+
+    /// Ends the session: requests cancellation of every run of it that has not ended — its
+    /// background tasks and any parked default-execution call — and returns those runs, oldest
+    /// first. The engine ends each cancelled (`task.cancelled` / `tool.settled` cancelled) after
+    /// its grace period. Afterwards this handle starts no new tool calls. Calling it again
+    /// returns the runs still unwinding (their cancel was requested already) and writes
+    /// nothing new.
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn end(&self) -> Result<Vec<RunId>, SessionError> {
+        self.ended.store(true, Ordering::SeqCst);
+        let live: Vec<RunRecord> = self
+            .runs()
+            .await?
+            .into_iter()
+            .filter(|r| !r.status.is_terminal())
+            .collect();
+        Ok(self
+            .cancel_all(live, REASON_SESSION_END)
+            .await?
+            .into_iter()
+            .map(|r| r.run_id)
+            .collect())
+    }
+}
