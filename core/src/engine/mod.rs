@@ -18,6 +18,7 @@ mod agent;
 mod ctx;
 mod error;
 mod replay;
+mod session;
 mod step;
 mod tool;
 mod worker;
@@ -34,6 +35,7 @@ pub use error::{
     CODE_MISSING_WORKFLOW, CODE_NON_DETERMINISM, CODE_POISON, CODE_STUCK,
 };
 pub use replay::{GRACE_CMD, GUARD_CMD};
+pub use session::*;
 pub use step::{parse_duration, RetryPolicy, StepCtx};
 pub use tool::{
     define_tool, define_workflow_tool, resume_hook, start_tool_call, Registry, Tool, ToolCtx,
