@@ -1,1 +1,24 @@
 //! eve-cli: the `eve` command.
+//!
+//! - Backend choice by URL in one place: [`open_store`] / [`StoreUrl`] (`sqlite://PATH`,
+//!   `postgres://…`, `dynamodb://TABLE?endpoint=…&region=…`), from `--store` or
+//!   `EVE_STORE_URL`, a SQLite file `eve.db` in the working directory by default.
+//! - The commands ([`cli::Command`]): `eve serve`, `eve runs list|show|resume|fail`,
+//!   `eve journal`, `eve requests`, `eve answer`, `eve hook resume`, `eve cancel`,
+//!   `eve conformance`, `eve bench`. Each fails with one [`CliError`], printed as one line on
+//!   stderr with a non-zero exit code.
+
+pub mod bench;
+pub mod cli;
+pub mod conformance;
+pub mod error;
+pub mod factory;
+pub mod format;
+pub mod inspect;
+pub mod store_url;
+
+pub use error::CliError;
+pub use factory::UrlFactory;
+pub use store_url::{
+    open_store, BadStoreUrl, OpenError, StoreUrl, DEFAULT_STORE_URL, STORE_URL_ENV,
+};

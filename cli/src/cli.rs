@@ -1,0 +1,246 @@
+//! The command line: clap definitions and the dispatch to each command.
+
+use crate::bench::BenchConfig;
+use crate::error::CliError;
+use crate::store_url::{StoreUrl, DEFAULT_STORE_URL, STORE_URL_ENV};
+use crate::{bench, conformance, inspect};
+use clap::{Args, Parser, Subcommand};
+use eve_core::{JournalStore, Resolution, Timestamp};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// eve: durable workflow tools for AI agents. Serve them, inspect runs and journals, answer
+/// pending requests, and check or measure a store.
+#[derive(Debug, Parser)]
+#[command(name = "eve", version, about, long_about = None)]
+pub struct Cli {
+    /// The store: sqlite://PATH, postgres://USER@HOST:PORT/DB[?schema=NAME] or
+    /// dynamodb://TABLE?endpoint=URL[&region=REGION].
+    #[arg(long, global = true, env = STORE_URL_ENV, default_value = DEFAULT_STORE_URL, value_name = "URL")]
+    pub store: String,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The `eve` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the HTTP surface (webhooks, session channel, runs API, the page) with a worker
+    /// running the example tools, until Ctrl-C.
+    Serve(ServeArgs),
+    /// Inspect runs, or decide on a blocked one.
+    #[command(subcommand)]
+    Runs(RunsCommand),
+    /// Print a run's journal, one event per line.
+    Journal {
+        /// The run id.
+        run: String,
+        /// One JSON object per line instead of the readable form.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List pending input requests (of one session, or of every live run's session).
+    Requests {
+        /// Only this session's.
+        #[arg(long)]
+        session: Option<String>,
+    },
+    /// Answer a pending input request with an option id, a text, or both.
+    Answer {
+        /// The request id (see `eve requests`).
+        request: String,
+        /// The option id to answer with, e.g. approve.
+        option: Option<String>,
+        /// Free text to answer with.
+        #[arg(long)]
+        text: Option<String>,
+    },
+    /// Deliver to hooks.
+    #[command(subcommand)]
+    Hook(HookCommand),
+    /// Request cancellation of a run or background task.
+    Cancel {
+        /// The task's (run's) id.
+        task: String,
+        /// Why.
+        #[arg(long, default_value = "cancelled from the eve CLI")]
+        reason: String,
+    },
+    /// Run the store conformance suite against the backend of --store, on fresh isolated
+    /// storage (a temp file, a random schema, a random table).
+    Conformance {
+        /// Only the cases whose name contains this.
+        #[arg(long)]
+        filter: Option<String>,
+        /// Random call sequences of the model-based case (default 32; EVE_CONFORMANCE_CASES).
+        #[arg(long)]
+        cases: Option<u32>,
+    },
+    /// Measure replay and step throughput on the backend of --store, on fresh storage.
+    Bench(BenchArgs),
+}
+
+/// `eve serve` options.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The address to listen on (port 0 picks a free one, printed at start).
+    #[arg(long, default_value = "127.0.0.1:8787")]
+    pub listen: SocketAddr,
+    /// Also start the demo: a scripted agent calls `deploy`, which asks for approval.
+    #[arg(long)]
+    pub demo: bool,
+}
+
+/// `eve bench` options.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Completed steps in the journal replayed cold.
+    #[arg(long, default_value_t = BenchConfig::default().replay_steps)]
+    pub replay_steps: u32,
+    /// No-op steps of the sequential run.
+    #[arg(long, default_value_t = BenchConfig::default().sequential_steps)]
+    pub sequential_steps: u32,
+    /// Runs started at once for the concurrent figure.
+    #[arg(long, default_value_t = BenchConfig::default().concurrent_runs)]
+    pub runs: u32,
+    /// No-op steps of each concurrent run.
+    #[arg(long, default_value_t = BenchConfig::default().steps_per_run)]
+    pub steps_per_run: u32,
+}
+
+/// `eve runs …`.
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// List runs, oldest first.
+    List {
+        /// Only this session's runs.
+        #[arg(long)]
+        session: Option<String>,
+        /// Only runs in this status: running, blocked, completed, failed, cancelled.
+        #[arg(long)]
+        status: Option<String>,
+        /// At most this many (0: all).
+        #[arg(long, default_value_t = 0)]
+        limit: usize,
+    },
+    /// Show one run: its record, pending requests and outcome.
+    Show {
+        /// The run id.
+        run: String,
+    },
+    /// Make a blocked run claimable again (after a fix was deployed).
+    Resume {
+        /// The run id.
+        run: String,
+    },
+    /// End a blocked run failed, settling its tool call.
+    Fail {
+        /// The run id.
+        run: String,
+        /// The error the call is settled with.
+        #[arg(long)]
+        error: String,
+    },
+}
+
+/// `eve hook …`.
+#[derive(Debug, Subcommand)]
+pub enum HookCommand {
+    /// Deliver a JSON payload to the live hook of a token.
+    Resume {
+        /// The hook's token.
+        token: String,
+        /// The payload, as JSON.
+        json: String,
+        /// Dedupe key: a retry with the same key is delivered once.
+        #[arg(long)]
+        key: Option<String>,
+    },
+}
+
+impl Cli {
+    /// The parsed `--store` URL.
+    ///
+    /// # Errors
+    /// [`CliError::BadUrl`].
+    pub fn store_url(&self) -> Result<StoreUrl, CliError> {
+        Ok(self.store.parse()?)
+    }
+}
+
+async fn open(cli: &Cli) -> Result<Arc<dyn JournalStore>, CliError> {
+    Ok(cli.store_url()?.open().await?)
+}
+
+/// Runs the parsed command, writing its output to `out`.
+///
+/// # Errors
+/// The command's [`CliError`].
+pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
+    let now = Timestamp::now;
+    match &cli.command {
+        Command::Serve(_) => Err(CliError::Serve(
+            "the HTTP server (crate eve-server) is not wired into this build yet".into(),
+        )),
+        Command::Runs(RunsCommand::List {
+            session,
+            status,
+            limit,
+        }) => {
+            let status = status.as_deref().map(inspect::parse_status).transpose()?;
+            let store = open(&cli).await?;
+            inspect::runs_list(&*store, session.clone(), status, *limit, out).await
+        }
+        Command::Runs(RunsCommand::Show { run }) => {
+            inspect::runs_show(&*open(&cli).await?, run, out).await
+        }
+        Command::Runs(RunsCommand::Resume { run }) => {
+            inspect::resolve(&*open(&cli).await?, run, Resolution::Resume, now(), out).await
+        }
+        Command::Runs(RunsCommand::Fail { run, error }) => {
+            let resolution = Resolution::Fail {
+                error: error.clone(),
+            };
+            inspect::resolve(&*open(&cli).await?, run, resolution, now(), out).await
+        }
+        Command::Journal { run, json } => {
+            inspect::journal(&*open(&cli).await?, run, *json, out).await
+        }
+        Command::Requests { session } => {
+            inspect::requests(&*open(&cli).await?, session.clone(), out).await
+        }
+        Command::Answer {
+            request,
+            option,
+            text,
+        } => {
+            let store = open(&cli).await?;
+            inspect::answer(&*store, request, option.clone(), text.clone(), now(), out).await
+        }
+        Command::Hook(HookCommand::Resume { token, json, key }) => {
+            let store = open(&cli).await?;
+            inspect::hook_resume(&*store, token, json, key.as_deref(), now(), out).await
+        }
+        Command::Cancel { task, reason } => {
+            inspect::cancel(&*open(&cli).await?, task, reason, now(), out).await
+        }
+        Command::Conformance { filter, .. } => {
+            conformance::run(&cli.store_url()?, filter.as_deref(), out)
+                .await
+                .map(drop)
+        }
+        Command::Bench(args) => {
+            let config = BenchConfig {
+                replay_steps: args.replay_steps,
+                sequential_steps: args.sequential_steps,
+                concurrent_runs: args.runs,
+                steps_per_run: args.steps_per_run,
+                ..BenchConfig::default()
+            };
+            bench::run(&cli.store_url()?, config, out).await.map(drop)
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! `eve conformance --store URL`: the store conformance suite against a live backend, with a
+//! progress bar.
+
+use crate::error::CliError;
+use crate::factory::UrlFactory;
+use crate::store_url::StoreUrl;
+use eve_conformance::{store_cases, CaseOutcome, CaseResult, Report};
+use futures::FutureExt;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::Write;
+use std::panic::AssertUnwindSafe;
+use std::time::Instant;
+
+/// Runs every store case of `eve-conformance` against fresh, isolated storage on the backend
+/// `url` names (a temp file for SQLite, a random schema for Postgres, a random table for
+/// DynamoDB; the URL's own storage is never touched), one case after another, printing one
+/// `ok`/`FAILED` line per case and the summary on `out`, with a progress bar on stderr when it
+/// is a terminal. The schemas and tables it made are dropped at the end. `filter` keeps only
+/// the cases whose name contains it.
+///
+/// Must run on a multi-thread tokio runtime.
+///
+/// # Errors
+/// [`CliError::ConformanceFailed`] when a case failed; [`CliError::Usage`] when `filter`
+/// matches no case; the backend's error when the factory cannot be made.
+pub async fn run(
+    url: &StoreUrl,
+    filter: Option<&str>,
+    out: &mut dyn Write,
+) -> Result<Report, CliError> {
+    let factory =
+        UrlFactory::new(url.clone()).map_err(CliError::store("cannot make a temp dir"))?;
+    let cases: Vec<_> = store_cases()
+        .iter()
+        .filter(|(name, _)| filter.is_none_or(|f| name.contains(f)))
+        .collect();
+    if cases.is_empty() {
+        return Err(CliError::Usage(format!(
+            "no conformance case matches {:?}",
+            filter.unwrap_or_default()
+        )));
+    }
+    let _ = writeln!(
+        out,
+        "conformance: {} store cases on {url} (fresh {} per case)",
+        cases.len(),
+        match url {
+            StoreUrl::Sqlite { .. } => "temp file",
+            StoreUrl::Postgres { .. } => "random schema",
+            StoreUrl::Dynamo { .. } => "random table",
+        }
+    );
+    let bar = ProgressBar::new(cases.len() as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40.cyan/blue} {pos}/{len} {elapsed_precise} {msg}")
+            .expect("valid template"),
+    );
+    // A failing case panics; its message is kept in the report, so the default hook's
+    // backtrace note would only tear the progress bar.
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let mut report = Report::default();
+    for (name, case) in cases {
+        bar.set_message(*name);
+        let start = Instant::now();
+        let outcome = match AssertUnwindSafe(case(&factory)).catch_unwind().await {
+            Ok(()) => CaseOutcome::Passed,
+            Err(panic) => CaseOutcome::Failed(panic_message(&*panic)),
+        };
+        let result = CaseResult {
+            name,
+            outcome,
+            elapsed: start.elapsed(),
+        };
+        bar.suspend(|| {
+            let _ = match &result.outcome {
+                CaseOutcome::Passed => writeln!(out, "ok     {name} ({:.2?})", result.elapsed),
+                CaseOutcome::Failed(m) => writeln!(
+                    out,
+                    "FAILED {name} ({:.2?}): {}",
+                    result.elapsed,
+                    m.replace('\n', " / ")
+                ),
+            };
+        });
+        report.cases.push(result);
+        bar.inc(1);
+    }
+    std::panic::set_hook(hook);
+    bar.finish_and_clear();
+    let cleanup = factory.cleanup().await;
+    let failed = report.failures().count();
+    let total = report.cases.len();
+    let _ = writeln!(out, "{} passed, {failed} failed", total - failed);
+    if let Err(e) = cleanup {
+        let _ = writeln!(out, "note: could not remove every test schema/table: {e}");
+    }
+    if failed > 0 {
+        return Err(CliError::ConformanceFailed {
+            failed,
+            total,
+            backend: url.backend(),
+        });
+    }
+    Ok(report)
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panicked with a non-string payload".to_owned()
+    }
+}

@@ -1,0 +1,89 @@
+//! The CLI's one error type: every command fails with one of these, printed as one line.
+
+use crate::store_url::{BadStoreUrl, OpenError};
+use eve_core::engine::EngineError;
+use eve_core::StoreError;
+
+/// Why an `eve` command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The store URL does not parse.
+    #[error(transparent)]
+    BadUrl(#[from] BadStoreUrl),
+    /// The store could not be opened.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// A command-line value is wrong (a status that does not exist, a payload that is not JSON).
+    #[error("{0}")]
+    Usage(String),
+    /// A store call failed; `doing` says which.
+    #[error("{doing}: {source}")]
+    Store {
+        /// What the command was doing, e.g. "cannot answer request run_1:3".
+        doing: String,
+        /// The store's error (its message says what to do).
+        #[source]
+        source: StoreError,
+    },
+    /// The engine refused (a worker that cannot register, a tool that does not exist).
+    #[error("{doing}: {source}")]
+    Engine {
+        /// What the command was doing.
+        doing: String,
+        /// The engine's error.
+        #[source]
+        source: EngineError,
+    },
+    /// The conformance suite ran and some cases failed.
+    #[error(
+        "conformance: {failed} of {total} cases failed on {backend}; the failures are listed above"
+    )]
+    ConformanceFailed {
+        /// Failed cases.
+        failed: usize,
+        /// All cases.
+        total: usize,
+        /// The backend's name.
+        backend: &'static str,
+    },
+    /// A benchmark run did not end as expected.
+    #[error("bench: {0}")]
+    Bench(String),
+    /// Serving failed (the address is taken, the server stopped with an error).
+    #[error("serve: {0}")]
+    Serve(String),
+}
+
+impl CliError {
+    /// Wraps a store error with what the command was doing.
+    pub fn store(doing: impl Into<String>) -> impl FnOnce(StoreError) -> CliError {
+        let doing = doing.into();
+        move |source| CliError::Store { doing, source }
+    }
+
+    /// Wraps an engine error with what the command was doing.
+    pub fn engine(doing: impl Into<String>) -> impl FnOnce(EngineError) -> CliError {
+        let doing = doing.into();
+        move |source| CliError::Engine { doing, source }
+    }
+
+    /// The process exit code: 2 for a usage error (a bad URL or argument), 1 for every other
+    /// failure. Success is 0.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::BadUrl(_) | CliError::Usage(_) => 2,
+            CliError::Open(OpenError::BadUrl(_)) => 2,
+            _ => 1,
+        }
+    }
+
+    /// The error as the one line printed on stderr (line breaks in backend messages folded).
+    pub fn one_line(&self) -> String {
+        let text = self.to_string();
+        text.split(['\n', '\r'])
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join(" / ")
+    }
+}

@@ -1,0 +1,333 @@
+//! The commands that read or poke a store: runs, journals, pending requests, answers, hook
+//! payloads, cancellation, operator decisions on blocked runs.
+
+use crate::error::CliError;
+use crate::format::{describe, event_line, run_header, run_row, utc};
+use eve_core::{
+    CancelOutcome, Event, InputResponse, JournalStore, JournalStoreExt, Payload, PendingRequest,
+    RequestId, Resolution, RunId, RunQuery, RunStatus, SessionId, Timestamp,
+};
+use std::collections::BTreeSet;
+use std::io::Write;
+
+/// Parses a run status name (`running`, `blocked`, `completed`, `failed`, `cancelled`).
+///
+/// # Errors
+/// [`CliError::Usage`] naming the accepted values.
+pub fn parse_status(s: &str) -> Result<RunStatus, CliError> {
+    RunStatus::parse(&s.to_ascii_lowercase()).ok_or_else(|| {
+        CliError::Usage(format!(
+            "unknown run status {s:?}; use one of running, blocked, completed, failed, cancelled"
+        ))
+    })
+}
+
+/// `eve runs list`: the runs matching the filters, oldest first, one row each.
+///
+/// # Errors
+/// The store's error.
+pub async fn runs_list(
+    store: &dyn JournalStore,
+    session: Option<String>,
+    status: Option<RunStatus>,
+    limit: usize,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let query = RunQuery {
+        session: session.map(SessionId::new),
+        status,
+        deployment: None,
+        limit,
+    };
+    let runs = store
+        .list_runs(&query)
+        .await
+        .map_err(CliError::store("cannot list runs"))?;
+    let _ = writeln!(out, "{}", run_header());
+    for r in &runs {
+        let _ = writeln!(out, "{}", run_row(r));
+    }
+    let _ = writeln!(out, "{} run(s)", runs.len());
+    Ok(())
+}
+
+/// `eve runs show <run>`: the run's record, its pending requests, and how it ended.
+///
+/// # Errors
+/// `NotFound` for an unknown run; the store's error.
+pub async fn runs_show(
+    store: &dyn JournalStore,
+    run: &str,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let id = RunId::new(run);
+    let doing = || format!("cannot show run {run}");
+    let r = store.get_run(&id).await.map_err(CliError::store(doing()))?;
+    let lines = [
+        ("run", r.run_id.to_string()),
+        ("status", r.status.as_str().to_owned()),
+        ("tool", r.tool.clone()),
+        ("workflow", r.workflow_id.to_string()),
+        ("deployment", r.deployment_id.to_string()),
+        ("session", r.session_id.to_string()),
+        ("call", r.call_id.to_string()),
+        (
+            "execution",
+            format!("{:?}", r.execution).to_ascii_lowercase(),
+        ),
+        ("events", r.next_seq.to_string()),
+        ("processed", r.processed_seq.to_string()),
+        ("cancel", r.cancel_requested.to_string()),
+        (
+            "owner",
+            r.owner
+                .as_ref()
+                .map_or("-".into(), |(w, epoch)| format!("{w} (epoch {epoch})")),
+        ),
+        ("created", utc(r.created_at)),
+        ("updated", utc(r.updated_at)),
+    ];
+    for (k, v) in lines {
+        let _ = writeln!(out, "{k:<11} {v}");
+    }
+    let pending: Vec<PendingRequest> = store
+        .pending_requests(&r.session_id)
+        .await
+        .map_err(CliError::store(doing()))?
+        .into_iter()
+        .filter(|p| p.run_id == id)
+        .collect();
+    for p in &pending {
+        let _ = writeln!(out, "{:<11} {}", "pending", request_line(p));
+    }
+    let events = store
+        .read_all(&id, 0)
+        .await
+        .map_err(CliError::store(doing()))?;
+    if let Some(end) = events
+        .iter()
+        .rev()
+        .find(|e| e.event.is_terminal() || matches!(e.event, Event::RunBlocked { .. }))
+    {
+        let _ = writeln!(out, "{:<11} {}", "outcome", describe(&end.event));
+    }
+    Ok(())
+}
+
+/// `eve journal <run>`: every event of the run, one line each, in seq order.
+///
+/// # Errors
+/// `NotFound` for an unknown run; the store's error.
+pub async fn journal(
+    store: &dyn JournalStore,
+    run: &str,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let events = store
+        .read_all(&RunId::new(run), 0)
+        .await
+        .map_err(CliError::store(format!(
+            "cannot read the journal of run {run}"
+        )))?;
+    for e in &events {
+        let line = if json {
+            serde_json::to_string(e).unwrap_or_else(|err| format!("(unserializable: {err})"))
+        } else {
+            event_line(e)
+        };
+        let _ = writeln!(out, "{line}");
+    }
+    Ok(())
+}
+
+/// `eve requests`: pending input requests, of one session or of every session with a live run.
+///
+/// # Errors
+/// The store's error.
+pub async fn requests(
+    store: &dyn JournalStore,
+    session: Option<String>,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let doing = || "cannot list pending requests".to_owned();
+    let sessions: BTreeSet<SessionId> = match session {
+        Some(s) => [SessionId::new(s)].into(),
+        None => {
+            let mut all = BTreeSet::new();
+            for status in [RunStatus::Running, RunStatus::Blocked] {
+                let query = RunQuery {
+                    status: Some(status),
+                    ..RunQuery::default()
+                };
+                let runs = store
+                    .list_runs(&query)
+                    .await
+                    .map_err(CliError::store(doing()))?;
+                all.extend(runs.into_iter().map(|r| r.session_id));
+            }
+            all
+        }
+    };
+    let mut n = 0;
+    for s in &sessions {
+        for p in store
+            .pending_requests(s)
+            .await
+            .map_err(CliError::store(doing()))?
+        {
+            let _ = writeln!(out, "{}", request_line(&p));
+            n += 1;
+        }
+    }
+    let _ = writeln!(out, "{n} pending request(s)");
+    Ok(())
+}
+
+/// One pending request: id, run, prompt and what an answer may be.
+pub fn request_line(p: &PendingRequest) -> String {
+    let options: Vec<&str> = p.request.options.iter().map(|o| o.id.as_str()).collect();
+    let accepts = match (options.is_empty(), p.request.allow_freeform) {
+        (true, _) => "--text".to_owned(),
+        (false, false) => options.join("|"),
+        (false, true) => format!("{}|--text", options.join("|")),
+    };
+    format!(
+        "{}  run {}  {:?}  answer: {}",
+        p.request_id, p.run_id, p.request.prompt, accepts
+    )
+}
+
+/// `eve answer <request> [option] [--text …]`.
+///
+/// # Errors
+/// [`CliError::Usage`] when neither an option nor a text is given; the store's typed errors
+/// (unknown request, already answered, withdrawn, an option not offered).
+pub async fn answer(
+    store: &dyn JournalStore,
+    request: &str,
+    option: Option<String>,
+    text: Option<String>,
+    now: Timestamp,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    if option.is_none() && text.is_none() {
+        return Err(CliError::Usage(
+            "give an option id (eve answer REQUEST approve) or --text \"…\"".into(),
+        ));
+    }
+    let response = InputResponse {
+        option_id: option,
+        text,
+    };
+    let d = store
+        .answer(&RequestId::new(request), response, now)
+        .await
+        .map_err(CliError::store(format!("cannot answer request {request}")))?;
+    let _ = if d.duplicate {
+        writeln!(
+            out,
+            "request {request} already had this answer (run {}); nothing new was written",
+            d.run
+        )
+    } else {
+        writeln!(
+            out,
+            "answered request {request} (run {}, seq {})",
+            d.run, d.seq
+        )
+    };
+    Ok(())
+}
+
+/// `eve hook resume <token> <json> [--key K]`: delivers a JSON payload to a live hook.
+///
+/// # Errors
+/// [`CliError::Usage`] when the payload is not JSON; `NotFound` when no live hook has the token.
+pub async fn hook_resume(
+    store: &dyn JournalStore,
+    token: &str,
+    json: &str,
+    key: Option<&str>,
+    now: Timestamp,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let value: serde_json::Value = serde_json::from_str(json)
+        .map_err(|e| CliError::Usage(format!("the hook payload is not JSON: {e}")))?;
+    let payload = Payload::from_value(&value)
+        .map_err(|e| CliError::Usage(format!("the hook payload is not JSON: {e}")))?;
+    let d = store
+        .deliver_hook(token, payload, key, now)
+        .await
+        .map_err(CliError::store(format!("cannot resume hook {token:?}")))?;
+    let _ = if d.duplicate {
+        writeln!(
+            out,
+            "hook {token:?} already received the delivery with this key (run {}); nothing new was written",
+            d.run
+        )
+    } else {
+        writeln!(
+            out,
+            "delivered to hook {token:?} (run {}, seq {})",
+            d.run, d.seq
+        )
+    };
+    Ok(())
+}
+
+/// `eve cancel <task>`: requests cancellation of a run (a background task or any run).
+///
+/// # Errors
+/// `NotFound` for an unknown run; the store's error.
+pub async fn cancel(
+    store: &dyn JournalStore,
+    task: &str,
+    reason: &str,
+    now: Timestamp,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let outcome = store
+        .request_cancel(&RunId::new(task), reason, now)
+        .await
+        .map_err(CliError::store(format!("cannot cancel {task}")))?;
+    let _ = match outcome {
+        CancelOutcome::Requested { seq } => writeln!(
+            out,
+            "cancel requested for {task} (seq {seq}); its body gets its grace period, then it ends cancelled"
+        ),
+        CancelOutcome::AlreadyRequested => {
+            writeln!(out, "cancel was already requested for {task}; nothing new was written")
+        }
+        CancelOutcome::AlreadyEnded { status } => writeln!(
+            out,
+            "{task} already ended ({}); nothing to cancel",
+            status.as_str()
+        ),
+    };
+    Ok(())
+}
+
+/// `eve runs resume <run>` / `eve runs fail <run> --error …`: an operator's decision on a
+/// blocked run.
+///
+/// # Errors
+/// `InvalidInput` when the run is not blocked; `NotFound`; the store's error.
+pub async fn resolve(
+    store: &dyn JournalStore,
+    run: &str,
+    resolution: Resolution,
+    now: Timestamp,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let what = match &resolution {
+        Resolution::Resume => "resumed",
+        Resolution::Fail { .. } => "failed",
+    };
+    let seq = store
+        .resolve_blocked(&RunId::new(run), resolution, now)
+        .await
+        .map_err(CliError::store(format!("cannot resolve blocked run {run}")))?;
+    let _ = writeln!(out, "{what} run {run} (seq {seq})");
+    Ok(())
+}
