@@ -1,0 +1,132 @@
+//! The server's one error type: an HTTP status, a stable code and a message, sent as JSON.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use eve_core::StoreError;
+
+/// An error answer: `{"code": "...", "message": "..."}` with its HTTP status.
+///
+/// Codes are stable (match on them); messages say what to do.
+///
+/// | status | codes |
+/// | --- | --- |
+/// | 400 | `malformed` (bad JSON, header, query or id), `invalid_input` |
+/// | 404 | `not_found`, `unknown_webhook` |
+/// | 409 | `already_answered`, `not_a_task` |
+/// | 410 | `withdrawn` |
+/// | 413 | `too_large` |
+/// | 422 | `invalid_answer` |
+/// | 500 | `internal` |
+/// | 503 | `unavailable` (a transient store fault: retry) |
+#[derive(Debug, thiserror::Error)]
+#[error("{status} {code}: {message}")]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    /// An error with this status, code and message.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// 400 `malformed`.
+    pub fn malformed(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "malformed", message)
+    }
+
+    /// 404 `not_found`.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    /// 413 `too_large`.
+    pub fn too_large(limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("the request body is larger than the server's limit of {limit} bytes; send a smaller body"),
+        )
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The stable code.
+    pub fn code(&self) -> &'static str {
+        self.code
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        let message = e.to_string();
+        let (status, code) = match &e {
+            StoreError::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
+            StoreError::AlreadyAnswered { .. } => (StatusCode::CONFLICT, "already_answered"),
+            StoreError::Withdrawn { .. } | StoreError::RunEnded { .. } => {
+                (StatusCode::GONE, "withdrawn")
+            }
+            StoreError::InvalidAnswer { .. } => {
+                (StatusCode::UNPROCESSABLE_ENTITY, "invalid_answer")
+            }
+            StoreError::InvalidInput(_) => (StatusCode::BAD_REQUEST, "invalid_input"),
+            StoreError::LimitExceeded { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+            StoreError::Unavailable { .. } => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            _ => {
+                tracing::error!(error = %e, "store error");
+                (StatusCode::INTERNAL_SERVER_ERROR, "internal")
+            }
+        };
+        Self::new(status, code, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(serde_json::json!({ "code": self.code, "message": self.message })),
+        )
+            .into_response()
+    }
+}
+
+/// The fallback for unknown paths: a JSON 404.
+pub(crate) async fn not_found(uri: axum::http::Uri) -> ApiError {
+    ApiError::not_found(format!(
+        "no route for {}; see the eve-server docs for the routes",
+        uri.path()
+    ))
+}
+
+/// The body of a request, or 413 (over the body limit) / 400 (unreadable) as JSON errors.
+pub(crate) fn body(
+    inner: &crate::Inner,
+    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<axum::body::Bytes, ApiError> {
+    match body {
+        Ok(b) => Ok(b),
+        Err(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            Err(ApiError::too_large(inner.config.body_limit))
+        }
+        Err(r) => Err(ApiError::malformed(format!(
+            "the request body could not be read: {}",
+            r.body_text()
+        ))),
+    }
+}

@@ -1,0 +1,23 @@
+//! The page for a person at `/`: one static HTML file with its script and style inline,
+//! embedded at build time (no build step), talking to the JSON routes and the SSE channel.
+
+use axum::http::header;
+use axum::response::IntoResponse;
+
+const INDEX: &str = include_str!("../static/index.html");
+
+/// `GET /`: the page. It reads `?session=` to follow one session; without it, it follows every
+/// session that has a run not yet ended.
+pub(crate) async fn index() -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'",
+            ),
+        ],
+        INDEX,
+    )
+}

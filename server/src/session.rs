@@ -1,0 +1,381 @@
+//! The session channel over HTTP: the session log as Server-Sent Events, pending requests and
+//! answers, the task index and task cancellation.
+
+use crate::error::ApiError;
+use crate::Inner;
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use eve_core::{
+    CallId, CancelOutcome, Execution, InputResponse, RequestId, RunId, RunQuery, RunStatus,
+    SessionEntry, SessionEvent, SessionId, StoreError, Timestamp,
+};
+use futures::Stream;
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, VecDeque};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Entries read per store call while streaming.
+const PAGE: usize = 512;
+
+/// The reason written in `CancelRequested` by `POST /v1/tasks/{id}/cancel` (the same as the
+/// library's `task_cancel`).
+pub(crate) const REASON_TASK_CANCEL: &str = "task_cancel";
+
+/// The SSE `event:` name of a session event: its channel type (`input.requested`, …).
+pub(crate) fn event_type(e: &SessionEvent) -> &'static str {
+    match e {
+        SessionEvent::InputRequested { .. } => "input.requested",
+        SessionEvent::InputAnswered { .. } => "input.answered",
+        SessionEvent::InputWithdrawn { .. } => "input.withdrawn",
+        SessionEvent::ActionPartial { .. } => "action.partial",
+        SessionEvent::TaskProgress { .. } => "task.progress",
+        SessionEvent::TaskMessage { .. } => "task.message",
+        SessionEvent::TaskCompleted { .. } => "task.completed",
+        SessionEvent::TaskFailed { .. } => "task.failed",
+        SessionEvent::TaskCancelled => "task.cancelled",
+        SessionEvent::ToolSettled { .. } => "tool.settled",
+        // SessionEvent is non-exhaustive in spirit: a new kind still streams, under a
+        // generic name.
+        #[allow(unreachable_patterns)]
+        _ => "session.event",
+    }
+}
+
+/// Drops every `action.partial` that a later `action.partial` of the same call in `entries`
+/// supersedes (snapshots are last-write-wins per call), keeping everything else in order.
+fn compact_partials(entries: Vec<SessionEntry>) -> Vec<SessionEntry> {
+    let mut last: HashMap<CallId, u64> = HashMap::new();
+    for e in &entries {
+        if matches!(e.event, SessionEvent::ActionPartial { .. }) {
+            last.insert(e.call_id.clone(), e.seq);
+        }
+    }
+    entries
+        .into_iter()
+        .filter(|e| {
+            !matches!(e.event, SessionEvent::ActionPartial { .. })
+                || last.get(&e.call_id) == Some(&e.seq)
+        })
+        .collect()
+}
+
+/// Query of the events route.
+#[derive(Debug, Deserialize)]
+pub(crate) struct EventsQuery {
+    /// The first seq to send when there is no `Last-Event-ID` header (default 0).
+    from: Option<u64>,
+}
+
+pub(crate) fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
+    q.map(|Query(q)| q)
+        .map_err(|e| ApiError::malformed(format!("bad query string: {}", e.body_text())))
+}
+
+/// `GET /v1/sessions/{id}/events`: the session log as SSE, from `Last-Event-ID` + 1 (or
+/// `?from=`, or 0). Each event has `id:` = its session seq, `event:` = its type, and `data:` =
+/// the [`SessionEntry`] as JSON. The backlog is sent with superseded `action.partial` entries
+/// left out; then the stream follows new entries as they land. The stream reads only the
+/// store, so a client reconnecting to another (or a restarted) server misses nothing.
+pub(crate) async fn events(
+    State(inner): State<Arc<Inner>>,
+    Path(session): Path<String>,
+    headers: HeaderMap,
+    q: Result<Query<EventsQuery>, QueryRejection>,
+) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
+    let q = query(q)?;
+    let from = match headers.get("last-event-id") {
+        Some(v) => {
+            let last: u64 = v
+                .to_str()
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .ok_or_else(|| {
+                    ApiError::malformed(
+                        "Last-Event-ID must be the session seq of the last event received",
+                    )
+                })?;
+            last.saturating_add(1)
+        }
+        None => q.from.unwrap_or(0),
+    };
+    let state = Follow {
+        changed: inner.changed.subscribe(),
+        shutdown: inner.shutdown.clone(),
+        inner,
+        session: SessionId::new(session),
+        next: from,
+        buf: VecDeque::new(),
+        catching_up: true,
+        first: true,
+    };
+    let stream = futures::stream::unfold(state, |mut s| async move {
+        let event = s.next_event().await?;
+        Some((Ok(event), s))
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+struct Follow {
+    inner: Arc<Inner>,
+    changed: tokio::sync::watch::Receiver<u64>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+    session: SessionId,
+    next: u64,
+    buf: VecDeque<SessionEntry>,
+    catching_up: bool,
+    first: bool,
+}
+
+impl Follow {
+    /// The next SSE event, or `None` to end the stream (server shutdown, store failure: the
+    /// client reconnects with `Last-Event-ID`).
+    async fn next_event(&mut self) -> Option<SseEvent> {
+        if self.first {
+            self.first = false;
+            // Tell browsers to reconnect quickly after a server restart.
+            return Some(SseEvent::default().retry(Duration::from_millis(500)));
+        }
+        loop {
+            if *self.shutdown.borrow() {
+                return None;
+            }
+            if let Some(entry) = self.buf.pop_front() {
+                return Some(sse_event(&entry));
+            }
+            // Mark the change counter seen before reading, so a write that lands after the
+            // read wakes the wait below.
+            self.changed.borrow_and_update();
+            match self
+                .inner
+                .store
+                .read_session(&self.session, self.next, PAGE)
+                .await
+            {
+                Err(e) => {
+                    tracing::warn!(session = %self.session, error = %e, "session stream ends on a store error");
+                    return None;
+                }
+                Ok(page) if page.is_empty() => {
+                    self.catching_up = false;
+                    tokio::select! {
+                        _ = self.changed.changed() => {}
+                        _ = self.shutdown.changed() => {}
+                        _ = tokio::time::sleep(self.inner.config.poll_interval) => {}
+                    }
+                }
+                Ok(page) => {
+                    self.next = page.last().map_or(self.next, |e| e.seq + 1);
+                    let page = if self.catching_up {
+                        compact_partials(page)
+                    } else {
+                        page
+                    };
+                    self.buf.extend(page);
+                }
+            }
+        }
+    }
+}
+
+fn sse_event(entry: &SessionEntry) -> SseEvent {
+    let data = serde_json::to_string(entry).expect("a session entry serializes");
+    SseEvent::default()
+        .id(entry.seq.to_string())
+        .event(event_type(&entry.event))
+        .data(data)
+}
+
+/// `GET /v1/sessions/{id}/requests`: `{"requests": [PendingRequest…]}`, oldest first.
+pub(crate) async fn requests(
+    State(inner): State<Arc<Inner>>,
+    Path(session): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let pending = inner
+        .store
+        .pending_requests(&SessionId::new(session))
+        .await?;
+    Ok(Json(serde_json::json!({ "requests": pending })))
+}
+
+/// The body of an answer: `{"optionId": "approve"}` or `{"text": "..."}` (or both when the
+/// request allows free text beside an option).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct AnswerBody {
+    #[serde(default)]
+    option_id: Option<String>,
+    #[serde(default)]
+    text: Option<String>,
+}
+
+/// What an accepted answer returns.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Answered {
+    request_id: RequestId,
+    run_id: RunId,
+    seq: u64,
+    duplicate: bool,
+}
+
+/// `POST /v1/requests/{id}/answer`: 200 when accepted (also for the same answer again, with
+/// `duplicate: true`); 404 unknown request, 409 answered with another response, 410 withdrawn,
+/// 422 not an answer the request accepts, 400 malformed body.
+pub(crate) async fn answer(
+    State(inner): State<Arc<Inner>>,
+    Path(request): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Answered>, ApiError> {
+    let body = crate::error::body(&inner, body)?;
+    let body: AnswerBody = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::malformed(format!(
+            "the answer must be a JSON object {{\"optionId\": …}} or {{\"text\": …}}: {e}"
+        ))
+    })?;
+    let request_id = RequestId::new(request);
+    let response = InputResponse {
+        option_id: body.option_id,
+        text: body.text,
+    };
+    let d = inner
+        .store
+        .answer(&request_id, response, inner.clock.now())
+        .await?;
+    if !d.duplicate {
+        inner.wrote();
+    }
+    Ok(Json(Answered {
+        request_id,
+        run_id: d.run,
+        seq: d.seq,
+        duplicate: d.duplicate,
+    }))
+}
+
+/// One background run of a session, as the task index shows it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TaskView {
+    task_id: RunId,
+    call_id: CallId,
+    tool: String,
+    status: RunStatus,
+    cancel_requested: bool,
+    created_at: Timestamp,
+    updated_at: Timestamp,
+}
+
+/// `GET /v1/sessions/{id}/tasks`: `{"tasks": [...]}`, the session's background runs, oldest
+/// first.
+pub(crate) async fn tasks(
+    State(inner): State<Arc<Inner>>,
+    Path(session): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let runs = inner
+        .store
+        .list_runs(&RunQuery {
+            session: Some(SessionId::new(session)),
+            ..RunQuery::default()
+        })
+        .await?;
+    let tasks: Vec<TaskView> = runs
+        .into_iter()
+        .filter(|r| r.execution == Execution::Background)
+        .map(|r| TaskView {
+            task_id: r.run_id,
+            call_id: r.call_id,
+            tool: r.tool,
+            status: r.status,
+            cancel_requested: r.cancel_requested,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        })
+        .collect();
+    Ok(Json(serde_json::json!({ "tasks": tasks })))
+}
+
+/// `POST /v1/tasks/{id}/cancel`: 202 `{"outcome": "requested", "seq": n}` when the cancel was
+/// written; 200 `{"outcome": "already_requested"}` or `{"outcome": "already_ended", "status":
+/// …}` otherwise. 404 unknown run; 409 `not_a_task` for a default-execution run (cancel its
+/// turn instead).
+pub(crate) async fn cancel(
+    State(inner): State<Arc<Inner>>,
+    Path(task): Path<String>,
+) -> Result<Response, ApiError> {
+    let run_id = RunId::new(task);
+    let run = match inner.store.get_run(&run_id).await {
+        Ok(r) => r,
+        Err(StoreError::NotFound { .. }) => {
+            return Err(ApiError::not_found(format!("no task {run_id}")))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if run.execution != Execution::Background {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not_a_task",
+            format!("{run_id} is a default-execution call, not a background task; steer its session's turn to cancel it"),
+        ));
+    }
+    let outcome = inner
+        .store
+        .request_cancel(&run_id, REASON_TASK_CANCEL, inner.clock.now())
+        .await?;
+    Ok(match outcome {
+        CancelOutcome::Requested { seq } => {
+            inner.wrote();
+            (
+                StatusCode::ACCEPTED,
+                Json(serde_json::json!({ "outcome": "requested", "seq": seq })),
+            )
+                .into_response()
+        }
+        CancelOutcome::AlreadyRequested => {
+            Json(serde_json::json!({ "outcome": "already_requested" })).into_response()
+        }
+        CancelOutcome::AlreadyEnded { status } => {
+            Json(serde_json::json!({ "outcome": "already_ended", "status": status }))
+                .into_response()
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use eve_core::Payload;
+
+    fn entry(seq: u64, call: &str, event: SessionEvent) -> SessionEntry {
+        SessionEntry {
+            session_id: SessionId::new("s"),
+            seq,
+            at: Timestamp(0),
+            run_id: RunId::new(format!("run-{call}")),
+            call_id: CallId::new(call),
+            event,
+        }
+    }
+
+    #[test]
+    fn backlog_keeps_the_latest_partial_per_call() {
+        let partial = |v: &str| SessionEvent::ActionPartial {
+            value: Payload::from_json(v).unwrap(),
+        };
+        let out = compact_partials(vec![
+            entry(0, "a", partial("1")),
+            entry(1, "b", partial("1")),
+            entry(2, "a", SessionEvent::TaskCancelled),
+            entry(3, "a", partial("2")),
+        ]);
+        let seqs: Vec<u64> = out.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, vec![1, 2, 3]);
+        assert_eq!(event_type(&out[1].event), "task.cancelled");
+    }
+}

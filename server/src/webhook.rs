@@ -1,0 +1,323 @@
+//! `POST /.well-known/workflow/v1/webhook/{token}`: delivers an HTTP request to the run waiting
+//! on the webhook.
+//!
+//! Delivery is exactly once per `Idempotency-Key`: a caller that retries with the same key gets
+//! the same answer and the run sees one payload. Without the header, delivery is at-least-once
+//! (a retry after a lost response is a second payload). Everything is checked before the store
+//! is touched: the token's shape (else 404), the body's size (else 413), the headers, the
+//! idempotency key and a JSON body's syntax (else 400).
+
+use crate::error::ApiError;
+use crate::Inner;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use eve_core::{Delivered, Event, JournalStoreExt, Payload, RunId, StoreError, WebhookResponse};
+use serde::Serialize;
+use serde_json::value::RawValue;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use subtle::ConstantTimeEq;
+
+/// The longest `Idempotency-Key` accepted, in bytes.
+pub const IDEMPOTENCY_KEY_MAX: usize = 255;
+
+const TOKEN_PREFIX: &str = "wh_";
+
+/// Whether `token` has the shape of a webhook token minted by `ctx.create_webhook`: `wh_`
+/// followed by 32 to 128 lower-case hex digits (128 to 512 random bits). Anything else is
+/// answered 404 without asking the store.
+pub fn is_webhook_token(token: &str) -> bool {
+    token.strip_prefix(TOKEN_PREFIX).is_some_and(|hex| {
+        (32..=128).contains(&hex.len())
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+fn unknown_webhook() -> ApiError {
+    // One answer for a token that never existed, one whose run ended and one of the wrong
+    // shape, so the answer tells nothing about which tokens exist.
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "unknown_webhook",
+        "no live webhook has this URL: it was never created, or its run has ended",
+    )
+}
+
+/// The payload of `HookReceived`: [`eve_core::WebhookRequest`] with the body kept as the raw
+/// JSON text that was posted.
+#[derive(Serialize)]
+struct WireRequest<'a> {
+    method: &'a str,
+    headers: &'a BTreeMap<String, String>,
+    body: &'a RawValue,
+}
+
+pub(crate) async fn receive(
+    State(inner): State<Arc<Inner>>,
+    Path(token): Path<String>,
+    method: Method,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    if !is_webhook_token(&token) {
+        return Err(unknown_webhook());
+    }
+    let body = crate::error::body(&inner, body)?;
+    let key = idempotency_key(&headers)?;
+    let recorded = record_headers(&headers)?;
+    let body = body_json(&headers, &body)?;
+    let payload = Payload::from_value(&WireRequest {
+        method: method.as_str(),
+        headers: &recorded,
+        body: &body,
+    })
+    .map_err(|e| ApiError::malformed(format!("the request cannot be recorded as JSON: {e}")))?;
+
+    let delivered = match inner
+        .store
+        .deliver_hook(&token, payload, key.as_deref(), inner.clock.now())
+        .await
+    {
+        Ok(d) => d,
+        Err(StoreError::NotFound { .. } | StoreError::RunEnded { .. }) => {
+            return Err(unknown_webhook())
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if !delivered.duplicate {
+        inner.wrote();
+    }
+    let respond_with = match respond_with(&inner, &token, &delivered).await {
+        Ok(r) => r,
+        Err(e) => {
+            // The payload is recorded; failing now would make the caller retry (a second
+            // payload without an Idempotency-Key), so answer the default instead.
+            tracing::warn!(error = %e, run = %delivered.run, "cannot read the webhook's respond_with; answering 202");
+            None
+        }
+    };
+    Ok(match respond_with {
+        Some(r) => custom_response(&r),
+        None => accepted(),
+    })
+}
+
+fn accepted() -> Response {
+    (
+        StatusCode::ACCEPTED,
+        axum::Json(serde_json::json!({ "accepted": true })),
+    )
+        .into_response()
+}
+
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let mut values = headers.get_all("idempotency-key").iter();
+    let Some(v) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(ApiError::malformed(
+            "send one Idempotency-Key header, not several",
+        ));
+    }
+    let bytes = v.as_bytes();
+    if bytes.is_empty()
+        || bytes.len() > IDEMPOTENCY_KEY_MAX
+        || !bytes.iter().all(|b| (0x21..=0x7e).contains(b))
+    {
+        return Err(ApiError::malformed(format!(
+            "the Idempotency-Key must be 1 to {IDEMPOTENCY_KEY_MAX} visible ASCII characters"
+        )));
+    }
+    Ok(v.to_str().ok().map(str::to_owned))
+}
+
+/// Lower-case names (as HTTP/1 and 2 give them); repeated headers joined with ", ".
+fn record_headers(headers: &HeaderMap) -> Result<BTreeMap<String, String>, ApiError> {
+    let mut out: BTreeMap<String, String> = BTreeMap::new();
+    for (name, value) in headers {
+        let v = value.to_str().map_err(|_| {
+            ApiError::malformed(format!(
+                "header {name} is not visible ASCII; webhook headers are recorded as text"
+            ))
+        })?;
+        out.entry(name.as_str().to_owned())
+            .and_modify(|s| {
+                s.push_str(", ");
+                s.push_str(v);
+            })
+            .or_insert_with(|| v.to_owned());
+    }
+    Ok(out)
+}
+
+fn is_json_content_type(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|ct| {
+            let essence = ct
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase();
+            essence == "application/json" || essence.ends_with("+json")
+        })
+        .unwrap_or(false)
+}
+
+/// The body as JSON: its own JSON when it parses (it must, under a JSON content type), else the
+/// text as a JSON string; an empty body is `null`.
+fn body_json(headers: &HeaderMap, body: &Bytes) -> Result<Box<RawValue>, ApiError> {
+    if body.is_empty() {
+        return Ok(RawValue::from_string("null".into()).expect("null is JSON"));
+    }
+    let text = std::str::from_utf8(body).map_err(|_| {
+        ApiError::malformed("the request body is not UTF-8 text; send JSON or text")
+    })?;
+    match RawValue::from_string(text.to_owned()) {
+        Ok(raw) => Ok(raw),
+        Err(e) if is_json_content_type(headers) => Err(ApiError::malformed(format!(
+            "the body is not valid JSON although the Content-Type says so: {e}"
+        ))),
+        Err(_) => {
+            let quoted = serde_json::to_string(text).expect("a string serializes");
+            Ok(RawValue::from_string(quoted).expect("a JSON string is JSON"))
+        }
+    }
+}
+
+/// The `respond_with` recorded in the `HookCreated` of the hook that received `delivered`.
+async fn respond_with(
+    inner: &Inner,
+    token: &str,
+    delivered: &Delivered,
+) -> Result<Option<WebhookResponse>, StoreError> {
+    let received = inner.store.read(&delivered.run, delivered.seq, 1).await?;
+    let Some(Event::HookReceived { cmd, .. }) = received.first().map(|e| &e.event) else {
+        return Ok(None);
+    };
+    let cmd = *cmd;
+    let key: (RunId, u64) = (delivered.run.clone(), cmd);
+    if let Some(r) = inner.hooks.lock().expect("hook cache lock").get(&key) {
+        return Ok(r.clone());
+    }
+    let journal = inner.store.read_all(&delivered.run, 0).await?;
+    let found = journal.into_iter().find_map(|e| match e.event {
+        Event::HookCreated {
+            cmd: c,
+            token: t,
+            respond_with,
+            ..
+        } if c == cmd && bool::from(t.as_bytes().ct_eq(token.as_bytes())) => Some(respond_with),
+        _ => None,
+    });
+    let Some(r) = found else {
+        return Ok(None);
+    };
+    let mut cache = inner.hooks.lock().expect("hook cache lock");
+    if cache.len() >= crate::HOOK_CACHE_MAX {
+        cache.clear();
+    }
+    cache.insert(key, r.clone());
+    Ok(r)
+}
+
+/// The recorded response: its status, headers and body. A JSON string body under a non-JSON
+/// `content-type` is sent as that text; a `null` body is an empty body; any other body is JSON.
+fn custom_response(r: &WebhookResponse) -> Response {
+    let Ok(status) = StatusCode::from_u16(r.status) else {
+        tracing::warn!(
+            status = r.status,
+            "respond_with has an invalid status; answering 202"
+        );
+        return accepted();
+    };
+    let mut headers = HeaderMap::new();
+    for (k, v) in &r.headers {
+        match (
+            HeaderName::from_bytes(k.as_bytes()),
+            HeaderValue::from_str(v),
+        ) {
+            (Ok(k), Ok(v)) => {
+                headers.append(k, v);
+            }
+            _ => tracing::warn!(header = %k, "respond_with has an invalid header; left out"),
+        }
+    }
+    let body = match &r.body {
+        serde_json::Value::Null => String::new(),
+        serde_json::Value::String(s)
+            if headers.contains_key(header::CONTENT_TYPE) && !is_json_content_type(&headers) =>
+        {
+            s.clone()
+        }
+        other => {
+            headers
+                .entry(header::CONTENT_TYPE)
+                .or_insert(HeaderValue::from_static("application/json"));
+            other.to_string()
+        }
+    };
+    (status, headers, body).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_shape() {
+        let hex64 = "0123456789abcdef".repeat(4);
+        assert!(is_webhook_token(&format!("wh_{hex64}")));
+        assert!(is_webhook_token(&format!("wh_{}", &hex64[..32])));
+        assert!(!is_webhook_token(&format!("wh_{}", &hex64[..31])));
+        assert!(!is_webhook_token(&format!("wh_{}", hex64.to_uppercase())));
+        assert!(!is_webhook_token(&format!("xx_{hex64}")));
+        assert!(!is_webhook_token("render-p1"));
+        assert!(!is_webhook_token(&format!("wh_{hex64}/../x")));
+    }
+
+    #[test]
+    fn bodies_keep_json_and_quote_text() {
+        let mut h = HeaderMap::new();
+        let raw = body_json(&h, &Bytes::from_static(br#"{"b": 1.50, "a": [1]}"#)).unwrap();
+        assert_eq!(
+            raw.get(),
+            r#"{"b": 1.50, "a": [1]}"#,
+            "JSON kept byte for byte"
+        );
+        let raw = body_json(&h, &Bytes::from_static(b"status=ok")).unwrap();
+        assert_eq!(raw.get(), r#""status=ok""#);
+        assert_eq!(body_json(&h, &Bytes::new()).unwrap().get(), "null");
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json; charset=utf-8"),
+        );
+        let err = body_json(&h, &Bytes::from_static(b"{nope")).unwrap_err();
+        assert_eq!(err.status(), StatusCode::BAD_REQUEST);
+        let err = body_json(&HeaderMap::new(), &Bytes::from_static(&[0xff, 0xfe])).unwrap_err();
+        assert_eq!(err.code(), "malformed");
+    }
+
+    #[test]
+    fn custom_responses() {
+        let r = WebhookResponse {
+            status: 201,
+            headers: [("content-type".to_owned(), "text/plain".to_owned())].into(),
+            body: serde_json::json!("thanks"),
+        };
+        let resp = custom_response(&r);
+        assert_eq!(resp.status(), StatusCode::CREATED);
+        assert_eq!(resp.headers()[header::CONTENT_TYPE], "text/plain");
+        let resp = custom_response(&WebhookResponse::json(serde_json::json!({"ok": true})));
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(resp.headers()[header::CONTENT_TYPE], "application/json");
+    }
+}
