@@ -9,9 +9,8 @@
 //! test-controlled semaphores, never on wall-clock sleeps.
 
 use eve_core::engine::{
-    requests_turn, resume_hook, ActivationEnd, Clock, EngineError, ManualClock, Registry,
-    Session, SessionError, SessionEventExt, ToolCallStart, TurnOutcome, TurnPolicy, Worker,
-    WorkerConfig,
+    requests_turn, resume_hook, ActivationEnd, Clock, EngineError, ManualClock, Registry, Session,
+    SessionError, SessionEventExt, ToolCallStart, TurnOutcome, TurnPolicy, Worker, WorkerConfig,
 };
 use eve_core::{
     CallId, CancelOutcome, Event, InputResponse, JournalStore, JournalStoreExt, MemoryStore,
@@ -197,7 +196,10 @@ mod tools {
     /// Default execution: reports progress, returns `output` (a JSON value, `null` included).
     pub mod progress_default {
         use super::*;
-        pub async fn execute(ctx: WorkflowCtx, input: ProgressInput) -> Result<Value, WorkflowError> {
+        pub async fn execute(
+            ctx: WorkflowCtx,
+            input: ProgressInput,
+        ) -> Result<Value, WorkflowError> {
             for p in &input.progress {
                 ctx.progress(p);
             }
@@ -572,7 +574,11 @@ async fn request_of(s: &Session, run: &RunId) -> RequestId {
         .into_iter()
         .filter(|p| &p.run_id == run)
         .collect();
-    assert_eq!(pending.len(), 1, "one pending request of {run}: {pending:?}");
+    assert_eq!(
+        pending.len(),
+        1,
+        "one pending request of {run}: {pending:?}"
+    );
     pending[0].request_id.clone()
 }
 
@@ -714,15 +720,21 @@ async fn channel_is_persisted_and_followable_after_restart(env: Env) {
     let w = env.worker().await;
     w.drain().await.unwrap();
     // First follower: reads what is there, then stops (its process "dies").
-    let first: Vec<SessionEntry> = tokio::time::timeout(GUARD, s.follow(0).take(4).collect::<Vec<_>>())
-        .await
-        .expect("four entries")
-        .into_iter()
-        .map(Result::unwrap)
-        .collect();
+    let first: Vec<SessionEntry> =
+        tokio::time::timeout(GUARD, s.follow(0).take(4).collect::<Vec<_>>())
+            .await
+            .expect("four entries")
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
     assert_eq!(
         kinds(&first.iter().map(|e| e.event.clone()).collect::<Vec<_>>()),
-        ["task.progress", "task.progress", "task.message", "task.completed"]
+        [
+            "task.progress",
+            "task.progress",
+            "task.message",
+            "task.completed"
+        ]
     );
     assert!(first.iter().all(|e| e.run_id == a));
     assert_eq!(
@@ -818,16 +830,25 @@ async fn queue_waits_and_steer_cancels_only_the_turn(env: Env) {
         s.settlement(&call("fg")).await.unwrap(),
         Some(ToolResult::Cancelled)
     );
-    assert!(matches!(
-        resume_hook(&*env.store, "steer-fg", &json!(1), None, env.clock.now()).await,
-        Err(EngineError::Store(StoreError::NotFound { .. }))
-    ), "the cancelled run's hook is disposed");
+    assert!(
+        matches!(
+            resume_hook(&*env.store, "steer-fg", &json!(1), None, env.clock.now()).await,
+            Err(EngineError::Store(StoreError::NotFound { .. }))
+        ),
+        "the cancelled run's hook is disposed"
+    );
     // The background run survived the steered turn and still takes its callback.
     assert_eq!(env.status(&bg).await, RunStatus::Running);
     assert!(!s.tasks().await.unwrap()[0].cancel_requested);
-    resume_hook(&*env.store, "steer-bg", &json!("late"), None, env.clock.now())
-        .await
-        .unwrap();
+    resume_hook(
+        &*env.store,
+        "steer-bg",
+        &json!("late"),
+        None,
+        env.clock.now(),
+    )
+    .await
+    .unwrap();
     w.drain().await.unwrap();
     assert_eq!(
         events_of(&log(&s).await, &bg),
@@ -868,12 +889,15 @@ async fn steer_while_waiting_on_ask(env: Env) {
     w.drain().await.unwrap();
     // The cancel withdrew the turn's request at once (before the grace period ends)...
     assert!(matches!(
-        s.answer(&fg_request, InputResponse::option("approve")).await,
+        s.answer(&fg_request, InputResponse::option("approve"))
+            .await,
         Err(SessionError::Withdrawn { .. })
     ));
-    assert!(events_of(&log(&s).await, &fg).contains(&SessionEvent::InputWithdrawn {
-        request_id: fg_request.clone()
-    }));
+    assert!(
+        events_of(&log(&s).await, &fg).contains(&SessionEvent::InputWithdrawn {
+            request_id: fg_request.clone()
+        })
+    );
     // ... and the run ends cancelled when the grace period is over.
     env.clock.advance(PAST_GRACE);
     w.drain().await.unwrap();
@@ -898,12 +922,16 @@ async fn steer_while_waiting_on_ask(env: Env) {
     env.clock.advance(HOUR);
     w.drain().await.unwrap();
     // ... and both tasks completed normally.
-    assert!(events_of(&log(&s).await, &refund).contains(&SessionEvent::TaskCompleted {
-        output: Payload::from(json!({"refunded": true}))
-    }));
-    assert!(events_of(&log(&s).await, &reminder).contains(&SessionEvent::TaskCompleted {
-        output: Payload::from(json!({"reminder": "n"}))
-    }));
+    assert!(
+        events_of(&log(&s).await, &refund).contains(&SessionEvent::TaskCompleted {
+            output: Payload::from(json!({"refunded": true}))
+        })
+    );
+    assert!(
+        events_of(&log(&s).await, &reminder).contains(&SessionEvent::TaskCompleted {
+            output: Payload::from(json!({"reminder": "n"}))
+        })
+    );
 }
 
 async fn session_end_cancels_two_background_tasks(env: Env) {
@@ -1017,10 +1045,7 @@ async fn task_cancel_rules(env: Env) {
     w.drain().await.unwrap();
     env.clock.advance(PAST_GRACE);
     w.drain().await.unwrap();
-    assert_eq!(
-        kinds(&events_of(&log(&s).await, &task)),
-        ["task.cancelled"]
-    );
+    assert_eq!(kinds(&events_of(&log(&s).await, &task)), ["task.cancelled"]);
     assert_eq!(
         s.task_cancel(&task).await.unwrap(),
         CancelOutcome::AlreadyEnded {
@@ -1028,7 +1053,11 @@ async fn task_cancel_rules(env: Env) {
         },
         "cancelling an ended task is a no-op with a clear result"
     );
-    assert_eq!(env.status(&fg).await, RunStatus::Running, "the turn is untouched");
+    assert_eq!(
+        env.status(&fg).await,
+        RunStatus::Running,
+        "the turn is untouched"
+    );
     assert_eq!(env.status(&foreign).await, RunStatus::Running);
 }
 
@@ -1127,21 +1156,32 @@ async fn answer_errors_are_typed(env: Env) {
         s.answer(first, InputResponse::text("free text")).await,
         Err(SessionError::InvalidAnswer { .. })
     ));
+    assert!(
+        matches!(
+            env.session("s2")
+                .answer(first, InputResponse::option("approve"))
+                .await,
+            Err(SessionError::UnknownRequest { .. })
+        ),
+        "another session cannot answer it"
+    );
     assert!(matches!(
-        env.session("s2").answer(first, InputResponse::option("approve")).await,
-        Err(SessionError::UnknownRequest { .. })
-    ), "another session cannot answer it");
-    assert!(matches!(
-        s.answer(&RequestId::new("nope"), InputResponse::option("approve")).await,
+        s.answer(&RequestId::new("nope"), InputResponse::option("approve"))
+            .await,
         Err(SessionError::UnknownRequest { .. })
     ));
     // The freeform request takes text.
-    s.answer(second, InputResponse::text("ship it")).await.unwrap();
+    s.answer(second, InputResponse::text("ship it"))
+        .await
+        .unwrap();
     assert!(matches!(
-        s.answer(second, InputResponse::text("something else")).await,
+        s.answer(second, InputResponse::text("something else"))
+            .await,
         Err(SessionError::AlreadyAnswered { .. })
     ));
-    s.answer(first, InputResponse::option("approve")).await.unwrap();
+    s.answer(first, InputResponse::option("approve"))
+        .await
+        .unwrap();
     env.worker().await.drain().await.unwrap();
     assert_eq!(env.status(&run).await, RunStatus::Completed);
 }
@@ -1174,10 +1214,13 @@ async fn ends_withdraw_and_dispose(env: Env, fail: bool) {
         s.answer(&second, InputResponse::text("too late")).await,
         Err(SessionError::Withdrawn { .. })
     ));
-    assert!(matches!(
-        resume_hook(&*env.store, token, &json!(1), None, env.clock.now()).await,
-        Err(EngineError::Store(StoreError::NotFound { .. }))
-    ), "the ended run's hook is disposed");
+    assert!(
+        matches!(
+            resume_hook(&*env.store, token, &json!(1), None, env.clock.now()).await,
+            Err(EngineError::Store(StoreError::NotFound { .. }))
+        ),
+        "the ended run's hook is disposed"
+    );
     let events = events_of(&log(&s).await, &run);
     assert_eq!(
         kinds(&events),
@@ -1191,9 +1234,7 @@ async fn ends_withdraw_and_dispose(env: Env, fail: bool) {
     );
     assert_eq!(
         events[3],
-        SessionEvent::InputWithdrawn {
-            request_id: second
-        }
+        SessionEvent::InputWithdrawn { request_id: second }
     );
     let expected = if fail {
         ToolResult::Failed {
@@ -1618,8 +1659,12 @@ fn what_requests_a_turn() {
         },
         SessionEvent::InputWithdrawn { request_id: r },
     ];
-    assert!(turn.iter().all(|e| e.requests_turn() && !e.is_stream_only()));
-    assert!(stream.iter().all(|e| !e.requests_turn() && e.is_stream_only()));
+    assert!(turn
+        .iter()
+        .all(|e| e.requests_turn() && !e.is_stream_only()));
+    assert!(stream
+        .iter()
+        .all(|e| !e.requests_turn() && e.is_stream_only()));
 }
 
 #[test]

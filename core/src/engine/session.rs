@@ -154,7 +154,9 @@ pub enum SessionError {
         session: SessionId,
     },
     /// No run of this session was started for the call id.
-    #[error("tool call {call} was not started in session {session}; start it with Session::call_tool")]
+    #[error(
+        "tool call {call} was not started in session {session}; start it with Session::call_tool"
+    )]
     UnknownCall {
         /// The session.
         session: SessionId,
