@@ -206,6 +206,8 @@ pub async fn complete_agent(
 }
 
 type Reply = Arc<dyn Fn(&AgentStart) -> Result<serde_json::Value, String> + Send + Sync>;
+/// Per `(run, key)`: the child's id and how many times `start` was called.
+type Starts = HashMap<(RunId, String), (String, u32)>;
 
 /// A stand-in for the model: replies to each target with a scripted function, at once (through
 /// [`complete_agent`] on its store) or only when [`ScriptedAgentHost::finish`] is called. It
@@ -214,7 +216,7 @@ type Reply = Arc<dyn Fn(&AgentStart) -> Result<serde_json::Value, String> + Send
 pub struct ScriptedAgentHost {
     store: Arc<dyn JournalStore>,
     replies: Arc<Mutex<HashMap<String, Reply>>>,
-    starts: Arc<Mutex<HashMap<(RunId, String), (String, u32)>>>,
+    starts: Arc<Mutex<Starts>>,
     cancelled: Arc<Mutex<Vec<(RunId, String)>>>,
     clock: Arc<dyn Clock>,
 }

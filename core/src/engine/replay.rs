@@ -189,8 +189,9 @@ impl Executor {
             .collect()
     }
 
-    /// Agent calls recorded whose host has not acknowledged the start and whose result has
-    /// not arrived, except those in `starting`.
+    /// Agent calls whose host has not acknowledged the start and whose result has not
+    /// arrived, except those in `starting`. The worker starts them only once nothing is left
+    /// unrecorded, so their intent is durable first.
     pub(crate) fn agents_to_start(&self, starting: &[u64]) -> Vec<(u64, AgentCall)> {
         let core = lock(&self.core);
         core.open
@@ -199,10 +200,7 @@ impl Executor {
                 let c = &core.cmds[i as usize];
                 match &c.kind {
                     CmdKind::Agent { call, .. }
-                        if !c.started
-                            && c.payloads.is_empty()
-                            && !core.unrecorded.contains(&i)
-                            && !starting.contains(&i) =>
+                        if !c.started && c.payloads.is_empty() && !starting.contains(&i) =>
                     {
                         Some((i, call.clone()))
                     }
