@@ -13,8 +13,13 @@ use eve_storage_sqlite::SqliteStore;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub mod channel;
 pub mod deploy;
+pub mod deploy_approval;
+pub mod deploy_deadline;
+pub mod refund_order;
 pub mod remind;
+pub mod remind_with_progress;
 pub mod render_video;
 
 /// The deployment id the examples run under.
@@ -26,6 +31,10 @@ pub fn registry() -> Registry {
         .with(remind::tool())
         .with(render_video::tool())
         .with(deploy::tool())
+        .with(deploy_approval::tool())
+        .with(deploy_deadline::tool())
+        .with(refund_order::tool())
+        .with(remind_with_progress::tool())
 }
 
 /// `--name value` from the command line.
