@@ -127,6 +127,22 @@ async fn render_farm_end_to_end_delivers_the_callback_once() {
     );
     assert_eq!(journal(&store, &run).await.len(), j.len());
 
+    // The runs API shows the journal with the webhook token redacted (it is a capability).
+    let shown: Value = reqwest::get(server.url(&format!("/v1/runs/{run}")))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let created = shown["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|e| e["event"].get("HookCreated"))
+        .expect("HookCreated shown");
+    assert_eq!(created["token"], format!("{}…", &token[..7]));
+    assert!(!shown.to_string().contains(&token));
+
     worker.shutdown().await;
     server.stop().await;
 }

@@ -1,0 +1,294 @@
+//! The session channel over HTTP on SQLite with a real worker: SSE resumed with Last-Event-ID
+//! across a server restart, racing answers, the typed answer errors, the task index and task
+//! cancellation, and the runs API.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+
+async fn answer(server: &TestServer, request: &str, body: Value) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .post(server.url(&format!("/v1/requests/{request}/answer")))
+        .json(&body)
+        .send()
+        .await
+        .expect("answer reaches the server");
+    (
+        resp.status().as_u16(),
+        resp.json().await.expect("JSON body"),
+    )
+}
+
+async fn get(server: &TestServer, path: &str) -> (u16, Value) {
+    let resp = reqwest::get(server.url(path)).await.expect("GET");
+    (
+        resp.status().as_u16(),
+        resp.json().await.expect("JSON body"),
+    )
+}
+
+async fn post(server: &TestServer, path: &str) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .post(server.url(path))
+        .send()
+        .await
+        .expect("POST");
+    (
+        resp.status().as_u16(),
+        resp.json().await.expect("JSON body"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_resumes_after_a_restart_and_racing_answers_get_one_200() {
+    let (_dir, store) = sqlite().await;
+    let worker = worker(store.clone()).await;
+    let first = TestServer::start(store.clone(), |_| {}).await;
+    let mut events = SseClient::connect(&first.url("/v1/sessions/s-deploy/events"), None).await;
+    let run = start(
+        &store,
+        "s-deploy",
+        "call-1",
+        "deploy",
+        json!({ "service": "api" }),
+    )
+    .await;
+
+    let asked = events.until("input.requested").await.pop().unwrap();
+    let last_id = asked.id.expect("events carry the session seq as id");
+    let entry = asked.json();
+    assert_eq!(entry["seq"], last_id);
+    assert_eq!(entry["run_id"], run.as_str());
+    let request = &entry["event"]["data"]["request"];
+    assert_eq!(request["display"], "confirmation");
+    assert_eq!(request["options"][0]["style"], "primary");
+    assert_eq!(request["options"][1]["style"], "danger");
+    let request_id = entry["event"]["data"]["request_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let (status, pending) = get(&first, "/v1/sessions/s-deploy/requests").await;
+    assert_eq!(status, 200);
+    assert_eq!(pending["requests"][0]["request_id"], request_id.as_str());
+    assert!(pending["requests"][0]["request"]["prompt"]
+        .as_str()
+        .unwrap()
+        .starts_with("Deploy api?"));
+
+    // The server goes away: the stream ends (the client would reconnect).
+    first.stop().await;
+    assert!(events.next().await.is_none(), "the stream ends at shutdown");
+
+    // A new server on the same store. Two people answer at once: exactly one wins.
+    let second = TestServer::start(store.clone(), |_| {}).await;
+    let (a, b) = tokio::join!(
+        answer(&second, &request_id, json!({ "optionId": "approve" })),
+        answer(&second, &request_id, json!({ "optionId": "cancel" })),
+    );
+    let mut outcomes = [(a.0, a.1.clone(), "approve"), (b.0, b.1.clone(), "cancel")];
+    outcomes.sort_by_key(|o| o.0);
+    assert_eq!(outcomes[0].0, 200, "{outcomes:?}");
+    assert_eq!(outcomes[1].0, 409, "{outcomes:?}");
+    assert_eq!(outcomes[1].1["code"], "already_answered");
+    assert!(outcomes[1].1["message"]
+        .as_str()
+        .unwrap()
+        .contains("already answered"));
+    let winner = outcomes[0].2;
+    assert_eq!(outcomes[0].1["duplicate"], false);
+    // Retrying the accepted answer is a duplicate success; the other one stays refused.
+    let (status, again) = answer(&second, &request_id, json!({ "optionId": winner })).await;
+    assert_eq!((status, &again["duplicate"]), (200, &json!(true)));
+
+    // Resume from the last id seen on the first server: nothing missed, nothing twice.
+    let mut resumed =
+        SseClient::connect(&second.url("/v1/sessions/s-deploy/events"), Some(last_id)).await;
+    let frames = resumed.until("tool.settled").await;
+    assert_eq!(frames[0].id, Some(last_id + 1), "{frames:?}");
+    assert_eq!(frames[0].event.as_deref(), Some("input.answered"));
+    let ids: Vec<u64> = frames.iter().map(|f| f.id.unwrap()).collect();
+    assert!(ids.windows(2).all(|w| w[1] == w[0] + 1), "{ids:?}");
+    let output = &frames.last().unwrap().json()["event"]["data"]["result"]["data"]["output"];
+    assert_eq!(output["deployed"], winner == "approve", "{output}");
+
+    // From scratch (no Last-Event-ID) the whole log is replayed, from seq 0.
+    let mut replay = SseClient::connect(&second.url("/v1/sessions/s-deploy/events"), None).await;
+    let all = replay.until("tool.settled").await;
+    assert_eq!(all[0].id, Some(0));
+    assert_eq!(all.len() as u64, ids.last().unwrap() + 1);
+    // `?from=` starts elsewhere; a Last-Event-ID that is not a seq is a 400.
+    let mut from = SseClient::connect(
+        &second.url(&format!(
+            "/v1/sessions/s-deploy/events?from={}",
+            last_id + 1
+        )),
+        None,
+    )
+    .await;
+    assert_eq!(from.next().await.unwrap().id, Some(last_id + 1));
+    let bad = reqwest::Client::new()
+        .get(second.url("/v1/sessions/s-deploy/events"))
+        .header("last-event-id", "yesterday")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+
+    let (_, pending) = get(&second, "/v1/sessions/s-deploy/requests").await;
+    assert_eq!(pending, json!({ "requests": [] }));
+    worker.shutdown().await;
+    second.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_tasks_and_runs_over_http() {
+    let (_dir, store) = sqlite().await;
+    let worker = worker(store.clone()).await;
+    let server = TestServer::start(store.clone(), |_| {}).await;
+    let mut events = SseClient::connect(&server.url("/v1/sessions/s2/events"), None).await;
+    let deploy = start(
+        &store,
+        "s2",
+        "call-1",
+        "deploy",
+        json!({ "service": "web" }),
+    )
+    .await;
+    let refund = start(
+        &store,
+        "s2",
+        "call-2",
+        "refund_order",
+        json!({ "order_id": "o-7" }),
+    )
+    .await;
+
+    let mut asked = Vec::new();
+    while asked.len() < 2 {
+        asked.push(events.until("input.requested").await.pop().unwrap().json());
+    }
+    let request_of = |run: &eve_core::RunId| {
+        asked
+            .iter()
+            .find(|e| e["run_id"] == run.as_str())
+            .map(|e| {
+                e["event"]["data"]["request_id"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .unwrap()
+    };
+    let (deploy_req, refund_req) = (request_of(&deploy), request_of(&refund));
+    let (_, pending) = get(&server, "/v1/sessions/s2/requests").await;
+    assert_eq!(pending["requests"].as_array().unwrap().len(), 2);
+
+    // Answers the request does not accept, bodies that are not answers, unknown requests.
+    let (s, e) = answer(&server, &deploy_req, json!({ "optionId": "nope" })).await;
+    assert_eq!((s, e["code"].as_str()), (422, Some("invalid_answer")));
+    assert!(e["message"].as_str().unwrap().contains("approve"), "{e}");
+    let (s, e) = answer(&server, &deploy_req, json!({ "text": "sure" })).await;
+    assert_eq!((s, e["code"].as_str()), (422, Some("invalid_answer")));
+    let (s, e) = answer(&server, &deploy_req, json!({ "option": "approve" })).await;
+    assert_eq!((s, e["code"].as_str()), (400, Some("malformed")));
+    let resp = reqwest::Client::new()
+        .post(server.url(&format!("/v1/requests/{deploy_req}/answer")))
+        .body("{\"optionId\": ")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let (s, e) = answer(&server, "run_nope:3", json!({ "optionId": "approve" })).await;
+    assert_eq!((s, e["code"].as_str()), (404, Some("not_found")));
+
+    // The task index holds the background run only.
+    let (_, tasks) = get(&server, "/v1/sessions/s2/tasks").await;
+    let tasks = tasks["tasks"].as_array().unwrap().clone();
+    assert_eq!(tasks.len(), 1, "{tasks:?}");
+    assert_eq!(tasks[0]["taskId"], refund.as_str());
+    assert_eq!(tasks[0]["tool"], "refund_order");
+    assert_eq!(tasks[0]["status"], "running");
+    assert_eq!(tasks[0]["cancelRequested"], false);
+
+    // Cancel: not for a default-execution call, not for an unknown id; once for the task.
+    let (s, e) = post(&server, &format!("/v1/tasks/{deploy}/cancel")).await;
+    assert_eq!((s, e["code"].as_str()), (409, Some("not_a_task")));
+    let (s, _) = post(&server, "/v1/tasks/run_nope/cancel").await;
+    assert_eq!(s, 404);
+    let (s, c) = post(&server, &format!("/v1/tasks/{refund}/cancel")).await;
+    assert_eq!((s, c["outcome"].as_str()), (202, Some("requested")));
+    let frames = events.until("task.cancelled").await;
+    assert!(
+        frames
+            .iter()
+            .any(|f| f.event.as_deref() == Some("input.withdrawn")
+                && f.json()["event"]["data"]["request_id"] == refund_req.as_str()),
+        "{frames:?}"
+    );
+    let (s, c) = post(&server, &format!("/v1/tasks/{refund}/cancel")).await;
+    assert_eq!((s, c["outcome"].as_str()), (200, Some("already_ended")));
+    assert_eq!(c["status"], "cancelled");
+    // Its request was withdrawn with it.
+    let (s, e) = answer(&server, &refund_req, json!({ "optionId": "approve" })).await;
+    assert_eq!((s, e["code"].as_str()), (410, Some("withdrawn")));
+    let (_, tasks) = get(&server, "/v1/sessions/s2/tasks").await;
+    assert_eq!(tasks["tasks"][0]["status"], "cancelled");
+    assert_eq!(tasks["tasks"][0]["cancelRequested"], true);
+
+    // The deploy call still waits; cancel it by its answer.
+    let (s, _) = answer(&server, &deploy_req, json!({ "optionId": "cancel" })).await;
+    assert_eq!(s, 200);
+    let settled = events.until("tool.settled").await.pop().unwrap().json();
+    assert_eq!(
+        settled["event"]["data"]["result"]["data"]["output"],
+        json!({ "deployed": false, "reason": "rejected" })
+    );
+
+    // The runs API.
+    let (_, runs) = get(&server, "/v1/runs?session=s2").await;
+    let ids: Vec<&str> = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["run_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec![deploy.as_str(), refund.as_str()]);
+    let (_, runs) = get(&server, "/v1/runs?session=s2&status=cancelled").await;
+    assert_eq!(runs["runs"].as_array().unwrap().len(), 1);
+    assert_eq!(runs["runs"][0]["run_id"], refund.as_str());
+    let (_, runs) = get(&server, "/v1/runs?status=completed&limit=1").await;
+    assert_eq!(runs["runs"][0]["run_id"], deploy.as_str());
+    let (s, e) = get(&server, "/v1/runs?status=sleeping").await;
+    assert_eq!((s, e["code"].as_str()), (400, Some("malformed")));
+    let (s, e) = get(&server, "/v1/runs?limit=many").await;
+    assert_eq!((s, e["code"].as_str()), (400, Some("malformed")));
+    let (s, one) = get(&server, &format!("/v1/runs/{deploy}")).await;
+    assert_eq!(s, 200);
+    assert_eq!(one["run"]["status"], "completed");
+    let kinds: Vec<String> = one["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            e["event"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .next()
+                .unwrap()
+                .clone()
+        })
+        .collect();
+    assert_eq!(kinds.first().map(String::as_str), Some("RunStarted"));
+    assert!(kinds.iter().any(|k| k == "InputAnswered"), "{kinds:?}");
+    assert_eq!(kinds.last().map(String::as_str), Some("RunCompleted"));
+    let (s, e) = get(&server, "/v1/runs/run_nope").await;
+    assert_eq!((s, e["code"].as_str()), (404, Some("not_found")));
+    let (s, e) = get(&server, "/v1/nothing/here").await;
+    assert_eq!((s, e["code"].as_str()), (404, Some("not_found")));
+
+    worker.shutdown().await;
+    server.stop().await;
+}
