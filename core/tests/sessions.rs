@@ -95,8 +95,13 @@ mod tools {
         pub struct Input {
             pub token: String,
         }
+        /// Fails when the payload is `"fail"`.
         pub async fn execute(ctx: WorkflowCtx, input: Input) -> Result<Value, WorkflowError> {
-            Ok(ctx.create_hook::<Value>(input.token).next().await?)
+            let payload = ctx.create_hook::<Value>(input.token).next().await?;
+            if payload == json!("fail") {
+                return Err(WorkflowError::new("told to fail"));
+            }
+            Ok(payload)
         }
         pub fn tool() -> WorkflowTool {
             define_workflow_tool("Watches for a callback.", workflow!(execute)).background()
@@ -479,6 +484,8 @@ on_both_stores!(
     queue_waits_and_steer_cancels_only_the_turn,
     steer_while_waiting_on_ask,
     session_end_cancels_two_background_tasks,
+    background_failure_is_a_task_notification,
+    answer_racing_a_steer_is_kept_and_never_withdrawn,
     task_cancel_rules,
     two_concurrent_answers_exactly_one_wins,
     answers_days_later_from_another_handle,
@@ -946,6 +953,11 @@ async fn session_end_cancels_two_background_tasks(env: Env) {
             .await
             .unwrap(),
     );
+    let fg = parked(
+        &s.call_tool("fg", "wait_hook", json!({"token": "end-fg"}))
+            .await
+            .unwrap(),
+    );
     let other = env.session("s2");
     let c = working(
         &other
@@ -959,9 +971,12 @@ async fn session_end_cancels_two_background_tasks(env: Env) {
 
     let mut ended = s.end().await.unwrap();
     ended.sort();
-    let mut expected = vec![a.clone(), b.clone()];
+    let mut expected = vec![a.clone(), b.clone(), fg.clone()];
     expected.sort();
-    assert_eq!(ended, expected, "both tasks, not the other session's");
+    assert_eq!(
+        ended, expected,
+        "both tasks and the parked call, not the other session's task"
+    );
     assert!(matches!(
         s.call_tool("d", "remind", json!({"note": "d", "delay": "1h"}))
             .await,
@@ -979,6 +994,10 @@ async fn session_end_cancels_two_background_tasks(env: Env) {
         tasks.iter().map(|t| t.status).collect::<Vec<_>>(),
         [RunStatus::Cancelled, RunStatus::Cancelled]
     );
+    assert_eq!(
+        s.settlement(&call("fg")).await.unwrap(),
+        Some(ToolResult::Cancelled)
+    );
     let entries = log(&s).await;
     assert_eq!(kinds(&events_of(&entries, &a)), ["task.cancelled"]);
     assert_eq!(
@@ -995,6 +1014,79 @@ async fn session_end_cancels_two_background_tasks(env: Env) {
     env.clock.advance(HOUR);
     w.drain().await.unwrap();
     assert_eq!(env.status(&c).await, RunStatus::Completed);
+}
+
+async fn background_failure_is_a_task_notification(env: Env) {
+    let s = env.session("s1");
+    let task = working(
+        &s.call_tool("t", "watch", json!({"token": "fail-bg"}))
+            .await
+            .unwrap(),
+    );
+    let w = env.worker().await;
+    w.drain().await.unwrap();
+    resume_hook(
+        &*env.second,
+        "fail-bg",
+        &json!("fail"),
+        None,
+        env.clock.now(),
+    )
+    .await
+    .unwrap();
+    w.drain().await.unwrap();
+    let events = events_of(&log(&s).await, &task);
+    assert_eq!(
+        events,
+        [SessionEvent::TaskFailed {
+            error: "told to fail".into()
+        }]
+    );
+    assert!(events[0].requests_turn());
+    assert_eq!(s.tasks().await.unwrap()[0].status, RunStatus::Failed);
+    assert_eq!(
+        s.settlement(&call("t")).await.unwrap(),
+        None,
+        "a task is never settled"
+    );
+}
+
+/// An answer accepted after the steer's cancel request but before the engine handled it is
+/// kept: the request was answered, so the run's end does not withdraw it, and the answer does
+/// not undo the steer.
+async fn answer_racing_a_steer_is_kept_and_never_withdrawn(env: Env) {
+    let s = env.session("s1");
+    let run = parked(
+        &s.call_tool("c", "approve", json!({"what": "z"}))
+            .await
+            .unwrap(),
+    );
+    let w = env.worker().await;
+    w.drain().await.unwrap();
+    let request = request_of(&s, &run).await;
+    assert_eq!(
+        s.user_message(TurnPolicy::Steer).await.unwrap(),
+        TurnOutcome::Steered {
+            cancelled: vec![run.clone()]
+        }
+    );
+    env.session_on(&env.second, "s1")
+        .answer(&request, InputResponse::option("approve"))
+        .await
+        .expect("still pending when answered");
+    w.drain().await.unwrap();
+    env.clock.advance(PAST_GRACE);
+    w.drain().await.unwrap();
+    assert_eq!(env.status(&run).await, RunStatus::Cancelled);
+    assert_eq!(
+        kinds(&events_of(&log(&s).await, &run)),
+        ["input.requested", "input.answered", "tool.settled"]
+    );
+    assert_eq!(
+        s.settlement(&call("c")).await.unwrap(),
+        Some(ToolResult::Cancelled),
+        "a response never steers back: the turn stays cancelled"
+    );
 }
 
 async fn task_cancel_rules(env: Env) {
@@ -1093,6 +1185,13 @@ async fn two_concurrent_answers_exactly_one_wins(env: Env) {
         .filter(|e| matches!(e, Event::InputAnswered { .. }))
         .collect();
     assert_eq!(answered.len(), 1, "{answered:?}");
+    assert!(
+        !env.journal(&run)
+            .await
+            .iter()
+            .any(|e| matches!(e, Event::CancelRequested { .. })),
+        "a response never steers"
+    );
     // The winner's identical retry is a duplicate success; the loser stays refused.
     let retry = one
         .answer(&request, InputResponse::option(winner))
