@@ -1,0 +1,295 @@
+//! The page in a real browser: headless Chromium (Debian's `chromium` and `chromium-driver`)
+//! driven over WebDriver opens the page, sees the deploy request rendered with its styled
+//! buttons, clicks Approve and sees the run complete, with its journal.
+//!
+//! Skipped, loudly, when /usr/bin/chromium or /usr/bin/chromedriver is missing (CI installs
+//! both). Set `EVE_BROWSER_SCREENSHOTS=DIR` to keep screenshots of the page.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::Stdio;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+/// A WebDriver session on a chromedriver this test started (killed when dropped).
+struct Browser {
+    http: reqwest::Client,
+    session: String,
+    _driver: tokio::process::Child,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    async fn start() -> Self {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+            l.local_addr().unwrap().port()
+        };
+        let mut driver = tokio::process::Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .arg("--allowed-ips=127.0.0.1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start chromedriver");
+        // chromedriver says on stdout when it listens.
+        let mut lines = BufReader::new(driver.stdout.take().unwrap()).lines();
+        tokio::time::timeout(WAIT, async {
+            while let Some(line) = lines.next_line().await.expect("chromedriver stdout") {
+                if line.contains("started successfully") {
+                    return;
+                }
+            }
+            panic!("chromedriver exited before it was ready");
+        })
+        .await
+        .expect("chromedriver ready in time");
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+
+        let profile = tempfile::tempdir().expect("profile dir");
+        let http = reqwest::Client::new();
+        let base = format!("http://127.0.0.1:{port}");
+        let caps = json!({ "capabilities": { "alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": CHROMIUM,
+                "args": [
+                    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                    "--no-first-run", "--disable-background-networking",
+                    "--disable-component-update", "--disable-sync",
+                    "--window-size=1200,900",
+                    format!("--user-data-dir={}", profile.path().display()),
+                ]
+            }
+        }}});
+        let resp: Value = http
+            .post(format!("{base}/session"))
+            .json(&caps)
+            .send()
+            .await
+            .expect("new WebDriver session")
+            .json()
+            .await
+            .unwrap();
+        let id = resp["value"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no WebDriver session: {resp}"))
+            .to_owned();
+        let browser = Self {
+            http,
+            session: format!("{base}/session/{id}"),
+            _driver: driver,
+            _profile: profile,
+        };
+        // Element look-ups wait (in the browser) until the element appears.
+        browser
+            .cmd(
+                "POST",
+                "/timeouts",
+                json!({ "implicit": WAIT.as_millis() as u64 }),
+            )
+            .await;
+        browser
+    }
+
+    async fn cmd(&self, method: &str, path: &str, body: Value) -> Value {
+        let url = format!("{}{path}", self.session);
+        let req = match method {
+            "GET" => self.http.get(url),
+            "DELETE" => self.http.delete(url),
+            _ => self.http.post(url).json(&body),
+        };
+        let resp = req.send().await.expect("WebDriver call");
+        let ok = resp.status().is_success();
+        let v: Value = resp.json().await.expect("WebDriver JSON");
+        assert!(ok, "WebDriver {method} {path} failed: {v}");
+        v["value"].clone()
+    }
+
+    async fn goto(&self, url: &str) {
+        self.cmd("POST", "/url", json!({ "url": url })).await;
+    }
+
+    /// Waits for the first element matching the CSS selector.
+    async fn find(&self, css: &str) -> String {
+        self.find_by("css selector", css).await
+    }
+
+    async fn find_by(&self, using: &str, value: &str) -> String {
+        let v = self
+            .cmd(
+                "POST",
+                "/element",
+                json!({ "using": using, "value": value }),
+            )
+            .await;
+        v[ELEMENT].as_str().expect("element id").to_owned()
+    }
+
+    async fn click(&self, element: &str) {
+        self.cmd("POST", &format!("/element/{element}/click"), json!({}))
+            .await;
+    }
+
+    async fn text(&self, element: &str) -> String {
+        self.cmd("GET", &format!("/element/{element}/text"), Value::Null)
+            .await
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    async fn attr(&self, element: &str, name: &str) -> String {
+        self.cmd(
+            "GET",
+            &format!("/element/{element}/attribute/{name}"),
+            Value::Null,
+        )
+        .await
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+    }
+
+    async fn screenshot(&self, name: &str) {
+        let Ok(dir) = std::env::var("EVE_BROWSER_SCREENSHOTS") else {
+            return;
+        };
+        let png = self.cmd("GET", "/screenshot", Value::Null).await;
+        let bytes = base64_decode(png.as_str().unwrap());
+        std::fs::write(Path::new(&dir).join(name), bytes).expect("write screenshot");
+    }
+
+    async fn quit(self) {
+        self.cmd("DELETE", "", Value::Null).await;
+    }
+}
+
+/// Standard base64 (what WebDriver screenshots use), decoded without another dependency.
+fn base64_decode(s: &str) -> Vec<u8> {
+    let val = |c: u8| -> u32 {
+        match c {
+            b'A'..=b'Z' => (c - b'A') as u32,
+            b'a'..=b'z' => (c - b'a' + 26) as u32,
+            b'0'..=b'9' => (c - b'0' + 52) as u32,
+            b'+' => 62,
+            b'/' => 63,
+            _ => 0,
+        }
+    };
+    let clean: Vec<u8> = s.bytes().filter(|c| !c.is_ascii_whitespace()).collect();
+    let mut out = Vec::with_capacity(clean.len() / 4 * 3);
+    // WebDriver's base64 is padded, so every chunk has four characters.
+    for chunk in clean.chunks(4) {
+        let n = chunk.iter().fold(0u32, |acc, &c| (acc << 6) | val(c));
+        let pad = chunk.iter().filter(|&&c| c == b'=').count();
+        out.extend_from_slice(&[(n >> 16) as u8, (n >> 8) as u8, n as u8][..3 - pad]);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clicking_approve_in_chromium_completes_the_run() {
+    for bin in [CHROMIUM, CHROMEDRIVER] {
+        if !Path::new(bin).exists() {
+            eprintln!(
+                "SKIPPED clicking_approve_in_chromium_completes_the_run: {bin} is missing; \
+                 install Debian's chromium and chromium-driver (CI does: see .ci/run)"
+            );
+            return;
+        }
+    }
+    let (_dir, store) = sqlite().await;
+    let worker = worker(store.clone()).await;
+    let server = TestServer::start(store.clone(), |_| {}).await;
+    let run = start(
+        &store,
+        "s-browser",
+        "call-1",
+        "deploy",
+        json!({ "service": "web" }),
+    )
+    .await;
+    // A background refund in the same session renders as a select with free text.
+    let refund = start(
+        &store,
+        "s-browser",
+        "call-2",
+        "refund_order",
+        json!({ "order_id": "o-9" }),
+    )
+    .await;
+
+    let browser = Browser::start().await;
+    browser.goto(&server.url("/?session=s-browser")).await;
+
+    let approve = browser.find(r#"button[data-option="approve"]"#).await;
+    let cancel = browser.find(r#"button[data-option="cancel"]"#).await;
+    assert_eq!(browser.text(&approve).await, "Deploy");
+    assert!(browser
+        .attr(&approve, "class")
+        .await
+        .contains("style-primary"));
+    assert!(browser
+        .attr(&cancel, "class")
+        .await
+        .contains("style-danger"));
+    let prompt = browser
+        .find(&format!(r#".card[data-request^="{run}"] .prompt"#))
+        .await;
+    let prompt = browser.text(&prompt).await;
+    assert!(prompt.starts_with("Deploy web?"), "{prompt:?}");
+    // The select request shows its options as choices and a free-text field.
+    browser
+        .find(r#"input[type="radio"][data-option="deny"]"#)
+        .await;
+    browser.find(r#"input[data-text="freeform"]"#).await;
+    browser.screenshot("page-before.png").await;
+
+    browser.click(&approve).await;
+
+    // The run list shows the run completed, live.
+    browser
+        .find(&format!(r#"tr[data-run="{run}"] td.status-completed"#))
+        .await;
+    // Its journal opens on a click and ends with RunCompleted.
+    let row = browser.find(&format!(r#"tr[data-run="{run}"]"#)).await;
+    browser.click(&row).await;
+    browser
+        .find_by(
+            "xpath",
+            &format!(
+                r#"//tr[@data-journal="{run}"]//li[starts-with(., "RunCompleted") and contains(., "deploy.example")]"#
+            ),
+        )
+        .await;
+    browser.screenshot("page-after.png").await;
+
+    let record = store.get_run(&run).await.unwrap();
+    assert_eq!(record.status, eve_core::RunStatus::Completed);
+    let output = journal(&store, &run)
+        .await
+        .into_iter()
+        .find_map(|e| match e.event {
+            eve_core::Event::RunCompleted { output } => Some(output.to_value::<Value>().unwrap()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(output["deployed"], true);
+    assert_eq!(
+        store.get_run(&refund).await.unwrap().status,
+        eve_core::RunStatus::Running,
+        "the other request is untouched"
+    );
+
+    browser.quit().await;
+    worker.shutdown().await;
+    server.stop().await;
+}
