@@ -28,5 +28,6 @@ pub use session::{SessionEntry, SessionEvent, ToolResult};
 pub use store::{
     check_limits, Append, Appended, CancelOutcome, CreatedRun, Delivered, Effects, JournalStore,
     JournalStoreExt, Lease, NewRun, PendingRequest, Resolution, RunQuery, RunRecord, RunStatus,
+    WakeSignal,
 };
 pub use time::Timestamp;

@@ -20,6 +20,7 @@ use std::time::Duration;
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     state: Mutex<State>,
+    wake: crate::store::WakeSignal,
 }
 
 impl MemoryStore {
@@ -264,6 +265,7 @@ impl JournalStore for MemoryStore {
         st.runs.insert(new.run_id.clone(), run);
         st.order.push(new.run_id.clone());
         st.keys.insert(key, new.run_id);
+        self.wake.wake();
         Ok(CreatedRun {
             run: record,
             created: true,
@@ -414,6 +416,7 @@ impl JournalStore for MemoryStore {
         };
         check_limits(std::slice::from_ref(&event))?;
         let (seq, _) = st.write(&run_id, vec![event], now)?;
+        self.wake.wake();
         st.requests.get_mut(request).expect("checked").state =
             RequestState::Answered { response, seq };
         Ok(Delivered {
@@ -448,6 +451,7 @@ impl JournalStore for MemoryStore {
         let event = Event::HookReceived { cmd, payload };
         check_limits(std::slice::from_ref(&event))?;
         let (seq, _) = st.write(&run_id, vec![event], now)?;
+        self.wake.wake();
         if let Some(k) = key {
             st.hook_dedupe.insert(k, seq);
         }
@@ -477,6 +481,7 @@ impl JournalStore for MemoryStore {
         };
         check_limits(std::slice::from_ref(&event))?;
         let (seq, _) = st.write(run, vec![event], now)?;
+        self.wake.wake();
         Ok(CancelOutcome::Requested { seq })
     }
 
@@ -516,6 +521,7 @@ impl JournalStore for MemoryStore {
             }
         };
         let (seq, _) = st.write(run, events, now)?;
+        self.wake.wake();
         Ok(seq)
     }
 
@@ -676,6 +682,10 @@ impl JournalStore for MemoryStore {
             w.retired = true;
         }
         Ok(())
+    }
+
+    async fn wakeups(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.wake.subscribe())
     }
 
     async fn next_wake(

@@ -798,6 +798,38 @@ pub trait JournalStore: Debug + Send + Sync + 'static {
         deployment: &DeploymentId,
         now: Timestamp,
     ) -> Result<Option<Timestamp>, StoreError>;
+
+    /// Wake-ups for idle workers: a receiver whose value changes when a run may have become
+    /// claimable without a timer (a new run, an answer, a hook payload, a cancel request, a
+    /// resumed run). Only a hint that saves polling latency: a worker still polls, and a
+    /// backend may miss wake-ups from other processes. `None` (the default): the backend has
+    /// none, workers poll.
+    async fn wakeups(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
+}
+
+/// The in-process wake-up signal a store hands out through [`JournalStore::wakeups`]. Cheap to
+/// clone; clones share the signal.
+#[derive(Clone, Debug)]
+pub struct WakeSignal(std::sync::Arc<tokio::sync::watch::Sender<u64>>);
+
+impl Default for WakeSignal {
+    fn default() -> Self {
+        Self(std::sync::Arc::new(tokio::sync::watch::Sender::new(0)))
+    }
+}
+
+impl WakeSignal {
+    /// Wakes every subscriber.
+    pub fn wake(&self) {
+        self.0.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// A new subscriber.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.0.subscribe()
+    }
 }
 
 /// Conveniences over [`JournalStore`], for every store.

@@ -128,6 +128,10 @@ impl JournalStore for FaultyStore {
         self.inner.backend()
     }
 
+    async fn wakeups(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.inner.wakeups().await
+    }
+
     async fn create_run(&self, run: NewRun, now: Timestamp) -> Result<CreatedRun, StoreError> {
         self.call("create_run", self.inner.create_run(run, now))
             .await

@@ -290,3 +290,88 @@ async fn shutdown_hands_runs_over() {
     wait_status(&*store, &run, RunStatus::Completed).await;
     b.shutdown().await;
 }
+
+mod waiter {
+    use super::*;
+
+    #[derive(Deserialize, JsonSchema)]
+    pub struct Token {
+        pub token: String,
+    }
+
+    pub async fn execute(ctx: WorkflowCtx, input: Token) -> Result<String, WorkflowError> {
+        let hook = ctx.create_hook::<String>(input.token);
+        Ok(hook.next().await?)
+    }
+
+    pub fn tool() -> WorkflowTool {
+        define_workflow_tool("Waits for one hook payload.", eve_core::workflow!(execute))
+    }
+}
+
+/// With a poll interval of an hour, only the store's wake-ups can make an idle worker pick up
+/// a new run and then a hook payload at once.
+async fn deliveries_wake_an_idle_worker(store: Arc<dyn JournalStore>) {
+    let reg = Registry::new("v1").with(waiter::tool());
+    let h = Worker::new(
+        store.clone(),
+        reg.clone(),
+        Arc::new(SystemClock),
+        WorkerConfig {
+            poll_interval: Duration::from_secs(3600),
+            ..WorkerConfig::default()
+        },
+    )
+    .await
+    .unwrap()
+    .spawn();
+    let run = start_tool_call(
+        &*store,
+        &reg,
+        &SessionId::new("s"),
+        &CallId::new("c"),
+        "waiter",
+        serde_json::json!({"token": "wake-me"}),
+        Timestamp::now(),
+    )
+    .await
+    .unwrap()
+    .run
+    .run_id;
+    // The new run is claimed at once and parks on its hook.
+    let mut delivered = None;
+    for _ in 0..500 {
+        match store
+            .deliver_hook(
+                "wake-me",
+                eve_core::Payload::from_value("hi").unwrap(),
+                None,
+                Timestamp::now(),
+            )
+            .await
+        {
+            Ok(d) => {
+                delivered = Some(d);
+                break;
+            }
+            Err(eve_core::StoreError::NotFound { .. }) => {
+                tokio::time::sleep(Duration::from_millis(10)).await
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(delivered.is_some(), "the worker never created the hook");
+    wait_status(&*store, &run, RunStatus::Completed).await;
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_wake_an_idle_worker_on_memory() {
+    deliveries_wake_an_idle_worker(Arc::new(MemoryStore::new())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_wake_an_idle_worker_on_sqlite() {
+    let env = common::sqlite().await;
+    deliveries_wake_an_idle_worker(env.store.clone()).await;
+}

@@ -1060,6 +1060,12 @@ impl JournalStore for PostgresStore {
         BACKEND
     }
 
+    /// LISTEN/NOTIFY wake-ups from every process on this schema (see
+    /// [`PostgresStore::subscribe`]); `None` when the listener cannot connect.
+    async fn wakeups(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.subscribe().await.ok().map(|w| w.rx)
+    }
+
     async fn create_run(&self, new: NewRun, now: Timestamp) -> Result<CreatedRun, StoreError> {
         new.validate()?;
         let db = self.db();

@@ -180,6 +180,9 @@ impl Default for SqliteOptions {
 pub struct SqliteStore {
     writer: mpsc::Sender<Op>,
     reads: SqlitePool,
+    /// Wakes this process's idle workers after a delivery through any clone of this handle
+    /// (other processes' deliveries are found by polling).
+    wake: eve_core::WakeSignal,
 }
 
 impl SqliteStore {
@@ -247,7 +250,11 @@ impl SqliteStore {
         let max_batch = options.max_batch.max(1);
         let (tx, rx) = mpsc::channel(max_batch.saturating_mul(4));
         tokio::spawn(writer::run(conn, rx, max_batch));
-        Ok(Self { writer: tx, reads })
+        Ok(Self {
+            writer: tx,
+            reads,
+            wake: eve_core::WakeSignal::default(),
+        })
     }
 
     /// Sends an op to the writer and waits for its answer (after its batch committed).
@@ -354,9 +361,15 @@ impl JournalStore for SqliteStore {
         BACKEND
     }
 
+    async fn wakeups(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.wake.subscribe())
+    }
+
     async fn create_run(&self, run: NewRun, now: Timestamp) -> Result<CreatedRun, StoreError> {
         run.validate()?;
-        self.call(|r| Op::CreateRun(Box::new(run), now, r)).await
+        let created = self.call(|r| Op::CreateRun(Box::new(run), now, r)).await?;
+        self.wake.wake();
+        Ok(created)
     }
 
     async fn append(&self, append: Append) -> Result<Appended, StoreError> {
@@ -525,7 +538,9 @@ impl JournalStore for SqliteStore {
         now: Timestamp,
     ) -> Result<Delivered, StoreError> {
         let request = request.clone();
-        self.call(|r| Op::Answer(request, response, now, r)).await
+        let delivered = self.call(|r| Op::Answer(request, response, now, r)).await?;
+        self.wake.wake();
+        Ok(delivered)
     }
 
     async fn deliver_hook(
@@ -536,14 +551,17 @@ impl JournalStore for SqliteStore {
         now: Timestamp,
     ) -> Result<Delivered, StoreError> {
         eve_core::store::check_hook_delivery(token, dedupe_key)?;
-        self.call(|reply| Op::DeliverHook {
-            token: token.to_owned(),
-            payload,
-            dedupe_key: dedupe_key.map(str::to_owned),
-            now,
-            reply,
-        })
-        .await
+        let delivered = self
+            .call(|reply| Op::DeliverHook {
+                token: token.to_owned(),
+                payload,
+                dedupe_key: dedupe_key.map(str::to_owned),
+                now,
+                reply,
+            })
+            .await?;
+        self.wake.wake();
+        Ok(delivered)
     }
 
     async fn request_cancel(
@@ -553,7 +571,9 @@ impl JournalStore for SqliteStore {
         now: Timestamp,
     ) -> Result<CancelOutcome, StoreError> {
         let (run, reason) = (run.clone(), reason.to_owned());
-        self.call(|r| Op::Cancel(run, reason, now, r)).await
+        let outcome = self.call(|r| Op::Cancel(run, reason, now, r)).await?;
+        self.wake.wake();
+        Ok(outcome)
     }
 
     async fn resolve_blocked(
@@ -563,7 +583,9 @@ impl JournalStore for SqliteStore {
         now: Timestamp,
     ) -> Result<u64, StoreError> {
         let run = run.clone();
-        self.call(|r| Op::Resolve(run, resolution, now, r)).await
+        let seq = self.call(|r| Op::Resolve(run, resolution, now, r)).await?;
+        self.wake.wake();
+        Ok(seq)
     }
 
     async fn pending_requests(

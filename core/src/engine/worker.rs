@@ -372,6 +372,9 @@ impl Inner {
     async fn run_loop(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let mut tasks = tokio::task::JoinSet::new();
         let mut active: HashSet<RunId> = HashSet::new();
+        // Deliveries wake an idle worker at once where the store can tell; polling covers the
+        // rest (other processes on SQLite, DynamoDB).
+        let mut wakeups = self.store.wakeups().await;
         loop {
             if *stop.borrow() {
                 break;
@@ -413,10 +416,17 @@ impl Inner {
             }
             let until = self.clock.sleep_until(wake);
             let poll = tokio::time::sleep(self.config.poll_interval);
+            let woken = async {
+                match wakeups.as_mut() {
+                    Some(rx) => rx.changed().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = stop.changed() => {}
                 _ = until => {}
                 _ = poll => {}
+                Ok(()) = woken => {}
                 Some(done) = tasks.join_next(), if !tasks.is_empty() => {
                     if let Ok(id) = done {
                         active.remove(&id);
