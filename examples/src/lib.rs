@@ -1,9 +1,12 @@
-//! The seed's workflow tools as runnable examples on a SQLite file, with hooks standing in for
-//! `ask` until sessions land: a reminder (sleep), a render job that waits for a callback from
-//! another process, and a deploy approval with a deadline and an escalation.
+//! The seed's workflow tools as runnable examples on a SQLite file: a reminder (sleep), a render
+//! job that waits for a callback from another process, a deploy approval with a deadline and an
+//! escalation (hook version: `deploy`; `ask` version: `deploy_deadline`), a deploy with
+//! approval (`deploy_approval`), a background refund that asks now and acts when answered
+//! (`refund_order`), and a background reminder that reports progress (`remind_with_progress`).
 //!
 //! Each binary opens the SQLite file given by `--db` (default `eve-examples.db`), so several
-//! processes can share it: one runs the worker, another delivers the callback.
+//! processes can share it: one runs the worker, another delivers the callback or the answer.
+//! The `session` binary calls every example through a [`Session`](eve_core::engine::Session).
 
 use eve_core::engine::{
     define_workflow_tool, Registry, SystemClock, Worker, WorkerConfig, WorkerHandle,
