@@ -22,6 +22,6 @@ if [ -f .ci/dynamodb-local.sh ]; then
 fi
 
 # The eve-server browser test drives Debian's Chromium through chromedriver (installed once, as root).
-command -v chromium >/dev/null && command -v chromedriver >/dev/null || { [ "$(id -u)" = 0 ] && apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; } || echo "chromium/chromedriver missing and not root: the browser test will be skipped"
+command -v chromium >/dev/null && command -v chromedriver >/dev/null || { [ "$(id -u)" = 0 ] && apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; } || echo "WARNING: chromium/chromedriver could not be installed (not root, or apt-get failed): the eve-server browser test will be skipped"
 
 cargo test --workspace "$@"
