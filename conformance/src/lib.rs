@@ -44,6 +44,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub mod engine;
 pub mod fixtures;
 pub mod model;
 pub mod store;
@@ -151,6 +152,12 @@ pub fn store_cases() -> &'static [(&'static str, StoreCase)] {
     __store_cases!(table)
 }
 
+/// Every engine-level case (one per fault family), by name (`engine::family`).
+/// [`store_suite!`] and [`run_engine_suite`] both expand from the same list.
+pub fn engine_cases() -> &'static [(&'static str, StoreCase)] {
+    __engine_cases!(table)
+}
+
 /// How one case ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CaseOutcome {
@@ -217,8 +224,20 @@ impl fmt::Display for Report {
 ///
 /// Must run on a multi-thread tokio runtime (the concurrency cases spawn tasks).
 pub async fn run_store_suite(factory: &dyn StoreFactory) -> Report {
+    run_cases(factory, store_cases()).await
+}
+
+/// Runs every engine case (see [`engine`]) against `factory`, one after another, catching each
+/// case's panic. Each case runs [`engine::engine_case_count`] programs on one fresh store.
+///
+/// Must run on a multi-thread tokio runtime.
+pub async fn run_engine_suite(factory: &dyn StoreFactory) -> Report {
+    run_cases(factory, engine_cases()).await
+}
+
+async fn run_cases(factory: &dyn StoreFactory, cases: &[(&'static str, StoreCase)]) -> Report {
     let mut report = Report::default();
-    for (name, case) in store_cases() {
+    for (name, case) in cases {
         let start = Instant::now();
         let outcome = match AssertUnwindSafe(case(factory)).catch_unwind().await {
             Ok(()) => CaseOutcome::Passed,
@@ -272,7 +291,8 @@ pub mod __private {
     }
 }
 
-/// Expands every store-level conformance case into a named `#[test]` in the calling crate.
+/// Expands every store-level conformance case, and every engine-level case (one per fault
+/// family, named `engine_<family>`, see [`engine`]), into a named `#[test]` in the calling crate.
 ///
 /// Forms:
 /// - `store_suite!(factory_expr)`: the expression yields a [`StoreFactory`] or an `Option` of one
@@ -288,9 +308,65 @@ pub mod __private {
 macro_rules! store_suite {
     (skip_unless = $var:literal, $factory:expr $(,)?) => {
         $crate::__store_cases!(tests { Some($var) } { $factory });
+        $crate::__engine_cases!(tests { Some($var) } { $factory });
     };
     ($factory:expr $(,)?) => {
         $crate::__store_cases!(tests { None::<&str> } { $factory });
+        $crate::__engine_cases!(tests { None::<&str> } { $factory });
+    };
+}
+
+/// The one list of engine cases (fault families). `table` gives [`engine_cases`]; `tests`
+/// expands them as tests named `engine_<family>`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __engine_cases {
+    ($mode:ident $($args:tt)*) => {
+        $crate::__engine_cases! { @expand $mode { $($args)* } [
+            engine_no_faults = no_faults,
+            engine_crash = crash,
+            engine_ambiguous_commit = ambiguous_commit,
+            engine_duplicate_deliveries = duplicate_deliveries,
+            engine_duplicate_dispatch = duplicate_dispatch,
+            engine_racing_workers = racing_workers,
+            engine_lease_expiry = lease_expiry,
+            engine_non_determinism = non_determinism,
+        ] }
+    };
+    (@expand table {} [$($test:ident = $case:ident),* $(,)?]) => {
+        &[$(
+            (concat!("engine::", stringify!($case)), {
+                fn case<'a>(
+                    f: &'a dyn $crate::StoreFactory,
+                ) -> $crate::__private::BoxFuture<'a, ()> {
+                    ::std::boxed::Box::pin($crate::engine::$case(f))
+                }
+                case as $crate::StoreCase
+            }),
+        )*]
+    };
+    (@expand tests { { $skip:expr } { $factory:expr } } [$($test:ident = $case:ident),* $(,)?]) => {
+        $(
+            #[test]
+            fn $test() {
+                $crate::__private::block_on(async {
+                    let name = concat!("engine::", stringify!($case));
+                    let skip: ::std::option::Option<&str> = $skip;
+                    if let ::std::option::Option::Some(var) = skip {
+                        if !$crate::__private::env_set(var) {
+                            $crate::__private::skipped(name, &format!("{var} is unset; set it to run this case against a real server"));
+                            return;
+                        }
+                    }
+                    match $crate::FactorySource::into_factory($factory) {
+                        ::std::result::Result::Ok(factory) => {
+                            $crate::engine::$case(&*factory).await
+                        }
+                        ::std::result::Result::Err(why) => $crate::__private::skipped(name, &why),
+                    }
+                })
+            }
+        )*
     };
 }
 

@@ -1,0 +1,412 @@
+//! Engine-level conformance: random workflow programs run on the real engine over the store
+//! under test, under fault schedules, checked against a reference interpreter.
+//!
+//! # How it works
+//!
+//! - [`program`]: programs are data (a serde-able tree of steps, joins, sleeps, hooks, races of
+//!   a hook against a sleep, and nested blocks that catch step failures), with random JSON
+//!   inputs and outputs up to about a megabyte; proptest strategies generate them.
+//! - [`interp`]: one generic workflow body interprets any program on the real engine. Step
+//!   closures follow their script by attempt number (retryable failures, then success or a
+//!   fatal error) and count their real executions.
+//! - [`reference`]: a reference interpreter computes, without any store, the run's final
+//!   status and output, every step's attempts and result, the command sequence, every await,
+//!   and where the run parks.
+//! - [`driver`]: runs a program on a store with simulated time
+//!   ([`ManualClock`](eve_core::engine::ManualClock): sleeps, retry backoffs and lease expiries
+//!   cost no wall-clock time), delivers the scripted hook payloads when the run parks on them,
+//!   and injects one [`Fault`](driver::Fault) per case.
+//! - [`checks`]: the properties.
+//!
+//! # Properties (every program × schedule, on every backend)
+//!
+//! - The outcome (status, output or error) equals the reference's.
+//! - Each step's attempts are recorded exactly as the reference says, so each completed step's
+//!   result is recorded **exactly once**; no step execution starts after its result was
+//!   recorded. Steps are **at-least-once**: an attempt may execute more than once *before* its
+//!   result is recorded (a crash or a lost lease between running it and recording it), so
+//!   executions are only checked to be at least one per attempt, and exactly one when no fault
+//!   is injected.
+//! - The run parks exactly where the reference parks (a subsequence of those park points when
+//!   a fault moves the clock past a lease, which may fire a short sleep early), and what it
+//!   waits on is durable in the journal when it parks.
+//! - A cold replay from the journal alone re-issues the reference's command sequence.
+//! - Hooks take each payload as delivered: a repeated dedupe key is one event, a repeated
+//!   delivery without a key is two (at-least-once); an ended run's hooks take nothing.
+//! - A program changed between two activations at a recorded command parks the run as blocked
+//!   with `[EVE-ND-001]`; nothing of the changed program runs; once the original program is
+//!   deployed again and the run is resumed it ends as the reference says.
+//!
+//! # Fault families (one test each)
+//!
+//! [`no_faults`], [`crash`], [`ambiguous_commit`], [`duplicate_deliveries`],
+//! [`duplicate_dispatch`], [`racing_workers`], [`lease_expiry`], [`non_determinism`].
+//!
+//! # Environment
+//!
+//! - `EVE_CONFORMANCE_CASES`: programs per family (default [`ENGINE_DEFAULT_CASES`]).
+//! - `EVE_CONFORMANCE_DEEP=1`: [`ENGINE_DEEP_CASES`] programs per family (an explicit
+//!   `EVE_CONFORMANCE_CASES` wins).
+//! - `EVE_CONFORMANCE_SEED`: replay a family from this seed (each family prints its seed; a
+//!   failure prints it with the shrunk program).
+
+pub mod checks;
+pub mod driver;
+pub mod interp;
+pub mod program;
+pub mod recorder;
+pub mod reference;
+
+use crate::StoreFactory;
+use driver::{run_case, Bench, Fault, Outcome, Schedule};
+use program::{program, Program, Shape};
+use proptest::prelude::*;
+use proptest::strategy::{BoxedStrategy, Strategy, ValueTree};
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+use reference::DeliveryMode;
+use std::time::Instant;
+
+/// Programs per fault family by default: at least 20 per family, and a server backend's
+/// engine cases stay within a few minutes.
+pub const ENGINE_DEFAULT_CASES: u32 = 24;
+/// Programs per fault family in deep mode (`EVE_CONFORMANCE_DEEP=1`).
+pub const ENGINE_DEEP_CASES: u32 = 256;
+/// Runs spent shrinking a failing program.
+pub const SHRINK_BUDGET: u32 = 64;
+
+/// Programs per family: `EVE_CONFORMANCE_CASES`, else [`ENGINE_DEEP_CASES`] under
+/// `EVE_CONFORMANCE_DEEP=1`, else [`ENGINE_DEFAULT_CASES`].
+///
+/// # Panics
+/// When `EVE_CONFORMANCE_CASES` is set but is not a number.
+pub fn engine_case_count() -> u32 {
+    if std::env::var("EVE_CONFORMANCE_CASES").is_ok() {
+        return crate::case_count();
+    }
+    match std::env::var("EVE_CONFORMANCE_DEEP").as_deref() {
+        Ok("1") | Ok("true") | Ok("yes") => ENGINE_DEEP_CASES,
+        _ => ENGINE_DEFAULT_CASES,
+    }
+}
+
+/// The seed: `EVE_CONFORMANCE_SEED`, else drawn from the clock and the process id.
+///
+/// # Panics
+/// When `EVE_CONFORMANCE_SEED` is set but is not a u64.
+pub fn seed() -> u64 {
+    match std::env::var("EVE_CONFORMANCE_SEED") {
+        Ok(s) => s
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("EVE_CONFORMANCE_SEED={s:?} is not a u64 seed")),
+        Err(_) => {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            (t.as_nanos() as u64) ^ (u64::from(std::process::id()) << 32)
+        }
+    }
+}
+
+/// A generated case: a program and its schedule.
+pub type Case = (Program, Schedule);
+
+fn modes() -> impl Strategy<Value = Vec<DeliveryMode>> {
+    proptest::collection::vec(
+        prop_oneof![
+            Just(DeliveryMode::Once),
+            Just(DeliveryMode::Keyed),
+            Just(DeliveryMode::KeyedTwice),
+            Just(DeliveryMode::KeyedRetryLater),
+            Just(DeliveryMode::UnkeyedTwice),
+        ],
+        1..4,
+    )
+}
+
+fn with(shape: Shape, fault: BoxedStrategy<Fault>, dup: bool) -> BoxedStrategy<Case> {
+    let deliveries = if dup {
+        modes().boxed()
+    } else {
+        Just(vec![DeliveryMode::Keyed]).boxed()
+    };
+    (program(shape), fault, deliveries)
+        .prop_map(|(p, fault, deliveries)| (p, Schedule { fault, deliveries }))
+        .boxed()
+}
+
+/// The strategy of a family.
+pub fn strategy(family: Family) -> BoxedStrategy<Case> {
+    let shape = Shape::default();
+    match family {
+        Family::NoFaults => with(shape, Just(Fault::None).boxed(), false),
+        Family::Crash => with(
+            shape,
+            (any::<u16>(), prop::bool::weighted(0.3))
+                .prop_map(|(after, ambiguous)| Fault::Crash { after, ambiguous })
+                .boxed(),
+            false,
+        ),
+        Family::AmbiguousCommit => with(
+            shape,
+            any::<u16>().prop_map(|at| Fault::Ambiguous { at }).boxed(),
+            false,
+        ),
+        Family::DuplicateDeliveries => with(
+            Shape {
+                must_park: true,
+                ..shape
+            },
+            Just(Fault::None).boxed(),
+            true,
+        ),
+        Family::DuplicateDispatch => with(
+            shape,
+            any::<bool>()
+                .prop_map(|concurrent| Fault::DuplicateDispatch { concurrent })
+                .boxed(),
+            false,
+        ),
+        Family::RacingWorkers => with(shape, Just(Fault::RacingWorkers).boxed(), true),
+        Family::LeaseExpiry => with(
+            shape,
+            (any::<u16>(), any::<bool>())
+                .prop_map(|(step, concurrent)| Fault::LeaseExpiry { step, concurrent })
+                .boxed(),
+            false,
+        ),
+        Family::NonDeterminism => with(
+            Shape {
+                must_park: true,
+                ..shape
+            },
+            (any::<u16>(), any::<u16>(), prop::bool::weighted(0.3))
+                .prop_map(|(park, target, remove)| Fault::NonDeterminism {
+                    park,
+                    target,
+                    remove,
+                })
+                .boxed(),
+            false,
+        ),
+    }
+}
+
+/// The fault families.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    /// No fault: exact executions and parks.
+    NoFaults,
+    /// A crash after any store call (sometimes right after a write landed).
+    Crash,
+    /// An ambiguous commit at any store call.
+    AmbiguousCommit,
+    /// Hook payloads delivered twice, with and without a dedupe key, also late.
+    DuplicateDeliveries,
+    /// The same tool call dispatched two and three times.
+    DuplicateDispatch,
+    /// Two workers draining at once.
+    RacingWorkers,
+    /// A lease expiring while a step runs.
+    LeaseExpiry,
+    /// A program changed between activations.
+    NonDeterminism,
+}
+
+impl Family {
+    /// Its name in test names and messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::NoFaults => "no_faults",
+            Family::Crash => "crash",
+            Family::AmbiguousCommit => "ambiguous_commit",
+            Family::DuplicateDeliveries => "duplicate_deliveries",
+            Family::DuplicateDispatch => "duplicate_dispatch",
+            Family::RacingWorkers => "racing_workers",
+            Family::LeaseExpiry => "lease_expiry",
+            Family::NonDeterminism => "non_determinism",
+        }
+    }
+}
+
+/// Runs `cases` programs of `family` from `seed` on a fresh store of `factory`; `Err` holds the
+/// shrunk failing program, the seed and what broke.
+///
+/// # Errors
+/// The first case that broke a property, shrunk.
+pub async fn check_family(
+    factory: &dyn StoreFactory,
+    family: Family,
+    cases: u32,
+    seed: u64,
+) -> Result<String, String> {
+    let bench = Bench::new(factory, family.name())
+        .await
+        .map_err(|e| format!("the factory could not create a store: {e}"))?;
+    check_family_on(&bench, family, cases, seed).await
+}
+
+/// [`check_family`] on an existing bench.
+///
+/// # Errors
+/// The first case that broke a property, shrunk.
+pub async fn check_family_on(
+    bench: &Bench,
+    family: Family,
+    cases: u32,
+    seed: u64,
+) -> Result<String, String> {
+    let started = Instant::now();
+    let mut bytes = [0u8; 32];
+    for (i, chunk) in bytes.chunks_mut(8).enumerate() {
+        chunk.copy_from_slice(
+            &(seed
+                .wrapping_add(i as u64)
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15))
+            .to_le_bytes(),
+        );
+    }
+    // Proptest's value trees are not `Send`: generation and shrinking run on their own thread
+    // and hand each case to this task, which runs it on the store.
+    let (to_runner, mut incoming) = tokio::sync::mpsc::unbounded_channel::<(u32, Case)>();
+    let (to_generator, verdicts) = std::sync::mpsc::channel::<bool>();
+    let generator = std::thread::spawn(move || {
+        let mut runner = TestRunner::new_with_rng(
+            Config::default(),
+            TestRng::from_seed(RngAlgorithm::ChaCha, &bytes),
+        );
+        let strategy = strategy(family);
+        let run = |case: u32, c: Case| -> Option<bool> {
+            to_runner.send((case, c)).ok()?;
+            verdicts.recv().ok()
+        };
+        for case in 0..cases {
+            let mut tree = strategy.new_tree(&mut runner).expect("generate a case");
+            match run(case, tree.current()) {
+                Some(true) => continue,
+                Some(false) => {}
+                None => return,
+            }
+            if !tree.simplify() {
+                return;
+            }
+            for _ in 0..SHRINK_BUDGET {
+                match run(case, tree.current()) {
+                    Some(false) if tree.simplify() => {}
+                    Some(true) if tree.complicate() => {}
+                    _ => return,
+                }
+            }
+            return;
+        }
+    });
+    let mut failure: Option<(u32, Case, String)> = None;
+    let mut stats: Vec<Outcome> = Vec::new();
+    let mut runs = 0;
+    while let Some((case, c)) = incoming.recv().await {
+        runs += 1;
+        let result = run_case(bench, &c.0, &c.1).await;
+        let passed = result.is_ok();
+        match result {
+            Ok(o) => {
+                if failure.is_none() {
+                    stats.push(o);
+                }
+            }
+            Err(why) => failure = Some((case, c, why)),
+        }
+        if to_generator.send(passed).is_err() {
+            break;
+        }
+    }
+    generator
+        .join()
+        .expect("the program generator thread panicked");
+    let name = family.name();
+    let backend = bench.store.backend();
+    if let Some((case, (program, _), why)) = failure {
+        let json = serde_json::to_string(&program).unwrap_or_default();
+        return Err(format!(
+            "engine {name} on {backend}: program {case} of {cases} broke a property (seed {seed}; rerun with EVE_CONFORMANCE_SEED={seed}); shrunk in {} runs to:\n  program: {program:#?}\n  program as JSON: {json}\n  {why}",
+            runs - case - 1
+        ));
+    }
+    let fired = stats.iter().filter(|o| o.fired).count();
+    let parks: usize = stats.iter().map(|o| o.parks).sum();
+    let execs: u32 = stats.iter().map(|o| o.executions).sum();
+    let steps: usize = stats.iter().map(|o| o.steps).sum();
+    let stale: usize = stats.iter().map(|o| o.stale).sum();
+    let failed = stats
+        .iter()
+        .filter(|o| o.status == Some(eve_core::RunStatus::Failed))
+        .count();
+    Ok(format!(
+        "engine {name} on {backend}: {cases} programs passed in {:.1?} (seed {seed}); fault fired in {fired}, {failed} runs failed as scripted, {steps} steps ({execs} executions{}), {parks} parks",
+        started.elapsed(),
+        if stale > 0 {
+            format!(", {stale} by a worker after its lease expired and the step's outcome was recorded by the worker that took over")
+        } else {
+            String::new()
+        }
+    ))
+}
+
+async fn family_case(factory: &dyn StoreFactory, family: Family) {
+    let seed = seed();
+    let cases = engine_case_count();
+    println!(
+        "engine {}: {cases} programs, seed {seed} (EVE_CONFORMANCE_SEED={seed} replays them)",
+        family.name()
+    );
+    match check_family(factory, family, cases, seed).await {
+        Ok(summary) => println!("{summary}"),
+        Err(why) => panic!("{why}"),
+    }
+}
+
+/// Programs without faults: outcome, journal, executions (exactly one per attempt), parks
+/// (exactly the reference's) and cold replay match the reference.
+pub async fn no_faults(factory: &dyn StoreFactory) {
+    family_case(factory, Family::NoFaults).await
+}
+
+/// A worker crashes after any store call (also right after a write landed); a new worker takes
+/// over after the lease expired; every property still holds (executions at least once).
+pub async fn crash(factory: &dyn StoreFactory) {
+    family_case(factory, Family::Crash).await
+}
+
+/// An ambiguous commit (the write landed, the answer was lost) at any store call.
+pub async fn ambiguous_commit(factory: &dyn StoreFactory) {
+    family_case(factory, Family::AmbiguousCommit).await
+}
+
+/// Hook payloads delivered twice with one dedupe key (one event, a duplicate answer, also
+/// when retried late) and twice without a key (two events, the body sees both).
+pub async fn duplicate_deliveries(factory: &dyn StoreFactory) {
+    family_case(factory, Family::DuplicateDeliveries).await
+}
+
+/// The same tool call dispatched twice (one after the other or concurrently) and once more
+/// after its run ended: one run, created once, never activated again.
+pub async fn duplicate_dispatch(factory: &dyn StoreFactory) {
+    family_case(factory, Family::DuplicateDispatch).await
+}
+
+/// Two workers draining the store at the same time throughout the run.
+pub async fn racing_workers(factory: &dyn StoreFactory) {
+    family_case(factory, Family::RacingWorkers).await
+}
+
+/// A step still runs while its worker's lease expires; a second worker takes the run over
+/// (and the first goes on at the same time, or after the second parked).
+pub async fn lease_expiry(factory: &dyn StoreFactory) {
+    family_case(factory, Family::LeaseExpiry).await
+}
+
+/// A program changed at a recorded command while its run is parked is detected
+/// (`[EVE-ND-001]`, run blocked, nothing of the change runs) and the run resumes once the
+/// original program is back.
+pub async fn non_determinism(factory: &dyn StoreFactory) {
+    family_case(factory, Family::NonDeterminism).await
+}
