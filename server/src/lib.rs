@@ -20,12 +20,15 @@
 //! [`Worker`](eve_core::engine::Worker) beside it to execute the runs.
 //!
 //! Errors are JSON objects `{"code": "...", "message": "..."}` with a status that says the
-//! kind: 400 malformed request, 404 unknown id or token, 409 already answered (or not a task),
-//! 410 withdrawn, 413 body too large, 422 invalid answer, 503 store unavailable (retry).
+//! kind: 400 malformed request, 403 cross-origin browser request, 404 unknown id or token, 409
+//! already answered (or not a task), 410 withdrawn, 413 body too large, 422 invalid answer, 503
+//! store unavailable (retry).
 //!
 //! The server has no authentication: bind it to loopback or put it behind a proxy that
 //! authenticates everything but the webhook path (webhook tokens are capabilities: ≥128 random
-//! bits, which is why the runs API shows them redacted).
+//! bits, which is why the runs API shows them redacted). Answers and cancels sent by a browser
+//! from another origin (a web page the person happens to visit) are refused with 403; clients
+//! that send no `Origin` header (curl, the CLI) are not affected.
 //!
 //! ```no_run
 //! # async fn demo(store: std::sync::Arc<dyn eve_core::JournalStore>) -> std::io::Result<()> {
@@ -181,8 +184,14 @@ fn build(state: AppState, shutdown: watch::Receiver<bool>) -> Router {
         .route("/v1/sessions/{id}/events", get(session::events))
         .route("/v1/sessions/{id}/requests", get(session::requests))
         .route("/v1/sessions/{id}/tasks", get(session::tasks))
-        .route("/v1/requests/{id}/answer", post(session::answer))
-        .route("/v1/tasks/{id}/cancel", post(session::cancel))
+        .merge(
+            // What a person does (answer, cancel) must not be doable by another web site the
+            // person visits: cross-origin browser requests are refused.
+            Router::new()
+                .route("/v1/requests/{id}/answer", post(session::answer))
+                .route("/v1/tasks/{id}/cancel", post(session::cancel))
+                .route_layer(axum::middleware::from_fn(error::same_origin)),
+        )
         .route("/v1/runs", get(runs::list))
         .route("/v1/runs/{id}", get(runs::show))
         .route("/", get(page::index))

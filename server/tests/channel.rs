@@ -200,6 +200,22 @@ async fn answers_tasks_and_runs_over_http() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 400);
+    // Another web site cannot answer through the person's browser.
+    let resp = reqwest::Client::new()
+        .post(server.url(&format!("/v1/requests/{deploy_req}/answer")))
+        .header("origin", "http://evil.example")
+        .json(&json!({ "optionId": "approve" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 403);
+    let resp = reqwest::Client::new()
+        .post(server.url(&format!("/v1/tasks/{refund}/cancel")))
+        .header("origin", "null")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 403);
     let (s, e) = answer(&server, "run_nope:3", json!({ "optionId": "approve" })).await;
     assert_eq!((s, e["code"].as_str()), (404, Some("not_found")));
 
