@@ -308,3 +308,49 @@ async fn answers_tasks_and_runs_over_http() {
     worker.shutdown().await;
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_stream_resends_only_the_latest_progress_snapshot() {
+    let (_dir, store) = sqlite().await;
+    let worker = worker(store.clone()).await;
+    let server = TestServer::start(store.clone(), |_| {}).await;
+    let mut live = SseClient::connect(&server.url("/v1/sessions/s-report/events"), None).await;
+    let run = start(
+        &store,
+        "s-report",
+        "call-1",
+        "report",
+        json!({ "steps": 3 }),
+    )
+    .await;
+    let frames = live.until("input.requested").await;
+    let request_id = frames.last().unwrap().json()["event"]["data"]["request_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // A client that reconnects from the start gets the backlog with one action.partial: the
+    // latest snapshot of the call (snapshots are last-write-wins per call).
+    let mut resumed = SseClient::connect(&server.url("/v1/sessions/s-report/events"), None).await;
+    let backlog = resumed.until("input.requested").await;
+    let partials: Vec<Value> = backlog
+        .iter()
+        .filter(|f| f.event.as_deref() == Some("action.partial"))
+        .map(|f| f.json()["event"]["data"]["value"].clone())
+        .collect();
+    assert_eq!(partials, vec![json!({ "done": 3, "of": 3 })], "{backlog:?}");
+    assert_eq!(backlog.last().unwrap().json()["run_id"], run.as_str());
+
+    // Free text answers a text request; the settled result arrives on both streams.
+    let (status, _) = answer(&server, &request_id, json!({ "text": "ship it" })).await;
+    assert_eq!(status, 200);
+    for stream in [&mut live, &mut resumed] {
+        let settled = stream.until("tool.settled").await.pop().unwrap().json();
+        assert_eq!(
+            settled["event"]["data"]["result"]["data"]["output"],
+            json!({ "note": "ship it" })
+        );
+    }
+    worker.shutdown().await;
+    server.stop().await;
+}

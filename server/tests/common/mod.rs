@@ -264,12 +264,34 @@ pub async fn refund(ctx: WorkflowCtx, input: RefundInput) -> Result<Value, Workf
     )
 }
 
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct ReportInput {
+    pub steps: u32,
+}
+
+/// Reports progress `steps` times, then asks for a free-text note and returns it.
+pub async fn report(ctx: WorkflowCtx, input: ReportInput) -> Result<Value, WorkflowError> {
+    for n in 1..=input.steps {
+        ctx.progress(&json!({ "done": n, "of": input.steps }));
+    }
+    let note = ctx
+        .ask(InputRequest {
+            prompt: "Anything to add?".into(),
+            display: eve_core::Display::Text,
+            options: vec![],
+            allow_freeform: true,
+        })
+        .await;
+    Ok(json!({ "note": note.text }))
+}
+
 /// The test tools.
 pub fn registry() -> Registry {
     let tools: Vec<WorkflowTool> = vec![
         define_workflow_tool("Render a video.", workflow!(render_video)).named("render_video"),
         define_workflow_tool("Collect webhook deliveries.", workflow!(collect)).named("collect"),
         define_workflow_tool("Deploy a service.", workflow!(deploy)).named("deploy"),
+        define_workflow_tool("Report progress, then ask.", workflow!(report)).named("report"),
         define_workflow_tool("Refund an order.", workflow!(refund))
             .named("refund_order")
             .background()
