@@ -7,6 +7,7 @@
 //! moves only when the driver moves it.
 
 use super::checks;
+use super::faults::{known_bugs_included, Fault as StoreFault, Faults};
 use super::interp::{self, Instance, TOOL};
 use super::program::{Node, Output, Program, StepSpec};
 use super::recorder::Recorder;
@@ -15,7 +16,6 @@ use crate::StoreFactory;
 use eve_core::engine::{
     start_tool_call, Clock, ManualClock, Registry, Worker, WorkerConfig, CODE_NON_DETERMINISM,
 };
-use eve_core::testing::{Fault as StoreFault, FaultyStore};
 use eve_core::{
     CallId, Delivered, DeploymentId, Event, JournalStore, JournalStoreExt, Payload, Resolution,
     RunId, RunStatus, SessionId, StoreError, StoredEvent, Timestamp,
@@ -381,24 +381,26 @@ impl Case<'_> {
         let store = self.b.store.clone();
         let mut primary = self.worker(store.clone(), 2).await?;
         let mut second = None;
-        let mut faulty: Option<(Worker, Arc<FaultyStore>, bool)> = None;
+        let mut faulty: Option<(Worker, Arc<Faults>, bool)> = None;
         let mut hold = None;
         match self.sched.fault.clone() {
             Fault::Crash { after, ambiguous } if stop_at.is_none() => {
-                let f = FaultyStore::new(store.clone());
-                let w = self.worker(f.clone(), 0).await?;
                 let n = u64::from(after) % self.call_bound();
-                f.set_fault(if ambiguous {
+                let fault = if ambiguous {
                     StoreFault::AmbiguousThenCrash(n)
                 } else {
                     StoreFault::CrashAfter(n)
-                });
+                };
+                let f = Faults::new(store.clone(), !known_bugs_included());
+                let w = self.worker(f.clone(), 0).await?;
+                f.arm(fault);
                 faulty = Some((w, f, true));
             }
             Fault::Ambiguous { at } => {
-                let f = FaultyStore::new(store.clone());
+                let fault = StoreFault::AmbiguousAt(u64::from(at) % self.call_bound());
+                let f = Faults::new(store.clone(), false);
                 let w = self.worker(f.clone(), 3).await?;
-                f.set_fault(StoreFault::AmbiguousAt(u64::from(at) % self.call_bound()));
+                f.arm(fault);
                 faulty = Some((w, f, false));
             }
             Fault::RacingWorkers => second = Some(self.worker(store.clone(), 2).await?),
@@ -420,10 +422,14 @@ impl Case<'_> {
                 if f.tripped() && !self.fired {
                     self.fired = true;
                     self.note(format!(
-                        "{} at store call {}: {:?}",
+                        "{} at store call {:?}{}",
                         if crash { "crash" } else { "ambiguous commit" },
-                        f.calls(),
-                        f.call_log().last()
+                        f.fired_at(),
+                        match f.avoided() {
+                            Some(bug) =>
+                                format!(" (turned into a plain crash to avoid known bug {bug:?})"),
+                            None => String::new(),
+                        }
                     ));
                 }
                 if crash && f.tripped() {

@@ -52,6 +52,7 @@
 
 pub mod checks;
 pub mod driver;
+pub mod faults;
 pub mod interp;
 pub mod program;
 pub mod recorder;
@@ -72,7 +73,7 @@ pub const ENGINE_DEFAULT_CASES: u32 = 24;
 /// Programs per fault family in deep mode (`EVE_CONFORMANCE_DEEP=1`).
 pub const ENGINE_DEEP_CASES: u32 = 256;
 /// Runs spent shrinking a failing program.
-pub const SHRINK_BUDGET: u32 = 64;
+pub const SHRINK_BUDGET: u32 = 128;
 
 /// Programs per family: `EVE_CONFORMANCE_CASES`, else [`ENGINE_DEEP_CASES`] under
 /// `EVE_CONFORMANCE_DEEP=1`, else [`ENGINE_DEFAULT_CASES`].
