@@ -1,6 +1,7 @@
 //! The page in a real browser: headless Chromium (Debian's `chromium` and `chromium-driver`)
 //! driven over WebDriver opens the page, sees the deploy request rendered with its styled
-//! buttons, clicks Approve and sees the run complete, with its journal.
+//! buttons, rides out a server restart, clicks Approve and sees the run complete, with its
+//! journal.
 //!
 //! Skipped, loudly, when /usr/bin/chromium or /usr/bin/chromedriver is missing (CI installs
 //! both). Set `EVE_BROWSER_SCREENSHOTS=DIR` to keep screenshots of the page.
@@ -253,7 +254,38 @@ async fn clicking_approve_in_chromium_completes_the_run() {
     browser.find(r#"input[data-text="freeform"]"#).await;
     browser.screenshot("page-before.png").await;
 
+    // The server restarts while the page is open: the page reconnects its channel (with
+    // Last-Event-ID) and the click goes to the new server.
+    let addr = server.addr;
+    server.stop().await;
+    let server = TestServer::start_on(addr, store.clone(), |_| {}).await;
+    browser.find("#conn.live").await;
+
     browser.click(&approve).await;
+
+    // The answer comes back on the reconnected channel, which resumed after the last event it
+    // had: the requests asked before the restart are not replayed.
+    browser
+        .find_by(
+            "xpath",
+            r#"//div[@id="log"]/div[contains(., " input.answered ")]"#,
+        )
+        .await;
+    let asked = browser
+        .cmd(
+            "POST",
+            "/execute/sync",
+            json!({
+                "script": "return [...document.querySelectorAll('#log div')].filter(d => d.textContent.includes(' input.requested ')).length",
+                "args": []
+            }),
+        )
+        .await;
+    assert_eq!(
+        asked,
+        json!(2),
+        "each request logged once across the restart"
+    );
 
     // The run list shows the run completed, live.
     browser

@@ -45,9 +45,16 @@ pub struct TestServer {
 
 impl TestServer {
     pub async fn start(store: Arc<dyn JournalStore>, tune: impl FnOnce(&mut ServerConfig)) -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
+        Self::start_on("127.0.0.1:0".parse().unwrap(), store, tune).await
+    }
+
+    /// A server on `addr` (e.g. the address of a server that was stopped: a restart).
+    pub async fn start_on(
+        addr: SocketAddr,
+        store: Arc<dyn JournalStore>,
+        tune: impl FnOnce(&mut ServerConfig),
+    ) -> Self {
+        let listener = tokio::net::TcpListener::bind(addr).await.expect("bind");
         let addr = listener.local_addr().expect("local addr");
         let base = format!("http://{addr}");
         let mut config = ServerConfig {
