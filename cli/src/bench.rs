@@ -35,9 +35,9 @@ impl Default for BenchConfig {
         Self {
             replay_steps: 10_000,
             replays: 5,
-            sequential_steps: 200,
-            concurrent_runs: 32,
-            steps_per_run: 20,
+            sequential_steps: 1_000,
+            concurrent_runs: 64,
+            steps_per_run: 50,
         }
     }
 }

@@ -3,7 +3,7 @@
 use crate::bench::BenchConfig;
 use crate::error::CliError;
 use crate::store_url::{StoreUrl, DEFAULT_STORE_URL, STORE_URL_ENV};
-use crate::{bench, conformance, inspect};
+use crate::{bench, conformance, inspect, serve};
 use clap::{Args, Parser, Subcommand};
 use eve_core::{JournalStore, Resolution, Timestamp};
 use std::io::Write;
@@ -89,9 +89,17 @@ pub struct ServeArgs {
     /// The address to listen on (port 0 picks a free one, printed at start).
     #[arg(long, default_value = "127.0.0.1:8787")]
     pub listen: SocketAddr,
-    /// Also start the demo: a scripted agent calls `deploy`, which asks for approval.
+    /// The URL the server is reached at from outside (for webhook URLs); default
+    /// http://ADDRESS of --listen.
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
+    /// Also run the demo: a scripted agent calls `deploy`, which asks for approval; prints the
+    /// page's URL and the `eve answer` command, and stops once the run has finished.
     #[arg(long)]
     pub demo: bool,
+    /// With --demo: keep serving after the demo's run has finished.
+    #[arg(long, requires = "demo")]
+    pub keep_serving: bool,
 }
 
 /// `eve bench` options.
@@ -182,9 +190,7 @@ async fn open(cli: &Cli) -> Result<Arc<dyn JournalStore>, CliError> {
 pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
     let now = Timestamp::now;
     match &cli.command {
-        Command::Serve(_) => Err(CliError::Serve(
-            "the HTTP server (crate eve-server) is not wired into this build yet".into(),
-        )),
+        Command::Serve(args) => serve::run(&cli.store_url()?, args, out).await,
         Command::Runs(RunsCommand::List {
             session,
             status,

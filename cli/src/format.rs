@@ -90,10 +90,11 @@ const FIRST: [&str; 5] = ["cmd", "name", "key", "request_id", "token"];
 
 /// Column headers for [`run_row`].
 pub fn run_header() -> String {
-    format!(
+    let header = format!(
         "{:<36}  {:<9}  {:<14}  {:<16}  {:>6}  {:<24}",
         "RUN", "STATUS", "TOOL", "SESSION", "EVENTS", "CREATED"
-    )
+    );
+    header.trim_end().to_owned()
 }
 
 /// One run as a table row.

@@ -11,10 +11,12 @@
 pub mod bench;
 pub mod cli;
 pub mod conformance;
+pub mod demo;
 pub mod error;
 pub mod factory;
 pub mod format;
 pub mod inspect;
+pub mod serve;
 pub mod store_url;
 
 pub use error::CliError;

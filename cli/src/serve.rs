@@ -1,0 +1,138 @@
+//! `eve serve`: eve-server's HTTP surface and a worker in one process, on the store of
+//! `--store`, with the seed's example tools registered.
+
+use crate::cli::ServeArgs;
+use crate::demo;
+use crate::error::CliError;
+use crate::store_url::StoreUrl;
+use eve_core::engine::{Clock, Registry, SystemClock, Worker, WorkerConfig};
+use eve_server::{AppState, ServerConfig};
+use std::io::Write;
+use std::sync::Arc;
+
+/// The deployment `eve serve`'s worker claims runs of: the examples' deployment, so runs the
+/// example binaries start on the same store are served too.
+pub const DEPLOYMENT: &str = eve_examples::DEPLOYMENT;
+
+/// The tools `eve serve` runs: every seed example of `eve-examples` (`deploy_approval`, the
+/// seed's deploy with `ctx.ask`; `deploy_deadline`; `refund_order`; `remind`;
+/// `remind_with_progress`; `render_video`; the hook-based `deploy`).
+pub fn registry() -> Registry {
+    eve_examples::registry()
+}
+
+/// Serves until Ctrl-C or SIGTERM (or, with `--demo`, until the demo's run has finished unless
+/// `--keep-serving`): binds `args.listen`, starts a worker for [`registry`] and the server, and
+/// prints where it listens. On the way out the server stops accepting and the worker retires
+/// its lease, so another process takes the runs over at once.
+///
+/// # Errors
+/// The store cannot be opened, the address cannot be bound, the worker cannot register, or the
+/// server fails.
+pub async fn run(url: &StoreUrl, args: &ServeArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    let store = url.open().await?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| CliError::Serve(format!("cannot listen on {}: {e}", args.listen)))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| CliError::Serve(format!("cannot read the bound address: {e}")))?;
+    let base = args
+        .base_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{addr}"));
+    let base = base.trim_end_matches('/').to_owned();
+    let registry = registry();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let worker = Worker::new(
+        store.clone(),
+        registry.clone(),
+        clock.clone(),
+        WorkerConfig::default(),
+    )
+    .await
+    .map_err(CliError::store("cannot register the worker"))?;
+    let worker_id = worker.lease().worker;
+    let worker = worker.spawn();
+    let tools: Vec<&str> = registry.tools().map(|t| t.name()).collect();
+    let _ = writeln!(out, "eve serve: listening on {base}/ (store {url})");
+    let _ = writeln!(
+        out,
+        "eve serve: worker {worker_id} runs deployment {DEPLOYMENT}: {}",
+        tools.join(", ")
+    );
+    let state = AppState::new(store.clone(), clock).with_config(ServerConfig {
+        base_url: base.clone(),
+        ..ServerConfig::default()
+    });
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut server = tokio::spawn(eve_server::serve_with_shutdown(
+        listener,
+        state,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let outcome = {
+        let demo = async {
+            if args.demo {
+                let page = format!("{base}/");
+                let store_arg = url.to_string();
+                let result = demo::run_agent(
+                    store.clone(),
+                    Arc::new(registry.clone()),
+                    &page,
+                    &store_arg,
+                    out,
+                )
+                .await;
+                if result.is_ok() && args.keep_serving {
+                    std::future::pending::<()>().await;
+                }
+                result.map(drop)
+            } else {
+                std::future::pending().await
+            }
+        };
+        tokio::select! {
+            r = demo => r,
+            () = shutdown_signal() => Ok(()),
+            r = &mut server => Err(CliError::Serve(match r {
+                Ok(Ok(())) => "the server stopped by itself".into(),
+                Ok(Err(e)) => format!("the server failed: {e}"),
+                Err(e) => format!("the server task failed: {e}"),
+            })),
+        }
+    };
+    let _ = stop.send(());
+    if !server.is_finished() {
+        let _ = server.await;
+    }
+    worker.shutdown().await;
+    let _ = writeln!(out, "eve serve: stopped");
+    outcome
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}

@@ -1,0 +1,521 @@
+//! Every `eve` command once against SQLite, through the built binary: inspection, answers, hook
+//! deliveries, cancellation, operator decisions, conformance, bench, and `eve serve` (HTTP,
+//! worker, the demo surviving a restart while its ask is pending).
+
+use eve_cli::serve::registry;
+use eve_core::engine::{start_tool_call, ManualClock, Worker, WorkerConfig};
+use eve_core::{CallId, JournalStore, JournalStoreExt, RunId, RunStatus, SessionId, Timestamp};
+use eve_storage_sqlite::SqliteStore;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const EVE: &str = env!("CARGO_BIN_EXE_eve");
+
+/// Runs `eve args…` in `dir` with no `EVE_STORE_URL`, so the default `sqlite://eve.db` applies.
+fn eve(dir: &Path, args: &[&str]) -> Output {
+    Command::new(EVE)
+        .args(args)
+        .current_dir(dir)
+        .env_remove("EVE_STORE_URL")
+        .output()
+        .expect("run eve")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Asserts success and returns stdout.
+fn ok(dir: &Path, args: &[&str]) -> String {
+    let o = eve(dir, args);
+    assert!(
+        o.status.success(),
+        "eve {args:?} failed ({}): {}{}",
+        o.status,
+        stdout(&o),
+        stderr(&o)
+    );
+    stdout(&o)
+}
+
+/// Asserts failure with `code` and one line on stderr containing `needle`; returns that line.
+fn fails(dir: &Path, args: &[&str], code: i32, needle: &str) -> String {
+    let o = eve(dir, args);
+    let err = stderr(&o);
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "eve {args:?}: {err}{}",
+        stdout(&o)
+    );
+    assert_eq!(
+        err.lines().count(),
+        1,
+        "eve {args:?}: not one line: {err:?}"
+    );
+    assert!(err.starts_with("error: "), "eve {args:?}: {err}");
+    assert!(
+        err.contains(needle),
+        "eve {args:?}: {err:?} lacks {needle:?}"
+    );
+    err
+}
+
+async fn start(
+    store: &dyn JournalStore,
+    call: &str,
+    tool: &str,
+    input: serde_json::Value,
+) -> RunId {
+    start_tool_call(
+        store,
+        &registry(),
+        &SessionId::new("s1"),
+        &CallId::new(call),
+        tool,
+        input,
+        Timestamp::now(),
+    )
+    .await
+    .expect("start")
+    .run
+    .run_id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_answer_hook_cancel_resolve_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let store: Arc<dyn JournalStore> = Arc::new(SqliteStore::open(d.join("eve.db")).await.unwrap());
+    let deploy = start(
+        &*store,
+        "c1",
+        "deploy_approval",
+        serde_json::json!({"service": "api"}),
+    )
+    .await;
+    let render = start(
+        &*store,
+        "c2",
+        "render_video",
+        serde_json::json!({"project_id": "p9"}),
+    )
+    .await;
+    let remind = start(
+        &*store,
+        "c3",
+        "remind",
+        serde_json::json!({"note": "stand up", "delay": "1h"}),
+    )
+    .await;
+    let clock = ManualClock::new(Timestamp::now());
+    let worker = Worker::new(
+        store.clone(),
+        registry(),
+        clock.clone(),
+        WorkerConfig::default(),
+    )
+    .await
+    .unwrap();
+    worker.drain().await.unwrap();
+
+    // runs list, with and without filters.
+    let all = ok(d, &["runs", "list"]);
+    for id in [&deploy, &render, &remind] {
+        assert!(all.contains(id.as_str()), "{all}");
+    }
+    assert!(all.contains("3 run(s)") && all.contains("running"), "{all}");
+    assert!(ok(d, &["runs", "list", "--status", "completed"]).contains("0 run(s)"));
+    assert!(ok(d, &["runs", "list", "--session", "s1", "--limit", "2"]).contains("2 run(s)"));
+    assert!(ok(d, &["runs", "list", "--session", "other"]).contains("0 run(s)"));
+    fails(
+        d,
+        &["runs", "list", "--status", "bogus"],
+        2,
+        "unknown run status \"bogus\"",
+    );
+
+    // The pending request, from `requests` and from `runs show`.
+    let pending = store.pending_requests(&SessionId::new("s1")).await.unwrap();
+    assert_eq!(pending.len(), 1);
+    let request = pending[0].request_id.to_string();
+    let listed = ok(d, &["requests"]);
+    assert!(
+        listed.contains(&request) && listed.contains("approve|cancel"),
+        "{listed}"
+    );
+    assert!(ok(d, &["requests", "--session", "s1"]).contains("1 pending request(s)"));
+    let show = ok(d, &["runs", "show", deploy.as_str()]);
+    assert!(
+        show.contains("status      running") && show.contains(&request),
+        "{show}"
+    );
+
+    // Answers: once, a retry is a duplicate, another answer is refused, a bad option too.
+    fails(d, &["answer", &request, "maybe"], 1, "not offered");
+    fails(d, &["answer", &request], 2, "give an option id");
+    assert!(ok(d, &["answer", &request, "approve"]).contains("answered request"));
+    assert!(ok(d, &["answer", &request, "approve"]).contains("already had this answer"));
+    fails(d, &["answer", &request, "cancel"], 1, "already answered");
+    fails(d, &["answer", "run_nope.1", "approve"], 1, "not found");
+
+    // Hook deliveries: bad JSON, unknown token, then the render callback (deduped by key).
+    fails(
+        d,
+        &["hook", "resume", "render-p9", "{not json"],
+        2,
+        "not JSON",
+    );
+    fails(d, &["hook", "resume", "render-none", "{}"], 1, "not found");
+    let body = r#"{"status":"ok","url":"https://videos.example/p9.mp4"}"#;
+    assert!(ok(d, &["hook", "resume", "render-p9", body, "--key", "k1"]).contains("delivered"));
+    assert!(
+        ok(d, &["hook", "resume", "render-p9", body, "--key", "k1"]).contains("already received")
+    );
+
+    // Cancel the sleeping reminder; again is a no-op.
+    assert!(ok(d, &["cancel", remind.as_str()]).contains("cancel requested"));
+    assert!(ok(d, &["cancel", remind.as_str()]).contains("already requested"));
+    fails(d, &["cancel", "run_nope"], 1, "not found");
+
+    // The worker takes every delivery; the grace period passes on the manual clock.
+    clock.advance(Duration::from_secs(3600));
+    worker.drain().await.unwrap();
+    clock.advance(Duration::from_secs(3600));
+    worker.drain().await.unwrap();
+    for (id, status) in [
+        (&deploy, RunStatus::Completed),
+        (&render, RunStatus::Completed),
+        (&remind, RunStatus::Cancelled),
+    ] {
+        assert_eq!(store.get_run(id).await.unwrap().status, status, "{id}");
+    }
+    assert!(ok(d, &["cancel", remind.as_str()]).contains("already ended (cancelled)"));
+
+    // The journal, readable and as JSON, and the outcome in `runs show`.
+    let journal = ok(d, &["journal", deploy.as_str()]);
+    let kinds: Vec<&str> = journal
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .collect();
+    for k in [
+        "RunStarted",
+        "StepCompleted",
+        "InputRequested",
+        "InputAnswered",
+        "RunCompleted",
+    ] {
+        assert!(kinds.contains(&k), "{k} missing from {journal}");
+    }
+    let events = store.read_all(&deploy, 0).await.unwrap();
+    assert_eq!(journal.lines().count(), events.len(), "{journal}");
+    let json = ok(d, &["journal", deploy.as_str(), "--json"]);
+    for (line, e) in json.lines().zip(&events) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["seq"], e.seq);
+    }
+    let show = ok(d, &["runs", "show", deploy.as_str()]);
+    assert!(
+        show.contains("outcome     RunCompleted") && show.contains("\"deployed\":true"),
+        "{show}"
+    );
+    fails(d, &["journal", "run_nope"], 1, "not found");
+    fails(d, &["runs", "show", "run_nope"], 1, "not found");
+
+    // Operator decisions apply to blocked runs only.
+    fails(d, &["runs", "resume", deploy.as_str()], 1, "blocked");
+    fails(
+        d,
+        &["runs", "fail", deploy.as_str(), "--error", "x"],
+        1,
+        "blocked",
+    );
+
+    // Backend choice: a bad URL is a usage error; EVE_STORE_URL and --store pick another file.
+    fails(
+        d,
+        &["--store", "redis://x", "runs", "list"],
+        2,
+        "unknown scheme \"redis\"",
+    );
+    let other = Command::new(EVE)
+        .args(["runs", "list"])
+        .current_dir(d)
+        .env("EVE_STORE_URL", "sqlite://other.db")
+        .output()
+        .unwrap();
+    assert!(stdout(&other).contains("0 run(s)"), "{}", stderr(&other));
+    assert!(d.join("other.db").exists());
+    let abs = format!("sqlite://{}", d.join("eve.db").display());
+    assert!(ok(Path::new("/"), &["runs", "list", "--store", &abs]).contains("3 run(s)"));
+}
+
+#[test]
+fn conformance_and_bench_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let out = ok(d, &["conformance", "--cases", "4"]);
+    assert!(out.contains("ok     appends::"), "{out}");
+    assert!(
+        out.contains("ok     sequences::random_sequences_match_model"),
+        "{out}"
+    );
+    let summary = out.lines().last().unwrap();
+    assert!(summary.ends_with("passed, 0 failed"), "{out}");
+    fails(
+        d,
+        &["conformance", "--filter", "no_such_case"],
+        2,
+        "no conformance case",
+    );
+    // The suite works on fresh temp files: the default store file was never created.
+    assert!(!d.join("eve.db").exists());
+
+    let out = ok(
+        d,
+        &[
+            "bench",
+            "--replay-steps",
+            "300",
+            "--sequential-steps",
+            "20",
+            "--runs",
+            "4",
+            "--steps-per-run",
+            "5",
+        ],
+    );
+    let rows: Vec<&str> = out.lines().filter(|l| l.starts_with("sqlite ")).collect();
+    assert_eq!(rows.len(), 3, "{out}");
+    assert!(
+        rows[0].contains("cold replay of 300 steps") && rows[0].contains("301"),
+        "{out}"
+    );
+    assert!(rows[1].contains("steps, 1 run x 20 sequential"), "{out}");
+    assert!(
+        rows[2].contains("steps, 4 runs x 5 concurrent") && rows[2].contains(" 20 "),
+        "{out}"
+    );
+    // The bench's files went to a temp directory beside eve.db, removed afterwards.
+    let left: Vec<_> = std::fs::read_dir(d)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// A running `eve serve`, its stdout lines arriving on a channel; killed on drop.
+struct Served {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Served {
+    fn start(dir: &Path, extra: &[&str]) -> Self {
+        let mut child = Command::new(EVE)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .current_dir(dir)
+            .env_remove("EVE_STORE_URL")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn eve serve");
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Self {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// The first line (from now on) containing `needle`, within a minute.
+    fn wait_for(&mut self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.contains(needle) {
+                        return line;
+                    }
+                }
+                Err(e) => panic!("no line with {needle:?} ({e}); saw {:#?}", self.seen),
+            }
+        }
+    }
+
+    /// The `http://127.0.0.1:PORT` the server printed.
+    fn base(&mut self) -> String {
+        let line = self.wait_for("listening on ");
+        let url = line.split("listening on ").nth(1).unwrap();
+        url.split('/').take(3).collect::<Vec<_>>().join("/")
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A plain HTTP/1.1 request on loopback; returns (status, body).
+fn http(base: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    let host = base.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(host).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let status = resp
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = resp
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_owned();
+    (status, body)
+}
+
+/// Waits (polling the shared file: the run is another process's) until `run` has ended.
+async fn until_ended(store: &dyn JournalStore, run: &RunId) -> RunStatus {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = store.get_run(run).await.unwrap().status;
+        if status.is_terminal() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "run {run} still {status:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_runs_the_tools_and_answers_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut served = Served::start(d, &[]);
+    let base = served.base();
+    served.wait_for("runs deployment");
+    let (status, page) = http(&base, "GET", "/", "");
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("<html") || page.contains("<!doctype"),
+        "{page}"
+    );
+
+    let store: Arc<dyn JournalStore> = Arc::new(SqliteStore::open(d.join("eve.db")).await.unwrap());
+    let run = start(
+        &*store,
+        "c1",
+        "deploy_approval",
+        serde_json::json!({"service": "web"}),
+    )
+    .await;
+    // The served worker runs it up to the ask.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let request = loop {
+        let pending = store.pending_requests(&SessionId::new("s1")).await.unwrap();
+        if let Some(p) = pending.first() {
+            break p.request_id.to_string();
+        }
+        assert!(Instant::now() < deadline, "no request was asked");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let (status, body) = http(&base, "GET", "/v1/sessions/s1/requests", "");
+    assert_eq!(status, 200);
+    assert!(body.contains(&request), "{body}");
+    // Answered by the CLI, in another process; the served worker finishes the run.
+    assert!(ok(d, &["answer", &request, "approve"]).contains("answered"));
+    assert_eq!(until_ended(&*store, &run).await, RunStatus::Completed);
+    let (status, body) = http(&base, "GET", &format!("/v1/runs/{run}"), "");
+    assert_eq!(status, 200);
+    assert!(body.contains("RunCompleted"), "{body}");
+
+    // A second server on the same address is refused with one line.
+    let addr = base.trim_start_matches("http://").to_owned();
+    fails(d, &["serve", "--listen", &addr], 1, "cannot listen on");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_survives_a_restart_while_the_ask_is_pending() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut first = Served::start(d, &["--demo"]);
+    let base = first.base();
+    let page = first.wait_for("answer it on the page: ");
+    assert!(page.ends_with(&format!("{base}/")), "{page}");
+    let command = first.wait_for("or run: eve answer ");
+    // Killed (SIGKILL) while the ask is pending.
+    drop(first);
+
+    let mut second = Served::start(d, &["--demo"]);
+    second.base();
+    let again = second.wait_for("or run: eve answer ");
+    assert_eq!(
+        again, command,
+        "the restarted demo must show the same request"
+    );
+    let args: Vec<&str> = command
+        .split("or run: eve ")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(args[0], "answer");
+    assert!(ok(d, &args).contains("answered request"));
+    let done = second.wait_for("finished");
+    assert!(done.contains("\"deployed\":true"), "{done}");
+    second.wait_for("eve serve: stopped");
+    let status = second.child.wait().unwrap();
+    assert!(status.success(), "{status}");
+
+    // One run, one plan step and one deploy step, whatever the restart did.
+    let store: Arc<dyn JournalStore> = Arc::new(SqliteStore::open(d.join("eve.db")).await.unwrap());
+    let runs = ok(d, &["runs", "list", "--session", "demo"]);
+    assert!(
+        runs.contains("1 run(s)") && runs.contains("completed"),
+        "{runs}"
+    );
+    let run = runs
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap();
+    let events = store.read_all(&RunId::new(run), 0).await.unwrap();
+    let steps = events
+        .iter()
+        .filter(|e| e.event.kind() == "StepCompleted")
+        .count();
+    assert_eq!(steps, 2);
+}
