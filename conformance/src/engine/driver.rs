@@ -146,6 +146,8 @@ pub struct Outcome {
     pub stale: usize,
     /// The run's final status.
     pub status: Option<RunStatus>,
+    /// The run.
+    pub run: Option<RunId>,
 }
 
 /// Runs `program` under `schedule` on `bench` and checks every property; `Err` says what
@@ -214,6 +216,7 @@ pub async fn run_case_as(
                 ),
                 None => None,
             },
+            run: case.run.clone(),
         }),
         Err(why) => Err(case.explain(why).await),
     }

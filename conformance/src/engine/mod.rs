@@ -44,7 +44,9 @@
 //!
 //! # Environment
 //!
-//! - `EVE_CONFORMANCE_CASES`: programs per family (default [`ENGINE_DEFAULT_CASES`]).
+//! - `EVE_CONFORMANCE_CASES`: programs per family whose fault fired (default
+//!   [`ENGINE_DEFAULT_CASES`]; programs whose fault missed, such as a crash point past the
+//!   run's last store call, are drawn on top, up to [`MAX_DRAWS`] times as many).
 //! - `EVE_CONFORMANCE_DEEP=1`: [`ENGINE_DEEP_CASES`] programs per family (an explicit
 //!   `EVE_CONFORMANCE_CASES` wins).
 //! - `EVE_CONFORMANCE_SEED`: replay a family from this seed (each family prints its seed; a
@@ -72,6 +74,9 @@ use std::time::Instant;
 pub const ENGINE_DEFAULT_CASES: u32 = 24;
 /// Programs per fault family in deep mode (`EVE_CONFORMANCE_DEEP=1`).
 pub const ENGINE_DEEP_CASES: u32 = 256;
+/// A family draws up to this many times its case count, until that many programs had their
+/// fault fire (a crash point past a short program's last store call does not count).
+pub const MAX_DRAWS: u32 = 4;
 /// Runs spent shrinking a failing program.
 pub const SHRINK_BUDGET: u32 = 128;
 
@@ -215,6 +220,12 @@ pub enum Family {
 }
 
 impl Family {
+    /// Whether every program counts towards the case count (no fault, or a fault that cannot
+    /// miss); otherwise only those whose fault fired.
+    pub fn counts_every_case(self) -> bool {
+        matches!(self, Family::NoFaults | Family::RacingWorkers)
+    }
+
     /// Its name in test names and messages.
     pub fn name(self) -> &'static str {
         match self {
@@ -230,8 +241,9 @@ impl Family {
     }
 }
 
-/// Runs `cases` programs of `family` from `seed` on a fresh store of `factory`; `Err` holds the
-/// shrunk failing program, the seed and what broke.
+/// Runs programs of `family` from `seed` on a fresh store of `factory` until `cases` of them
+/// had their fault fire (at most [`MAX_DRAWS`] × `cases` programs); `Err` holds the shrunk
+/// failing program, the seed and what broke.
 ///
 /// # Errors
 /// The first case that broke a property, shrunk.
@@ -281,7 +293,7 @@ pub async fn check_family_on(
             to_runner.send((case, c)).ok()?;
             verdicts.recv().ok()
         };
-        for case in 0..cases {
+        for case in 0..cases.saturating_mul(MAX_DRAWS) {
             let mut tree = strategy.new_tree(&mut runner).expect("generate a case");
             match run(case, tree.current()) {
                 Some(true) => continue,
@@ -304,6 +316,7 @@ pub async fn check_family_on(
     let mut failure: Option<(u32, Case, String)> = None;
     let mut stats: Vec<Outcome> = Vec::new();
     let mut runs = 0;
+    let mut counted = 0;
     while let Some((case, c)) = incoming.recv().await {
         runs += 1;
         let result = run_case(bench, &c.0, &c.1).await;
@@ -311,15 +324,24 @@ pub async fn check_family_on(
         match result {
             Ok(o) => {
                 if failure.is_none() {
+                    if o.fired || family.counts_every_case() {
+                        counted += 1;
+                    }
                     stats.push(o);
                 }
             }
             Err(why) => failure = Some((case, c, why)),
         }
+        if failure.is_none() && counted >= cases {
+            break;
+        }
         if to_generator.send(passed).is_err() {
             break;
         }
     }
+    // Dropping both ends stops the generator wherever it waits.
+    drop(to_generator);
+    drop(incoming);
     generator
         .join()
         .expect("the program generator thread panicked");
@@ -328,7 +350,7 @@ pub async fn check_family_on(
     if let Some((case, (program, _), why)) = failure {
         let json = serde_json::to_string(&program).unwrap_or_default();
         return Err(format!(
-            "engine {name} on {backend}: program {case} of {cases} broke a property (seed {seed}; rerun with EVE_CONFORMANCE_SEED={seed}); shrunk in {} runs to:\n  program: {program:#?}\n  program as JSON: {json}\n  {why}",
+            "engine {name} on {backend}: program {case} broke a property (seed {seed}; rerun with EVE_CONFORMANCE_SEED={seed}); shrunk in {} runs to:\n  program: {program:#?}\n  program as JSON: {json}\n  {why}",
             runs - case - 1
         ));
     }
@@ -342,7 +364,8 @@ pub async fn check_family_on(
         .filter(|o| o.status == Some(eve_core::RunStatus::Failed))
         .count();
     Ok(format!(
-        "engine {name} on {backend}: {cases} programs passed in {:.1?} (seed {seed}); fault fired in {fired}, {failed} runs failed as scripted, {steps} steps ({execs} executions{}), {parks} parks",
+        "engine {name} on {backend}: {} programs passed in {:.1?} (seed {seed}); the fault fired in {fired}, {failed} runs failed as scripted, {steps} steps ({execs} executions{}), {parks} parks",
+        stats.len(),
         started.elapsed(),
         if stale > 0 {
             format!(", {stale} by a worker after its lease expired and the step's outcome was recorded by the worker that took over")
