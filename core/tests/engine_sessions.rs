@@ -98,7 +98,7 @@ async fn ask_is_answered_once_days_later(env: Env) {
         .unwrap();
     assert_eq!(pending.len(), 1);
     let request = pending[0].request_id.clone();
-    assert_eq!(request.as_str(), format!("{run}.0"));
+    assert_eq!(request.as_str(), format!("{run}:0"));
     assert!(matches!(
         &session_log(&env).await[0],
         SessionEvent::InputRequested { request_id, request: r } if *request_id == request && *r == approval()

@@ -460,7 +460,7 @@ impl WorkflowCtx {
         }
         let mut core = lock(&self.core);
         let cmd = core.cmds.len() as u64;
-        let request_id = RequestId::new(format!("{}.{cmd}", core.run_id));
+        let request_id = RequestId::for_command(&core.run_id, cmd);
         core.requests.insert(request_id.clone(), cmd);
         core.issue(CmdKind::Ask {
             request_id: request_id.clone(),
@@ -949,7 +949,7 @@ impl fmt::Debug for Ask {
 }
 
 impl Ask {
-    /// The request id a person answers (`"{run_id}.{cmd}"`).
+    /// The request id a person answers ([`RequestId::for_command`]: `"{run_id}:{cmd}"`).
     pub fn request_id(&self) -> &RequestId {
         &self.request_id
     }
