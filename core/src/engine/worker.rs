@@ -813,7 +813,13 @@ impl Inner {
                 || !running.is_empty()
                 || !to_start.is_empty()
                 || !starting.is_empty();
-            if !exec.guard_set && busy {
+            // The worker's own events that resolve a wait (a due sleep fires, an agent start
+            // failed) move the body on once delivered: if this worker died right after writing
+            // them, nothing would be left to wake the run, so they carry the guard too.
+            let resolves = batch
+                .iter()
+                .any(|e| matches!(e, Event::SleepFired { .. } | Event::HookReceived { .. }));
+            if !exec.guard_set && (busy || resolves) {
                 batch.push(Event::SleepScheduled {
                     cmd: GUARD_CMD,
                     wake_at: now.plus(self.config.lease_ttl),
