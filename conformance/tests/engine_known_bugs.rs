@@ -35,19 +35,18 @@ async fn crash_right_after_sleep_fired_landed_strands_the_run() {
         body: vec![Node::Sleep { ms: 1000 }, Node::Step(step("s0"))],
     };
     let mut failures = Vec::new();
-    for after in 0..30u16 {
-        let schedule = Schedule {
-            fault: Fault::Crash {
-                after,
-                ambiguous: true,
-            },
-            deliveries: vec![],
-        };
-        if let Err(why) = run_case(&bench, &program, &schedule).await {
-            failures.push(format!(
-                "crash after store call {after}: {}",
-                why.lines().next().unwrap_or_default()
-            ));
+    for ambiguous in [false, true] {
+        for after in 0..16u16 {
+            let schedule = Schedule {
+                fault: Fault::Crash { after, ambiguous },
+                deliveries: vec![],
+            };
+            if let Err(why) = run_case(&bench, &program, &schedule).await {
+                failures.push(format!(
+                    "crash after store call {after} (ambiguous: {ambiguous}): {}",
+                    why.lines().next().unwrap_or_default()
+                ));
+            }
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

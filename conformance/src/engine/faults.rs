@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use eve_core::engine::{GRACE_CMD, GUARD_CMD};
 use eve_core::session::SessionEntry;
 use eve_core::*;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,10 +20,11 @@ pub const KNOWN_BUGS_ENV: &str = "EVE_CONFORMANCE_KNOWN_BUGS";
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KnownBug {
     /// A worker appends `SleepFired` for a sleep its body waits on without the guard timer;
-    /// the append sets the run's processed seq past it. If the worker dies right after that
-    /// append landed (before the body's next commands are written), the run has no due timer
+    /// the append sets the run's processed seq past it. If the worker dies after that append
+    /// landed and before its next write lands (a crash at the next store call, or an ambiguous
+    /// commit of the `SleepFired` append itself and then the crash), the run has no due timer
     /// and no undelivered event: it is never claimable again, although its body has work to
-    /// do. Avoided by making such an ambiguous-then-crash land nothing (a plain crash).
+    /// do. Avoided by moving such a crash to just after the worker's next write landed.
     StrandedAfterSleepFired,
 }
 
@@ -55,6 +56,11 @@ pub struct Faults {
     avoid_known_bugs: bool,
     log: Mutex<Vec<&'static str>>,
     avoided: Mutex<Option<KnownBug>>,
+    fired: AtomicBool,
+    fired_at: AtomicU64,
+    dead: AtomicBool,
+    /// The last append that landed fired a body sleep.
+    stranding: AtomicBool,
 }
 
 impl Faults {
@@ -68,6 +74,10 @@ impl Faults {
             avoid_known_bugs,
             log: Mutex::new(Vec::new()),
             avoided: Mutex::new(None),
+            fired: AtomicBool::new(false),
+            fired_at: AtomicU64::new(0),
+            dead: AtomicBool::new(false),
+            stranding: AtomicBool::new(false),
         })
     }
 
@@ -89,20 +99,12 @@ impl Faults {
 
     /// Whether the fault fired.
     pub fn tripped(&self) -> bool {
-        match self.fault() {
-            Fault::None => false,
-            Fault::CrashAfter(k) | Fault::AmbiguousAt(k) | Fault::AmbiguousThenCrash(k) => {
-                self.calls() > k
-            }
-        }
+        self.fired.load(Ordering::SeqCst)
     }
 
     /// The name of the call the fault fired at.
     pub fn fired_at(&self) -> Option<&'static str> {
-        let k = match self.fault() {
-            Fault::None => return None,
-            Fault::CrashAfter(k) | Fault::AmbiguousAt(k) | Fault::AmbiguousThenCrash(k) => k,
-        };
+        let k = self.fired_at.load(Ordering::SeqCst);
         self.log
             .lock()
             .expect("log lock")
@@ -122,31 +124,68 @@ impl Faults {
         }
     }
 
-    async fn call<T, F>(&self, what: &'static str, lands_bug: bool, f: F) -> Result<T, StoreError>
+    fn fire(&self, n: u64) {
+        self.fired_at.store(n, Ordering::SeqCst);
+        self.fired.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether firing now would hit a known bug: the process would die while the last write
+    /// that landed (or the one about to land) is an append of `SleepFired` for a body sleep.
+    fn would_strand(&self, sleep_fired: bool) -> bool {
+        self.avoid_known_bugs && (sleep_fired || self.stranding.load(Ordering::SeqCst))
+    }
+
+    fn avoid(&self) {
+        *self.avoided.lock().expect("avoided lock") = Some(KnownBug::StrandedAfterSleepFired);
+    }
+
+    async fn call<T, F>(&self, what: &'static str, sleep_fired: bool, f: F) -> Result<T, StoreError>
     where
         F: std::future::Future<Output = Result<T, StoreError>>,
     {
         let n = self.calls.fetch_add(1, Ordering::SeqCst);
         self.log.lock().expect("log lock").push(what);
-        match self.fault() {
-            Fault::None => f.await,
-            Fault::CrashAfter(k) if n >= k => Err(Self::unavailable(what)),
-            Fault::AmbiguousAt(k) if n == k => {
-                let _ = f.await;
-                Err(Self::unavailable(what))
-            }
-            Fault::AmbiguousThenCrash(k) if n == k => {
-                if lands_bug && self.avoid_known_bugs {
-                    *self.avoided.lock().expect("avoided lock") =
-                        Some(KnownBug::StrandedAfterSleepFired);
-                } else {
-                    let _ = f.await;
-                }
-                Err(Self::unavailable(what))
-            }
-            Fault::AmbiguousThenCrash(k) if n > k => Err(Self::unavailable(what)),
-            _ => f.await,
+        if self.dead.load(Ordering::SeqCst) {
+            return Err(Self::unavailable(what));
         }
+        let (ambiguous, die) = match self.fault() {
+            Fault::CrashAfter(k) if n >= k => {
+                if self.would_strand(false) {
+                    // Die a little later, once a write made the run safe to abandon.
+                    self.avoid();
+                    (false, false)
+                } else {
+                    self.fire(n);
+                    self.dead.store(true, Ordering::SeqCst);
+                    return Err(Self::unavailable(what));
+                }
+            }
+            Fault::AmbiguousAt(k) if n == k => {
+                self.fire(n);
+                (true, false)
+            }
+            Fault::AmbiguousThenCrash(k) if n >= k => {
+                if self.would_strand(sleep_fired) {
+                    self.avoid();
+                    (false, false)
+                } else {
+                    self.fire(n);
+                    (true, true)
+                }
+            }
+            _ => (false, false),
+        };
+        let r = f.await;
+        if what == "append" && r.is_ok() {
+            self.stranding.store(sleep_fired, Ordering::SeqCst);
+        }
+        if die {
+            self.dead.store(true, Ordering::SeqCst);
+        }
+        if ambiguous {
+            return Err(Self::unavailable(what));
+        }
+        r
     }
 }
 

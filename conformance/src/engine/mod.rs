@@ -71,7 +71,7 @@ use std::time::Instant;
 
 /// Programs per fault family by default: at least 20 per family, and a server backend's
 /// engine cases stay within a few minutes.
-pub const ENGINE_DEFAULT_CASES: u32 = 24;
+pub const ENGINE_DEFAULT_CASES: u32 = 20;
 /// Programs per fault family in deep mode (`EVE_CONFORMANCE_DEEP=1`).
 pub const ENGINE_DEEP_CASES: u32 = 256;
 /// A family draws up to this many times its case count, until that many programs had their
@@ -161,6 +161,7 @@ pub fn strategy(family: Family) -> BoxedStrategy<Case> {
         Family::DuplicateDeliveries => with(
             Shape {
                 must_park: true,
+                park_on_hook: true,
                 ..shape
             },
             Just(Fault::None).boxed(),

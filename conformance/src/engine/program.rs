@@ -182,6 +182,8 @@ pub struct Shape {
     pub max_blob: u32,
     /// At least one park point (a sleep or a hook) is guaranteed.
     pub must_park: bool,
+    /// That park point is a hook (so the program takes deliveries).
+    pub park_on_hook: bool,
 }
 
 impl Default for Shape {
@@ -191,6 +193,7 @@ impl Default for Shape {
             waits: true,
             max_blob: 1 << 20,
             must_park: false,
+            park_on_hook: false,
         }
     }
 }
@@ -268,13 +271,18 @@ fn node(shape: Shape) -> BoxedStrategy<Node> {
 
 /// Programs of `shape`, numbered (unique step names and hook tokens).
 pub fn program(shape: Shape) -> BoxedStrategy<Program> {
-    let park = if shape.must_park {
+    let hook = vec(json(), 1..=2).prop_map(|payloads| {
+        Some(Node::Hook {
+            token: String::new(),
+            payloads,
+        })
+    });
+    let park = if shape.must_park && shape.park_on_hook {
+        hook.boxed()
+    } else if shape.must_park {
         prop_oneof![
             (1u64..=120_000).prop_map(|ms| Some(Node::Sleep { ms })),
-            vec(json(), 1..=2).prop_map(|payloads| Some(Node::Hook {
-                token: String::new(),
-                payloads
-            })),
+            hook,
         ]
         .boxed()
     } else {
