@@ -164,9 +164,21 @@ impl Follow {
                 }
                 Ok(page) if page.is_empty() => {
                     self.catching_up = false;
+                    // A closed channel (its sender gone) never fires: waiting on it must not
+                    // turn this wait into a busy loop.
+                    let changed = async {
+                        if self.changed.changed().await.is_err() {
+                            std::future::pending::<()>().await
+                        }
+                    };
+                    let shutdown = async {
+                        if self.shutdown.changed().await.is_err() {
+                            std::future::pending::<()>().await
+                        }
+                    };
                     tokio::select! {
-                        _ = self.changed.changed() => {}
-                        _ = self.shutdown.changed() => {}
+                        _ = changed => {}
+                        _ = shutdown => {}
                         _ = tokio::time::sleep(self.inner.config.poll_interval) => {}
                     }
                 }

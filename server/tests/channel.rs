@@ -354,3 +354,69 @@ async fn a_resumed_stream_resends_only_the_latest_progress_snapshot() {
     worker.shutdown().await;
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_stream_polls_at_its_interval_and_wakes_at_once_on_this_servers_writes() {
+    // An idle stream on a bare router() (no shutdown signal) reads the store about once per
+    // poll interval, not in a loop.
+    let counted =
+        eve_core::testing::FaultyStore::new(std::sync::Arc::new(eve_core::MemoryStore::new()));
+    let state = eve_server::AppState::new(
+        counted.clone(),
+        std::sync::Arc::new(eve_core::engine::SystemClock),
+    )
+    .with_config(eve_server::ServerConfig {
+        poll_interval: std::time::Duration::from_millis(50),
+        ..eve_server::ServerConfig::default()
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, eve_server::router(state)).await });
+    let resp = reqwest::get(format!("http://{addr}/v1/sessions/idle/events"))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    counted.set_fault(eve_core::testing::Fault::None);
+    // Measuring a rate needs a stretch of wall time.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let reads = counted.calls();
+    assert!(
+        (2..=20).contains(&reads),
+        "{reads} store calls in 500 ms at a 50 ms interval"
+    );
+    drop(resp);
+
+    // A stream whose poll interval is an hour still sees an answer given through its own
+    // server at once: the server's writes wake its streams.
+    let (_dir, store) = sqlite().await;
+    let worker = worker(store.clone()).await;
+    let quick = TestServer::start(store.clone(), |_| {}).await;
+    let mut events = SseClient::connect(&quick.url("/v1/sessions/s-wake/events"), None).await;
+    start(
+        &store,
+        "s-wake",
+        "call-1",
+        "deploy",
+        json!({ "service": "db" }),
+    )
+    .await;
+    let asked = events.until("input.requested").await.pop().unwrap();
+    let request_id = asked.json()["event"]["data"]["request_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let slow = TestServer::start(store.clone(), |c| {
+        c.poll_interval = std::time::Duration::from_secs(3600)
+    })
+    .await;
+    let mut sleepy = SseClient::connect(&slow.url("/v1/sessions/s-wake/events"), asked.id).await;
+    let (status, _) = answer(&slow, &request_id, json!({ "optionId": "approve" })).await;
+    assert_eq!(status, 200);
+    let next = sleepy.next().await.expect("woken by the answer");
+    assert_eq!(next.event.as_deref(), Some("input.answered"));
+    assert_eq!(next.id, asked.id.map(|i| i + 1));
+
+    worker.shutdown().await;
+    quick.stop().await;
+    slow.stop().await;
+}
