@@ -99,6 +99,10 @@ pub struct Bench {
     pub clock: Arc<ManualClock>,
     /// Family name (case ids start with it).
     pub family: String,
+    /// Fail on step executions that the worker whose lease expired started after the step's
+    /// outcome was recorded (by default they are only counted; see
+    /// [`lease_expiry`](super::lease_expiry)).
+    pub strict_stale: bool,
     next: AtomicU64,
 }
 
@@ -120,6 +124,7 @@ impl Bench {
             recorder,
             clock: ManualClock::new(Timestamp(1_700_000_000_000)),
             family: family.to_owned(),
+            strict_stale: false,
             next: AtomicU64::new(0),
         }
     }
@@ -736,7 +741,8 @@ impl Case<'_> {
             self.sched.fault,
             Fault::None | Fault::DuplicateDispatch { .. }
         );
-        let tolerate = matches!(self.sched.fault, Fault::LeaseExpiry { .. });
+        let tolerate =
+            matches!(self.sched.fault, Fault::LeaseExpiry { .. }) && !self.b.strict_stale;
         self.stale = checks::executions(&self.exp, &self.inst, exact, tolerate)?;
         // Faults that move the clock past a lease may fire a short sleep before the run parks
         // on it; without them the run parks at every park point of the reference.
