@@ -17,23 +17,58 @@
 //! runtime (what `#[tokio::test(flavor = "multi_thread", worker_threads = 2)]` builds); the
 //! caller needs no tokio dependency of its own.
 //!
-//! A binary can run the same cases with [`run_store_suite`], which returns a [`Report`].
+//! A binary can run the same cases with [`run_store_suite`] and [`run_engine_suite`], which
+//! return a [`Report`].
+//!
+//! # Two levels
+//!
+//! - **Store cases** ([`store`]): the `JournalStore` contract, call by call, and a model-based
+//!   test of random call sequences against [`model::Model`].
+//! - **Engine cases** ([`engine`]), one test per fault family, named `engine_<family>`: random
+//!   workflow programs (steps with retryable and fatal failures, joins, sleeps, hooks with
+//!   payloads, races of a hook against a sleep, nested blocks, random JSON up to a megabyte) run
+//!   on the real engine over the store under test, with simulated time, under a fault schedule
+//!   (a crash after any store call, an ambiguous commit, duplicate hook deliveries with and
+//!   without a dedupe key, duplicate dispatch of the tool call, two workers racing, a lease
+//!   expiring while a step runs, a program changed between activations), and checked against a
+//!   reference interpreter: the outcome, every step's attempts recorded exactly once and never
+//!   run after being recorded, where the run parks, a cold replay's command sequence, and
+//!   non-determinism detected (`[EVE-ND-001]`). Steps are at-least-once: an attempt may run
+//!   more than once *before* its result is recorded, and the suite allows that.
+//!
+//! The macro expands both levels; the engine cases need nothing more from the factory than
+//! [`StoreFactory::create`] (one fresh store per family; each program runs in its own
+//! deployment).
 //!
 //! # Environment
 //!
-//! - `EVE_CONFORMANCE_CASES`: how many random call sequences the model-based test runs (default
-//!   [`DEFAULT_CASES`], chosen so a server backend's whole store suite stays well under three
-//!   minutes).
-//! - `EVE_CONFORMANCE_DEEP=1`: deep mode for nightly runs, [`DEEP_CASES`] sequences (an explicit
-//!   `EVE_CONFORMANCE_CASES` wins).
-//! - `EVE_CONFORMANCE_SEED`: replay the model-based test from this seed (printed on failure).
+//! - `EVE_CONFORMANCE_CASES`: how many random call sequences the model-based test runs
+//!   (default [`DEFAULT_CASES`], chosen so a server backend's whole store suite stays well
+//!   under three minutes), and how many programs each engine family runs with its fault
+//!   firing (default [`engine::ENGINE_DEFAULT_CASES`]; about two to three minutes for all
+//!   eight families on DynamoDB Local, one on Postgres, half a minute on SQLite).
+//! - `EVE_CONFORMANCE_DEEP=1`: deep mode for nightly runs: [`DEEP_CASES`] sequences and
+//!   [`engine::ENGINE_DEEP_CASES`] programs per family (an explicit `EVE_CONFORMANCE_CASES`
+//!   wins).
+//! - `EVE_CONFORMANCE_SEED`: replay a failure's printed seed (the model-based test and every
+//!   engine family print theirs; a failing case is shrunk and printed with it).
+//! - `EVE_CONFORMANCE_KNOWN_BUGS=1`: also generate the fault placements that hit engine bugs
+//!   this suite found and that are not fixed yet (see [`engine::faults::KnownBug`]); their
+//!   reproductions are the ignored tests in `conformance/tests/engine_known_bugs.rs`.
+//!
+//! The crate's own tests add `tests/engine_differential.rs`: the same seeded programs on
+//! `MemoryStore` and `SqliteStore` under a deterministic schedule give identical journals,
+//! modulo timestamps and ids.
 //!
 //! # Families
 //!
 //! [`store::appends`], [`store::starts`], [`store::deliveries`], [`store::hooks`],
 //! [`store::leases`], [`store::wakeups`], [`store::reads`], [`store::limits`],
 //! [`store::persistence`], [`store::isolation`], [`store::sessions`], [`store::blocked`] and
-//! [`store::sequences`] (the model-based test against [`model::Model`]).
+//! [`store::sequences`] (the model-based test against [`model::Model`]); engine families
+//! [`engine::no_faults`], [`engine::crash`], [`engine::ambiguous_commit`],
+//! [`engine::duplicate_deliveries`], [`engine::duplicate_dispatch`],
+//! [`engine::racing_workers`], [`engine::lease_expiry`], [`engine::non_determinism`].
 
 use async_trait::async_trait;
 use eve_core::{JournalStore, RunId, StoreError};
