@@ -27,7 +27,9 @@ pub fn recorded_commands(events: &[StoredEvent]) -> Vec<u64> {
             Event::StepCompleted { cmd, .. }
             | Event::StepFailed { cmd, .. }
             | Event::SleepScheduled { cmd, .. }
-            | Event::HookCreated { cmd, .. } => Some(*cmd),
+            | Event::HookCreated { cmd, .. }
+            | Event::InputRequested { cmd, .. }
+            | Event::Progress { cmd, .. } => Some(*cmd),
             _ => None,
         })
         .filter(|c| !internal(*c))
@@ -64,8 +66,43 @@ pub fn waits_recorded(a: &Await, events: &[StoredEvent], inst: &Instance) -> Res
             .filter(|e| matches!(&e.event, Event::HookReceived { cmd, .. } if *cmd == c))
             .count()
     };
+    let requested = |c: u64| {
+        events.iter().find_map(|e| match &e.event {
+            Event::InputRequested {
+                cmd, request_id, ..
+            } if *cmd == c => Some(request_id.clone()),
+            _ => None,
+        })
+    };
+    let open = |c: u64| {
+        match requested(c) {
+        None => Err(format!(
+            "the run suspended on the ask of command {c} but its InputRequested is not in the journal"
+        )),
+        Some(r) => {
+            let closed = events.iter().any(|e| {
+                matches!(&e.event, Event::InputAnswered { request_id, .. } | Event::InputWithdrawn { request_id } if *request_id == r)
+            });
+            if closed {
+                Err(format!("parked on request {r}, which is answered or withdrawn already"))
+            } else {
+                Ok(())
+            }
+        }
+    }
+    };
     match a {
         Await::Steps(_) => Ok(()),
+        Await::Ask { cmd, .. } => open(*cmd),
+        Await::RaceAsk { ask, sleep, .. } => {
+            open(*ask)?;
+            if !scheduled(*sleep) || fired(*sleep) {
+                return Err(format!(
+                    "the race's sleep (command {sleep}) must be scheduled and not fired"
+                ));
+            }
+            Ok(())
+        }
         Await::Sleep { cmd } if !scheduled(*cmd) || fired(*cmd) => Err(format!(
             "the sleep of command {cmd} must be scheduled and not fired"
         )),
@@ -168,6 +205,9 @@ pub fn journal(exp: &Expected, events: &[StoredEvent], inst: &Instance) -> Resul
     let mut steps: BTreeMap<u64, Vec<(u32, Attempt)>> = BTreeMap::new();
     let mut sleeps: BTreeMap<u64, (u32, u32)> = BTreeMap::new();
     let mut hooks: BTreeMap<u64, (u32, usize)> = BTreeMap::new();
+    let mut requests: BTreeMap<eve_core::RequestId, u64> = BTreeMap::new();
+    let mut closed: BTreeMap<u64, Result<String, ()>> = BTreeMap::new();
+    let mut progress: BTreeMap<u64, u32> = BTreeMap::new();
     let command = |cmd: u64, what: &str, ok: &dyn Fn(&Command) -> bool| match exp
         .commands
         .get(cmd as usize)
@@ -252,6 +292,49 @@ pub fn journal(exp: &Expected, events: &[StoredEvent], inst: &Instance) -> Resul
                 }
                 h.1 += 1;
             }
+            Event::InputRequested {
+                cmd, request_id, ..
+            } => {
+                command(*cmd, "an ask", &|c| matches!(c, Command::Ask))?;
+                if requests.insert(request_id.clone(), *cmd).is_some() {
+                    return Err(format!("request {request_id} is requested twice"));
+                }
+            }
+            Event::InputAnswered {
+                request_id,
+                response,
+            } => {
+                let cmd = *requests.get(request_id).ok_or_else(|| {
+                    format!("an answer to {request_id}, which was never requested")
+                })?;
+                if closed
+                    .insert(cmd, Ok(response.text.clone().unwrap_or_default()))
+                    .is_some()
+                {
+                    return Err(format!(
+                        "request {request_id} is answered or withdrawn twice"
+                    ));
+                }
+            }
+            Event::InputWithdrawn { request_id } => {
+                let cmd = *requests
+                    .get(request_id)
+                    .ok_or_else(|| format!("{request_id} is withdrawn but was never requested"))?;
+                if closed.insert(cmd, Err(())).is_some() {
+                    return Err(format!(
+                        "request {request_id} is answered or withdrawn twice"
+                    ));
+                }
+            }
+            Event::Progress { cmd, value: v } => {
+                let d = digest(&value(v)?);
+                command(
+                    *cmd,
+                    &format!("progress {d}"),
+                    &|c| matches!(c, Command::Progress(x) if *x == d),
+                )?;
+                *progress.entry(*cmd).or_default() += 1;
+            }
             _ => {}
         }
     }
@@ -295,7 +378,76 @@ pub fn journal(exp: &Expected, events: &[StoredEvent], inst: &Instance) -> Resul
                     ));
                 }
             }
+            Command::Ask => {
+                let want = exp
+                    .answers
+                    .iter()
+                    .find(|a| a.cmd == cmd)
+                    .map(|a| a.text.clone());
+                let got = closed.get(&cmd);
+                let ok = match (&want, got) {
+                    (Some(w), Some(Ok(t))) => w == t,
+                    (None, Some(Err(()))) => true,
+                    _ => false,
+                };
+                if !ok {
+                    return Err(format!(
+                        "the ask of command {cmd} ended {got:?}; the reference: {} (every request is answered at most once, and withdrawn when the run ends unanswered)",
+                        match &want {
+                            Some(w) => format!("answered {w:?}"),
+                            None => "withdrawn".into(),
+                        }
+                    ));
+                }
+            }
+            Command::Progress(_) => {
+                let n = progress.get(&cmd).copied().unwrap_or(0);
+                if n != 1 {
+                    return Err(format!(
+                        "the progress value of command {cmd} is recorded {n} time(s); exactly once"
+                    ));
+                }
+            }
             Command::Step(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// Once the run ended, no request of its session is pending and a withdrawn request takes no
+/// answer.
+///
+/// # Errors
+/// What is still open.
+pub async fn requests_closed(
+    store: &dyn JournalStore,
+    session: &eve_core::SessionId,
+    events: &[StoredEvent],
+    now: Timestamp,
+) -> Result<(), String> {
+    let pending = store
+        .pending_requests(session)
+        .await
+        .map_err(|e| format!("pending_requests: {e}"))?;
+    if !pending.is_empty() {
+        return Err(format!(
+            "the run ended but requests are still pending: {pending:?}"
+        ));
+    }
+    for e in events {
+        if let Event::InputWithdrawn { request_id } = &e.event {
+            let late = eve_core::InputResponse {
+                option_id: None,
+                text: Some("too late".into()),
+            };
+            match store.answer(request_id, late, now).await {
+                Err(StoreError::Withdrawn { .. }) => {}
+                other => {
+                    return Err(format!(
+                        "an answer to withdrawn request {request_id} must be refused with Withdrawn; got {other:?}"
+                    ))
+                }
+            }
         }
     }
     Ok(())

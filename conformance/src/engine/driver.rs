@@ -11,14 +11,14 @@ use super::faults::{known_bugs_included, Fault as StoreFault, Faults};
 use super::interp::{self, Instance, TOOL};
 use super::program::{Node, Output, Program, StepSpec};
 use super::recorder::Recorder;
-use super::reference::{self, Await, Command, DeliveryMode, Expected};
+use super::reference::{self, Answer, AnswerMode, Await, Command, DeliveryMode, Expected};
 use crate::StoreFactory;
 use eve_core::engine::{
     start_tool_call, Clock, ManualClock, Registry, Worker, WorkerConfig, CODE_NON_DETERMINISM,
 };
 use eve_core::{
-    CallId, Delivered, DeploymentId, Event, JournalStore, JournalStoreExt, Payload, Resolution,
-    RunId, RunStatus, SessionId, StoreError, StoredEvent, Timestamp,
+    CallId, Delivered, DeploymentId, Event, InputResponse, JournalStore, JournalStoreExt, Payload,
+    RequestId, Resolution, RunId, RunStatus, SessionId, StoreError, StoredEvent, Timestamp,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -188,6 +188,7 @@ pub async fn run_case_as(
         program,
         sched: schedule,
         delivered: vec![None; exp.deliveries.len()],
+        answered: vec![false; exp.answers.len()],
         exp,
         reg: Registry::new(DeploymentId::new(id)).with(interp::tool()),
         deployment: DeploymentId::new(id),
@@ -239,6 +240,8 @@ struct Case<'a> {
     run: Option<RunId>,
     /// The first answer of each scripted delivery.
     delivered: Vec<Option<Delivered>>,
+    /// Which scripted answers were given.
+    answered: Vec<bool>,
     /// Keyed deliveries to send again later.
     late: Vec<usize>,
     /// Park positions observed, in order.
@@ -547,6 +550,17 @@ impl Case<'_> {
         if let Some(d) = due {
             return self.deliver(d).await;
         }
+        let ask = match &aw {
+            Some(Await::Ask { answer, .. })
+            | Some(Await::RaceAsk {
+                answer: Some(answer),
+                ..
+            }) if !self.answered[*answer] => Some(*answer),
+            _ => None,
+        };
+        if let Some(a) = ask {
+            return self.answer(a).await;
+        }
         let now = self.b.now();
         match self
             .b
@@ -571,6 +585,70 @@ impl Case<'_> {
                 self.b.clock.advance(LEASE + Duration::from_secs(1));
             }
         }
+        Ok(())
+    }
+
+    /// The request id of the ask at `cmd`, from its `InputRequested`.
+    async fn request_id(&self, cmd: u64) -> Result<RequestId, String> {
+        self.events()
+            .await?
+            .into_iter()
+            .find_map(|e| match e.event {
+                Event::InputRequested {
+                    cmd: c, request_id, ..
+                } if c == cmd => Some(request_id),
+                _ => None,
+            })
+            .ok_or_else(|| format!("the run parks on the ask of command {cmd} but its InputRequested is not in the journal"))
+    }
+
+    async fn answer(&mut self, a: usize) -> Result<(), String> {
+        let Answer { cmd, text, mode } = self.exp.answers[a].clone();
+        let request = self.request_id(cmd).await?;
+        self.note(format!("answer the ask of command {cmd} ({mode:?})"));
+        let response = |t: &str| InputResponse {
+            option_id: None,
+            text: Some(t.to_owned()),
+        };
+        let store = &self.b.store;
+        let first = store
+            .answer(&request, response(&text), self.b.now())
+            .await
+            .map_err(err(&format!("answer the ask of command {cmd}")))?;
+        if first.duplicate {
+            return Err(format!(
+                "the first answer to {request} was answered as a duplicate"
+            ));
+        }
+        match mode {
+            AnswerMode::Once => {}
+            AnswerMode::SameTwice => {
+                let again = store
+                    .answer(&request, response(&text), self.b.now())
+                    .await
+                    .map_err(err("repeat the same answer"))?;
+                if !again.duplicate || again.seq != first.seq {
+                    return Err(format!(
+                        "an identical retry of the accepted answer must be a duplicate success: {first:?} then {again:?}"
+                    ));
+                }
+            }
+            AnswerMode::OtherSecond => {
+                match store
+                    .answer(&request, response(&format!("{text} (another answer)")), self.b.now())
+                    .await
+                {
+                    Err(StoreError::AlreadyAnswered { .. }) => {}
+                    other => {
+                        return Err(format!(
+                            "a second, different answer to {request} must be refused with AlreadyAnswered; got {other:?}"
+                        ))
+                    }
+                }
+            }
+        }
+        self.answered[a] = true;
+        self.fired |= mode != AnswerMode::Once;
         Ok(())
     }
 
@@ -760,6 +838,7 @@ impl Case<'_> {
         )
         .await?;
         checks::hooks_released(&*self.b.store, &self.exp, &self.inst, self.b.now()).await?;
+        checks::requests_closed(&*self.b.store, &self.session, &events, self.b.now()).await?;
         if let Fault::DuplicateDispatch { .. } = self.sched.fault {
             let again = start_tool_call(
                 &*self.b.store,
@@ -857,6 +936,17 @@ pub fn mutate(program: &Program, exp: &Expected, cmd: u64, remove: bool) -> (Pro
             token.push('~');
             at = Some(cmd - 1);
         }
+        (Command::Sleep, n @ Node::RaceAsk { .. }) => {
+            // The race's ask comes first: the mismatch shows there.
+            *n = inserted();
+            at = Some(cmd - 1);
+        }
+        (
+            Command::Ask | Command::Progress(_),
+            n @ (Node::Ask { .. } | Node::RaceAsk { .. } | Node::Progress { .. }),
+        ) => {
+            *n = inserted();
+        }
         (Command::Sleep, n @ Node::Sleep { .. }) => {
             *n = Node::Step(StepSpec {
                 name: "inserted~".into(),
@@ -869,6 +959,16 @@ pub fn mutate(program: &Program, exp: &Expected, cmd: u64, remove: bool) -> (Pro
         (c, n) => panic!("command {cmd} {c:?} does not come from {n:?}"),
     }
     (p, at)
+}
+
+fn inserted() -> Node {
+    Node::Step(StepSpec {
+        name: "inserted~".into(),
+        failures: 0,
+        retries: 0,
+        fatal: false,
+        output: Output::Json(serde_json::Value::Null),
+    })
 }
 
 /// The vector holding the node at `path` and its index there (a join's step index is left at

@@ -287,6 +287,16 @@ async fn interpret(
     Ok(json!({ "trace": it.out }))
 }
 
+/// The request every ask publishes: free text.
+fn request() -> eve_core::InputRequest {
+    eve_core::InputRequest {
+        prompt: "conformance: answer with any text".into(),
+        display: eve_core::Display::Text,
+        options: Vec::new(),
+        allow_freeform: true,
+    }
+}
+
 struct Interp {
     ctx: WorkflowCtx,
     inst: Arc<Instance>,
@@ -396,6 +406,33 @@ impl Interp {
                 if let Err(f) = self.block(body).await {
                     self.out.push(caught(&f));
                 }
+            }
+            Node::Ask { .. } => {
+                self.issued(Command::Ask);
+                let a = self.ctx.ask(request());
+                let cmd = self.pos_cmd();
+                self.reach();
+                let r = a.await;
+                self.out
+                    .push(json!({ "asked": cmd, "got": r.text.unwrap_or_default() }));
+            }
+            Node::RaceAsk { sleep_ms, .. } => {
+                self.issued(Command::Ask);
+                let a = self.ctx.ask(request());
+                let cmd = self.pos_cmd();
+                self.issued(Command::Sleep);
+                let s = self.ctx.sleep(Duration::from_millis(*sleep_ms));
+                self.reach();
+                self.out.push(match self.ctx.race(a, s).await {
+                    Either::Left(r) => {
+                        json!({ "race_ask": cmd, "answer": r.text.unwrap_or_default() })
+                    }
+                    Either::Right(()) => json!({ "race_ask": cmd, "sleep": true }),
+                });
+            }
+            Node::Progress { value } => {
+                self.issued(Command::Progress(digest(value)));
+                self.ctx.progress(value);
             }
         }
         Ok(())

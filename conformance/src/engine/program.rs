@@ -52,6 +52,26 @@ pub enum Node {
     /// A nested block: a step failure inside ends the block and is recorded in the output;
     /// the program goes on after the block.
     Catch(Vec<Node>),
+    /// `ctx.ask(..)` (a free-text request), awaited; the driver answers `text` when the run
+    /// parks on it.
+    Ask {
+        /// The answer's text.
+        text: String,
+    },
+    /// `ctx.race(ask, ctx.sleep(ms))`: with an answer the driver answers when the run parks
+    /// (the ask wins); without one the sleep wins and the request stays pending until the run
+    /// ends, which withdraws it.
+    RaceAsk {
+        /// The sleep's duration in milliseconds (hours).
+        sleep_ms: u64,
+        /// The answer's text, if the request is answered.
+        answer: Option<String>,
+    },
+    /// `ctx.progress(value)`.
+    Progress {
+        /// The progress value.
+        value: Value,
+    },
 }
 
 /// A step's scripted behaviour, by attempt: attempts `1..=failures` fail with a retryable
@@ -166,7 +186,10 @@ fn number(nodes: &mut [Node], steps: &mut u32, hooks: &mut u32) {
                 *hooks += 1;
             }
             Node::Catch(b) => number(b, steps, hooks),
-            Node::Sleep { .. } => {}
+            Node::Sleep { .. }
+            | Node::Ask { .. }
+            | Node::RaceAsk { .. }
+            | Node::Progress { .. } => {}
         }
     }
 }
@@ -255,6 +278,10 @@ fn node(shape: Shape) -> BoxedStrategy<Node> {
             2 => vec(json(), 1..=3).prop_map(|payloads| Node::Hook { token: String::new(), payloads }),
             2 => (3_600_000u64..=86_400_000, option::of(json()))
                 .prop_map(|(sleep_ms, payload)| Node::Race { token: String::new(), sleep_ms, payload }),
+            2 => "\\PC{0,24}".prop_map(|text| Node::Ask { text }),
+            2 => (3_600_000u64..=86_400_000, option::of("\\PC{0,24}"))
+                .prop_map(|(sleep_ms, answer)| Node::RaceAsk { sleep_ms, answer }),
+            1 => json().prop_map(|value| Node::Progress { value }),
         ]
         .boxed()
     } else {

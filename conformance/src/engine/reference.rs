@@ -48,6 +48,32 @@ pub enum Command {
     Sleep,
     /// `ctx.create_hook(token)`, by token suffix.
     Hook(String),
+    /// `ctx.ask(..)`.
+    Ask,
+    /// `ctx.progress(value)`, by the value's [`digest`].
+    Progress(String),
+}
+
+/// How the driver answers one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AnswerMode {
+    /// Once.
+    Once,
+    /// Twice with the same answer: the second is a duplicate success.
+    SameTwice,
+    /// Then again with another answer: refused with `AlreadyAnswered`.
+    OtherSecond,
+}
+
+/// One scripted answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answer {
+    /// The ask's command.
+    pub cmd: u64,
+    /// The answer's text.
+    pub text: String,
+    /// How it is delivered.
+    pub mode: AnswerMode,
 }
 
 /// One scripted delivery, in the order the driver makes them.
@@ -108,6 +134,22 @@ pub enum Await {
         /// an earlier duplicate already satisfies this await.
         delivery: Option<usize>,
     },
+    /// An ask, answered by [`Expected::answers`]`[answer]`.
+    Ask {
+        /// The ask's command.
+        cmd: u64,
+        /// The answer.
+        answer: usize,
+    },
+    /// A race of an ask against a sleep.
+    RaceAsk {
+        /// The ask's command.
+        ask: u64,
+        /// The sleep's command.
+        sleep: u64,
+        /// The answer that wins it, if the ask wins.
+        answer: Option<usize>,
+    },
     /// A race of a hook against a sleep.
     Race {
         /// The hook's command.
@@ -126,7 +168,10 @@ impl Await {
     pub fn parks(&self) -> bool {
         match self {
             Await::Steps(_) => false,
-            Await::Sleep { .. } | Await::Race { .. } => true,
+            Await::Sleep { .. }
+            | Await::Race { .. }
+            | Await::Ask { .. }
+            | Await::RaceAsk { .. } => true,
             Await::Hook { delivery, .. } => delivery.is_some(),
         }
     }
@@ -157,6 +202,10 @@ pub struct Expected {
     pub parks: Vec<usize>,
     /// The deliveries the driver makes, in order.
     pub deliveries: Vec<Delivery>,
+    /// The answers the driver gives, in order.
+    pub answers: Vec<Answer>,
+    /// Asks never answered: withdrawn when the run ends.
+    pub withdrawn: Vec<u64>,
     /// The run's end.
     pub end: End,
 }
@@ -206,6 +255,8 @@ pub fn expect(program: &Program, modes: &[DeliveryMode]) -> Expected {
         awaits: Vec::new(),
         parks: Vec::new(),
         deliveries: Vec::new(),
+        answers: Vec::new(),
+        withdrawn: Vec::new(),
         trace: vec![json!({ "input": digest(&program.input) })],
         path: Vec::new(),
     };
@@ -220,6 +271,8 @@ pub fn expect(program: &Program, modes: &[DeliveryMode]) -> Expected {
         awaits: r.awaits,
         parks: r.parks,
         deliveries: r.deliveries,
+        answers: r.answers,
+        withdrawn: r.withdrawn,
         end,
     }
 }
@@ -232,6 +285,8 @@ struct Ref<'a> {
     awaits: Vec<Await>,
     parks: Vec<usize>,
     deliveries: Vec<Delivery>,
+    answers: Vec<Answer>,
+    withdrawn: Vec<u64>,
     trace: Vec<Value>,
     path: Vec<usize>,
 }
@@ -264,6 +319,24 @@ impl Ref<'_> {
             mode,
         });
         (self.deliveries.len() - 1, mode)
+    }
+
+    fn answer(&mut self, cmd: u64, text: &str) -> usize {
+        let mode = if self.modes.is_empty() {
+            AnswerMode::Once
+        } else {
+            match self.modes[self.answers.len() % self.modes.len()] {
+                DeliveryMode::Once | DeliveryMode::Keyed => AnswerMode::Once,
+                DeliveryMode::KeyedTwice | DeliveryMode::KeyedRetryLater => AnswerMode::SameTwice,
+                DeliveryMode::UnkeyedTwice => AnswerMode::OtherSecond,
+            }
+        };
+        self.answers.push(Answer {
+            cmd,
+            text: text.to_owned(),
+            mode,
+        });
+        self.answers.len() - 1
     }
 
     /// Issues a step and computes its attempts; its result as the body sees it.
@@ -393,6 +466,32 @@ impl Ref<'_> {
                 if let Err(f) = self.block(body) {
                     self.trace.push(caught(&f));
                 }
+            }
+            Node::Ask { text } => {
+                let cmd = self.issue(Command::Ask, None);
+                let answer = self.answer(cmd, text);
+                self.wait(Await::Ask { cmd, answer });
+                self.trace.push(json!({ "asked": cmd, "got": text }));
+            }
+            Node::RaceAsk { answer, .. } => {
+                let ask = self.issue(Command::Ask, None);
+                let sleep = self.issue(Command::Sleep, None);
+                let a = answer.as_ref().map(|t| self.answer(ask, t));
+                self.wait(Await::RaceAsk {
+                    ask,
+                    sleep,
+                    answer: a,
+                });
+                self.trace.push(match answer {
+                    Some(t) => json!({ "race_ask": ask, "answer": t }),
+                    None => {
+                        self.withdrawn.push(ask);
+                        json!({ "race_ask": ask, "sleep": true })
+                    }
+                });
+            }
+            Node::Progress { value } => {
+                self.issue(Command::Progress(digest(value)), None);
             }
         }
         Ok(())
