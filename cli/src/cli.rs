@@ -72,10 +72,14 @@ pub enum Command {
     /// Run the store conformance suite against the backend of --store, on fresh isolated
     /// storage (a temp file, a random schema, a random table).
     Conformance {
+        /// Which level: the store contract, the engine's fault families over the store, or all.
+        #[arg(long, value_enum, default_value = "all")]
+        level: conformance::Level,
         /// Only the cases whose name contains this.
         #[arg(long)]
         filter: Option<String>,
-        /// Random call sequences of the model-based case (default 32; EVE_CONFORMANCE_CASES).
+        /// Random sequences of the model-based store case and programs per engine family
+        /// (sets EVE_CONFORMANCE_CASES; defaults 32 and the suite's engine default).
         #[arg(long)]
         cases: Option<u32>,
     },
@@ -233,8 +237,8 @@ pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
         Command::Cancel { task, reason } => {
             inspect::cancel(&*open(&cli).await?, task, reason, now(), out).await
         }
-        Command::Conformance { filter, .. } => {
-            conformance::run(&cli.store_url()?, filter.as_deref(), out)
+        Command::Conformance { level, filter, .. } => {
+            conformance::run(&cli.store_url()?, *level, filter.as_deref(), out)
                 .await
                 .map(drop)
         }

@@ -4,15 +4,26 @@
 use crate::error::CliError;
 use crate::factory::UrlFactory;
 use crate::store_url::StoreUrl;
-use eve_conformance::{store_cases, CaseOutcome, CaseResult, Report};
+use eve_conformance::{engine_cases, store_cases, CaseOutcome, CaseResult, Report};
 use futures::FutureExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::Write;
 use std::panic::AssertUnwindSafe;
 use std::time::Instant;
 
-/// Runs every store case of `eve-conformance` against fresh, isolated storage on the backend
-/// `url` names (a temp file for SQLite, a random schema for Postgres, a random table for
+/// Which levels of the suite to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Level {
+    /// The store contract's cases (a few seconds on SQLite).
+    Store,
+    /// The engine's fault families over the store (minutes).
+    Engine,
+    /// Both, store first.
+    All,
+}
+
+/// Runs the store and/or engine cases of `eve-conformance` (`level`) against fresh, isolated
+/// storage on the backend `url` names (a temp file for SQLite, a random schema for Postgres, a random table for
 /// DynamoDB; the URL's own storage is never touched), one case after another, printing one
 /// `ok`/`FAILED` line per case and the summary on `out`, with a progress bar on stderr when it
 /// is a terminal. The schemas and tables it made are dropped at the end. `filter` keeps only
@@ -25,13 +36,20 @@ use std::time::Instant;
 /// matches no case; the backend's error when the factory cannot be made.
 pub async fn run(
     url: &StoreUrl,
+    level: Level,
     filter: Option<&str>,
     out: &mut dyn Write,
 ) -> Result<Report, CliError> {
     let factory =
         UrlFactory::new(url.clone()).map_err(CliError::store("cannot make a temp dir"))?;
-    let cases: Vec<_> = store_cases()
+    let levels: &[_] = match level {
+        Level::Store => &[store_cases()],
+        Level::Engine => &[engine_cases()],
+        Level::All => &[store_cases(), engine_cases()],
+    };
+    let cases: Vec<_> = levels
         .iter()
+        .flat_map(|l| l.iter())
         .filter(|(name, _)| filter.is_none_or(|f| name.contains(f)))
         .collect();
     if cases.is_empty() {
@@ -42,7 +60,7 @@ pub async fn run(
     }
     let _ = writeln!(
         out,
-        "conformance: {} store cases on {url} (fresh {} per case)",
+        "conformance: {} cases on {url} (fresh {} per case)",
         cases.len(),
         match url {
             StoreUrl::Sqlite { .. } => "temp file",
