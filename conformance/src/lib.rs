@@ -52,13 +52,11 @@
 //!   wins).
 //! - `EVE_CONFORMANCE_SEED`: replay a failure's printed seed (the model-based test and every
 //!   engine family print theirs; a failing case is shrunk and printed with it).
-//! - `EVE_CONFORMANCE_KNOWN_BUGS=1`: also generate the fault placements that hit engine bugs
-//!   this suite found and that are not fixed yet (see [`engine::faults::KnownBug`]); their
-//!   reproductions are the ignored tests in `conformance/tests/engine_known_bugs.rs`.
 //!
 //! The crate's own tests add `tests/engine_differential.rs`: the same seeded programs on
 //! `MemoryStore` and `SqliteStore` under a deterministic schedule give identical journals,
-//! modulo timestamps and ids.
+//! modulo timestamps and ids; `tests/engine_known_bugs.rs`: the engine bugs this suite found,
+//! as minimal reproductions (regression tests once fixed, `#[ignore]`d while open).
 //!
 //! # Families
 //!

@@ -1,7 +1,6 @@
-//! Engine bugs the engine-level suite found, as minimal failing reproductions. They are
-//! `#[ignore]`d until eve-core is fixed; the suite avoids their fault placements meanwhile
-//! (set `EVE_CONFORMANCE_KNOWN_BUGS=1` to generate them in the suite too). Run them with
-//! `cargo test -p eve-conformance --test engine_known_bugs -- --ignored`.
+//! Engine bugs the engine-level suite found, as minimal reproductions: regression tests once
+//! eve-core is fixed, `#[ignore]`d while open (run those with
+//! `cargo test -p eve-conformance --test engine_known_bugs -- --ignored`).
 
 use eve_conformance::engine::driver::{run_case, Bench, Fault, Schedule};
 use eve_conformance::engine::program::{Node, Output, Program, StepSpec};
@@ -18,17 +17,15 @@ fn step(name: &str) -> StepSpec {
     }
 }
 
-/// `KnownBug::StrandedAfterSleepFired`: a body sleeps, then runs a step. When the sleep is due
-/// the worker appends `SleepFired` on its own (no guard timer: no step runs yet), which moves
-/// the run's processed seq past it. If the worker dies right after that append landed (an
-/// ambiguous commit and then the crash, or a process killed between the commit and its next
-/// write), the run is left Running with no due timer and no undelivered event: no worker ever
-/// claims it again, and the step never runs. The crash at every store call is tried; every
-/// run must complete.
+/// Found by the crash family, fixed in eve-core 0c2b707. A body sleeps, then runs a step. When
+/// the sleep was due the worker appended `SleepFired` without the guard timer, which moved the
+/// run's processed seq past it; if the worker died after that append landed and before its
+/// next write (a crash at the next store call, or an ambiguous commit of that append and then
+/// the crash), the run was left Running with no due timer and no undelivered event: no worker
+/// ever claimed it again and the step never ran. Every crash point, plain and ambiguous, is
+/// tried here; every run must complete.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "engine bug: a run is stranded when its worker dies right after appending SleepFired"]
 async fn crash_right_after_sleep_fired_landed_strands_the_run() {
-    std::env::set_var(eve_conformance::engine::faults::KNOWN_BUGS_ENV, "1");
     let bench = Bench::on(Arc::new(MemoryStore::new()), "stranded");
     let program = Program {
         input: serde_json::json!({}),

@@ -7,7 +7,7 @@
 //! moves only when the driver moves it.
 
 use super::checks;
-use super::faults::{known_bugs_included, Fault as StoreFault, Faults};
+use super::faults::{Fault as StoreFault, Faults};
 use super::interp::{self, Instance, TOOL};
 use super::program::{Node, Output, Program, StepSpec};
 use super::recorder::Recorder;
@@ -408,14 +408,14 @@ impl Case<'_> {
                 } else {
                     StoreFault::CrashAfter(n)
                 };
-                let f = Faults::new(store.clone(), !known_bugs_included());
+                let f = Faults::new(store.clone());
                 let w = self.worker(f.clone(), 0).await?;
                 f.arm(fault);
                 faulty = Some((w, f, true));
             }
             Fault::Ambiguous { at } => {
                 let fault = StoreFault::AmbiguousAt(u64::from(at) % self.call_bound());
-                let f = Faults::new(store.clone(), false);
+                let f = Faults::new(store.clone());
                 let w = self.worker(f.clone(), 3).await?;
                 f.arm(fault);
                 faulty = Some((w, f, false));
@@ -439,14 +439,9 @@ impl Case<'_> {
                 if f.tripped() && !self.fired {
                     self.fired = true;
                     self.note(format!(
-                        "{} at store call {:?}{}",
+                        "{} at store call {:?}",
                         if crash { "crash" } else { "ambiguous commit" },
                         f.fired_at(),
-                        match f.avoided() {
-                            Some(bug) =>
-                                format!(" (turned into a plain crash to avoid known bug {bug:?})"),
-                            None => String::new(),
-                        }
                     ));
                 }
                 if crash && f.tripped() {

@@ -1,37 +1,13 @@
 //! [`Faults`]: a fault-injecting [`JournalStore`] wrapper for one worker (like
-//! `eve_core::testing::FaultyStore`, which it mirrors), that can steer clear of a known engine
-//! bug so the suite stays green until the engine is fixed (see [`KNOWN_BUGS_ENV`]).
+//! `eve_core::testing::FaultyStore`, which it mirrors), that also tells at which call the
+//! fault fired.
 
 use async_trait::async_trait;
-use eve_core::engine::{GRACE_CMD, GUARD_CMD};
 use eve_core::session::SessionEntry;
 use eve_core::*;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// Set to `1` to also generate the fault placements that hit known, reported engine bugs
-/// (for now: [`StrandedAfterSleepFired`](KnownBug::StrandedAfterSleepFired)).
-pub const KNOWN_BUGS_ENV: &str = "EVE_CONFORMANCE_KNOWN_BUGS";
-
-/// Engine bugs found by this suite and reported, whose fault placements the suite avoids
-/// unless [`KNOWN_BUGS_ENV`] is set. Each has an ignored reproduction in
-/// `conformance/tests/engine_known_bugs.rs`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KnownBug {
-    /// A worker appends `SleepFired` for a sleep its body waits on without the guard timer;
-    /// the append sets the run's processed seq past it. If the worker dies after that append
-    /// landed and before its next write lands (a crash at the next store call, or an ambiguous
-    /// commit of the `SleepFired` append itself and then the crash), the run has no due timer
-    /// and no undelivered event: it is never claimable again, although its body has work to
-    /// do. Avoided by moving such a crash to just after the worker's next write landed.
-    StrandedAfterSleepFired,
-}
-
-/// Whether the known bugs' placements are generated too.
-pub fn known_bugs_included() -> bool {
-    std::env::var(KNOWN_BUGS_ENV).is_ok_and(|v| v == "1" || v == "true")
-}
 
 /// What a [`Faults`] does to the calls it wraps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -53,31 +29,23 @@ pub struct Faults {
     inner: Arc<dyn JournalStore>,
     calls: AtomicU64,
     fault: Mutex<Fault>,
-    avoid_known_bugs: bool,
     log: Mutex<Vec<&'static str>>,
-    avoided: Mutex<Option<KnownBug>>,
     fired: AtomicBool,
     fired_at: AtomicU64,
     dead: AtomicBool,
-    /// The last append that landed fired a body sleep.
-    stranding: AtomicBool,
 }
 
 impl Faults {
-    /// Wraps `inner`, passing calls through until [`Faults::arm`]; with `avoid_known_bugs`,
-    /// placements that hit a [`KnownBug`] are turned into harmless ones.
-    pub fn new(inner: Arc<dyn JournalStore>, avoid_known_bugs: bool) -> Arc<Self> {
+    /// Wraps `inner`, passing calls through until [`Faults::arm`].
+    pub fn new(inner: Arc<dyn JournalStore>) -> Arc<Self> {
         Arc::new(Self {
             inner,
             calls: AtomicU64::new(0),
             fault: Mutex::new(Fault::None),
-            avoid_known_bugs,
             log: Mutex::new(Vec::new()),
-            avoided: Mutex::new(None),
             fired: AtomicBool::new(false),
             fired_at: AtomicU64::new(0),
             dead: AtomicBool::new(false),
-            stranding: AtomicBool::new(false),
         })
     }
 
@@ -112,11 +80,6 @@ impl Faults {
             .copied()
     }
 
-    /// The known bug whose placement was avoided, if any.
-    pub fn avoided(&self) -> Option<KnownBug> {
-        *self.avoided.lock().expect("avoided lock")
-    }
-
     fn unavailable(what: &str) -> StoreError {
         StoreError::Unavailable {
             backend: "faulty",
@@ -129,17 +92,7 @@ impl Faults {
         self.fired.store(true, Ordering::SeqCst);
     }
 
-    /// Whether firing now would hit a known bug: the process would die while the last write
-    /// that landed (or the one about to land) is an append of `SleepFired` for a body sleep.
-    fn would_strand(&self, sleep_fired: bool) -> bool {
-        self.avoid_known_bugs && (sleep_fired || self.stranding.load(Ordering::SeqCst))
-    }
-
-    fn avoid(&self) {
-        *self.avoided.lock().expect("avoided lock") = Some(KnownBug::StrandedAfterSleepFired);
-    }
-
-    async fn call<T, F>(&self, what: &'static str, sleep_fired: bool, f: F) -> Result<T, StoreError>
+    async fn call<T, F>(&self, what: &'static str, f: F) -> Result<T, StoreError>
     where
         F: std::future::Future<Output = Result<T, StoreError>>,
     {
@@ -150,35 +103,21 @@ impl Faults {
         }
         let (ambiguous, die) = match self.fault() {
             Fault::CrashAfter(k) if n >= k => {
-                if self.would_strand(false) {
-                    // Die a little later, once a write made the run safe to abandon.
-                    self.avoid();
-                    (false, false)
-                } else {
-                    self.fire(n);
-                    self.dead.store(true, Ordering::SeqCst);
-                    return Err(Self::unavailable(what));
-                }
+                self.fire(n);
+                self.dead.store(true, Ordering::SeqCst);
+                return Err(Self::unavailable(what));
             }
             Fault::AmbiguousAt(k) if n == k => {
                 self.fire(n);
                 (true, false)
             }
             Fault::AmbiguousThenCrash(k) if n >= k => {
-                if self.would_strand(sleep_fired) {
-                    self.avoid();
-                    (false, false)
-                } else {
-                    self.fire(n);
-                    (true, true)
-                }
+                self.fire(n);
+                (true, true)
             }
             _ => (false, false),
         };
         let r = f.await;
-        if what == "append" && r.is_ok() {
-            self.stranding.store(sleep_fired, Ordering::SeqCst);
-        }
         if die {
             self.dead.store(true, Ordering::SeqCst);
         }
@@ -189,13 +128,6 @@ impl Faults {
     }
 }
 
-/// Whether an append carries a `SleepFired` of a body sleep (not the engine's own timers).
-fn fires_body_sleep(a: &Append) -> bool {
-    a.events
-        .iter()
-        .any(|e| matches!(e, Event::SleepFired { cmd } if *cmd != GUARD_CMD && *cmd != GRACE_CMD))
-}
-
 #[async_trait]
 impl JournalStore for Faults {
     fn backend(&self) -> &'static str {
@@ -203,13 +135,12 @@ impl JournalStore for Faults {
     }
 
     async fn create_run(&self, run: NewRun, now: Timestamp) -> Result<CreatedRun, StoreError> {
-        self.call("create_run", false, self.inner.create_run(run, now))
+        self.call("create_run", self.inner.create_run(run, now))
             .await
     }
 
     async fn append(&self, append: Append) -> Result<Appended, StoreError> {
-        let bug = fires_body_sleep(&append);
-        self.call("append", bug, self.inner.append(append)).await
+        self.call("append", self.inner.append(append)).await
     }
 
     async fn read(
@@ -218,17 +149,15 @@ impl JournalStore for Faults {
         from_seq: u64,
         max: usize,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        self.call("read", false, self.inner.read(run, from_seq, max))
-            .await
+        self.call("read", self.inner.read(run, from_seq, max)).await
     }
 
     async fn get_run(&self, run: &RunId) -> Result<RunRecord, StoreError> {
-        self.call("get_run", false, self.inner.get_run(run)).await
+        self.call("get_run", self.inner.get_run(run)).await
     }
 
     async fn list_runs(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError> {
-        self.call("list_runs", false, self.inner.list_runs(query))
-            .await
+        self.call("list_runs", self.inner.list_runs(query)).await
     }
 
     async fn answer(
@@ -237,7 +166,7 @@ impl JournalStore for Faults {
         response: InputResponse,
         now: Timestamp,
     ) -> Result<Delivered, StoreError> {
-        self.call("answer", false, self.inner.answer(request, response, now))
+        self.call("answer", self.inner.answer(request, response, now))
             .await
     }
 
@@ -250,7 +179,6 @@ impl JournalStore for Faults {
     ) -> Result<Delivered, StoreError> {
         self.call(
             "deliver_hook",
-            false,
             self.inner.deliver_hook(token, payload, dedupe_key, now),
         )
         .await
@@ -264,7 +192,6 @@ impl JournalStore for Faults {
     ) -> Result<CancelOutcome, StoreError> {
         self.call(
             "request_cancel",
-            false,
             self.inner.request_cancel(run, reason, now),
         )
         .await
@@ -278,7 +205,6 @@ impl JournalStore for Faults {
     ) -> Result<u64, StoreError> {
         self.call(
             "resolve_blocked",
-            false,
             self.inner.resolve_blocked(run, resolution, now),
         )
         .await
@@ -288,12 +214,8 @@ impl JournalStore for Faults {
         &self,
         session: &SessionId,
     ) -> Result<Vec<PendingRequest>, StoreError> {
-        self.call(
-            "pending_requests",
-            false,
-            self.inner.pending_requests(session),
-        )
-        .await
+        self.call("pending_requests", self.inner.pending_requests(session))
+            .await
     }
 
     async fn read_session(
@@ -304,7 +226,6 @@ impl JournalStore for Faults {
     ) -> Result<Vec<SessionEntry>, StoreError> {
         self.call(
             "read_session",
-            false,
             self.inner.read_session(session, from_seq, max),
         )
         .await
@@ -319,7 +240,6 @@ impl JournalStore for Faults {
     ) -> Result<Lease, StoreError> {
         self.call(
             "register_worker",
-            false,
             self.inner.register_worker(worker, deployment, ttl, now),
         )
         .await
@@ -331,7 +251,7 @@ impl JournalStore for Faults {
         ttl: Duration,
         now: Timestamp,
     ) -> Result<Lease, StoreError> {
-        self.call("heartbeat", false, self.inner.heartbeat(lease, ttl, now))
+        self.call("heartbeat", self.inner.heartbeat(lease, ttl, now))
             .await
     }
 
@@ -341,8 +261,7 @@ impl JournalStore for Faults {
         max: usize,
         now: Timestamp,
     ) -> Result<Vec<RunRecord>, StoreError> {
-        self.call("claim", false, self.inner.claim(lease, max, now))
-            .await
+        self.call("claim", self.inner.claim(lease, max, now)).await
     }
 
     async fn release(
@@ -354,14 +273,13 @@ impl JournalStore for Faults {
     ) -> Result<(), StoreError> {
         self.call(
             "release",
-            false,
             self.inner.release(lease, run, processed_seq, now),
         )
         .await
     }
 
     async fn retire_worker(&self, lease: &Lease, now: Timestamp) -> Result<(), StoreError> {
-        self.call("retire_worker", false, self.inner.retire_worker(lease, now))
+        self.call("retire_worker", self.inner.retire_worker(lease, now))
             .await
     }
 
@@ -370,7 +288,11 @@ impl JournalStore for Faults {
         deployment: &DeploymentId,
         now: Timestamp,
     ) -> Result<Option<Timestamp>, StoreError> {
-        self.call("next_wake", false, self.inner.next_wake(deployment, now))
+        self.call("next_wake", self.inner.next_wake(deployment, now))
             .await
+    }
+
+    async fn wakeups(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.inner.wakeups().await
     }
 }

@@ -209,4 +209,8 @@ impl JournalStore for Recorder {
     ) -> Result<Option<Timestamp>, StoreError> {
         self.inner.next_wake(deployment, now).await
     }
+
+    async fn wakeups(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.inner.wakeups().await
+    }
 }
