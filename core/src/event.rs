@@ -146,6 +146,30 @@ pub struct InputOption {
     pub style: Option<OptionStyle>,
 }
 
+impl InputOption {
+    /// An option with this id and label, default style, no description.
+    pub fn new(id: impl Into<String>, label: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            label: label.into(),
+            description: None,
+            style: None,
+        }
+    }
+
+    /// With a style (how a channel renders its button).
+    pub fn style(mut self, style: OptionStyle) -> Self {
+        self.style = Some(style);
+        self
+    }
+
+    /// With a description.
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = Some(description.into());
+        self
+    }
+}
+
 /// What `ctx.ask` publishes on the session channel.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -164,6 +188,45 @@ pub struct InputRequest {
 }
 
 impl InputRequest {
+    /// A confirmation: buttons `approve` (primary) and `cancel`.
+    pub fn confirmation(prompt: impl Into<String>) -> Self {
+        Self {
+            prompt: prompt.into(),
+            display: Display::Confirmation,
+            options: vec![
+                InputOption::new("approve", "Approve").style(OptionStyle::Primary),
+                InputOption::new("cancel", "Cancel"),
+            ],
+            allow_freeform: false,
+        }
+    }
+
+    /// A choice among `options`.
+    pub fn select(prompt: impl Into<String>, options: Vec<InputOption>) -> Self {
+        Self {
+            prompt: prompt.into(),
+            display: Display::Select,
+            options,
+            allow_freeform: false,
+        }
+    }
+
+    /// A free-text question.
+    pub fn text(prompt: impl Into<String>) -> Self {
+        Self {
+            prompt: prompt.into(),
+            display: Display::Text,
+            options: Vec::new(),
+            allow_freeform: true,
+        }
+    }
+
+    /// Also accepts a free-text answer.
+    pub fn freeform(mut self) -> Self {
+        self.allow_freeform = true;
+        self
+    }
+
     /// Checks that `response` is an answer this request accepts: an offered option id, or free
     /// text where free text is allowed (a request with no options always takes text).
     ///

@@ -628,7 +628,10 @@ impl Inner {
 
     async fn activate_inner(&self, rec: &RunRecord) -> Result<ActivationEnd, StoreError> {
         let run = &rec.run_id;
-        let events = self.retrying(|| self.store.read_all(run, 0)).await?;
+        // The claim's record says where the journal ends: no round trip to find the end.
+        let events = self
+            .retrying(|| self.store.read_known(run, 0, rec.next_seq))
+            .await?;
         let next_seq = events.len() as u64;
         if rec.status != RunStatus::Running {
             return Ok(ActivationEnd::Dropped(format!(
