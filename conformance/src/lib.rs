@@ -364,6 +364,7 @@ macro_rules! __engine_cases {
             engine_racing_workers = racing_workers,
             engine_lease_expiry = lease_expiry,
             engine_non_determinism = non_determinism,
+            engine_cancel = cancel,
         ] }
     };
     (@expand table {} [$($test:ident = $case:ident),* $(,)?]) => {

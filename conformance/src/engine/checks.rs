@@ -175,6 +175,7 @@ pub fn end(exp: &Expected, rec: &RunRecord, events: &[StoredEvent]) -> Result<()
             }
         }
         (End::Failed(want), Event::RunFailed { error }) if error == want => {}
+        (End::Cancelled, Event::RunCancelled) => {}
         (want, got) => {
             return Err(format!(
                 "the run ended with {got:?}; the reference ends with {want:?}"
@@ -184,6 +185,7 @@ pub fn end(exp: &Expected, rec: &RunRecord, events: &[StoredEvent]) -> Result<()
     let want = match exp.end {
         End::Completed(_) => RunStatus::Completed,
         End::Failed(_) => RunStatus::Failed,
+        End::Cancelled => RunStatus::Cancelled,
     };
     if rec.status != want {
         return Err(format!(
@@ -570,6 +572,7 @@ pub async fn replay(
     run: &RunId,
     exp: &Expected,
     inst: &Instance,
+    returns: bool,
 ) -> Result<(), String> {
     let before = inst.traces().len();
     let report = Worker::replay_cold(store, reg, run)
@@ -585,10 +588,15 @@ pub async fn replay(
             exp.commands
         ));
     }
-    if report.commands != exp.commands.len() as u64 || !report.finished {
+    if report.commands != exp.commands.len() as u64 || report.finished != returns {
         return Err(format!(
-            "a cold replay reports {report:?}; the reference issues {} commands and returns",
-            exp.commands.len()
+            "a cold replay reports {report:?}; the reference issues {} commands and {}",
+            exp.commands.len(),
+            if returns {
+                "returns"
+            } else {
+                "is left waiting (abandoned)"
+            }
         ));
     }
     Ok(())

@@ -17,8 +17,9 @@ use eve_core::engine::{
     start_tool_call, Clock, ManualClock, Registry, Worker, WorkerConfig, CODE_NON_DETERMINISM,
 };
 use eve_core::{
-    CallId, Delivered, DeploymentId, Event, InputResponse, JournalStore, JournalStoreExt, Payload,
-    RequestId, Resolution, RunId, RunStatus, SessionId, StoreError, StoredEvent, Timestamp,
+    CallId, CancelOutcome, Delivered, DeploymentId, Event, InputResponse, JournalStore,
+    JournalStoreExt, Payload, RequestId, Resolution, RunId, RunStatus, SessionId, StoreError,
+    StoredEvent, Timestamp,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -65,6 +66,15 @@ pub enum Fault {
         step: u16,
         /// Let the first worker go on while the second runs.
         concurrent: bool,
+    },
+    /// A cancel request reaches the run while it is parked; a body with a cleanup step runs it
+    /// in the grace period, one without is abandoned; the run ends cancelled with every
+    /// pending request withdrawn.
+    Cancel {
+        /// At which park point (modulo their number).
+        park: u16,
+        /// Request the cancel twice (the second changes nothing).
+        twice: bool,
     },
     /// The program is changed (a recorded command renamed, replaced or removed) while the run
     /// is parked; the run must be blocked with `[EVE-ND-001]`, and resume once the original
@@ -317,6 +327,15 @@ impl Case<'_> {
             } if !self.exp.parks.is_empty() => Some((park, target, remove)),
             _ => None,
         };
+        if let Fault::Cancel { park, twice } = self.sched.fault {
+            if !self.exp.parks.is_empty() {
+                let k = usize::from(park) % self.exp.parks.len();
+                if let Stop::Parked(_) = self.drive(Some(k)).await? {
+                    self.cancel(k, twice).await?;
+                }
+                return self.finish().await;
+            }
+        }
         match nd {
             None => {
                 self.drive(None).await?;
@@ -737,6 +756,36 @@ impl Case<'_> {
         }
     }
 
+    /// Requests the cancel while the run is parked at its `k`-th park point, then lets it end.
+    async fn cancel(&mut self, k: usize, twice: bool) -> Result<(), String> {
+        let store = &self.b.store;
+        let run = self.run_id().clone();
+        let first = store
+            .request_cancel(&run, "conformance: cancel", self.b.now())
+            .await
+            .map_err(err("request_cancel"))?;
+        if !matches!(first, CancelOutcome::Requested { .. }) {
+            return Err(format!(
+                "the first cancel request of a running run gave {first:?}"
+            ));
+        }
+        if twice {
+            let again = store
+                .request_cancel(&run, "conformance: cancel again", self.b.now())
+                .await
+                .map_err(err("request_cancel"))?;
+            if again != CancelOutcome::AlreadyRequested {
+                return Err(format!(
+                    "a second cancel request gave {again:?}, not AlreadyRequested"
+                ));
+            }
+        }
+        self.fired = true;
+        self.note(format!("cancel requested at park {k}"));
+        self.exp = reference::cancelled_at(self.program, &self.exp, k);
+        self.drive(None).await.map(|_| ())
+    }
+
     /// Deploys a changed program while the run is parked at `pos`, lets the run go on, and
     /// expects it blocked for non-determinism; then deploys the original again and resumes.
     async fn change_program(
@@ -824,12 +873,14 @@ impl Case<'_> {
             Fault::None | Fault::DuplicateDispatch { .. } | Fault::RacingWorkers
         );
         checks::parks(&self.exp, &self.observed, exact_parks)?;
+        let returns = self.exp.end != reference::End::Cancelled || self.program.cleanup.is_some();
         checks::replay(
             &*self.b.store,
             &self.reg,
             self.run_id(),
             &self.exp,
             &self.inst,
+            returns,
         )
         .await?;
         checks::hooks_released(&*self.b.store, &self.exp, &self.inst, self.b.now()).await?;

@@ -12,8 +12,8 @@ use super::program::{digest, Node, Program, StepSpec};
 use super::recorder::Recorder;
 use super::reference::{attempt_error, caught, step_ok, Command};
 use eve_core::engine::{
-    define_workflow_tool, Either, RetryPolicy, StepCtx, StepError, StepFailed, WorkflowCtx,
-    WorkflowError, WorkflowTool,
+    define_workflow_tool, Durable, Either, RetryPolicy, StepCtx, StepError, StepFailed,
+    WorkflowCtx, WorkflowError, WorkflowTool,
 };
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -276,6 +276,7 @@ async fn interpret(
         .unwrap_or(input.program);
     let trace = inst.new_trace();
     let mut it = Interp {
+        cancellable: program.cleanup.is_some(),
         ctx,
         inst,
         trace,
@@ -283,8 +284,19 @@ async fn interpret(
         pos: 0,
         out: vec![json!({ "input": digest(&program.input) })],
     };
-    it.block(&program.body).await?;
-    Ok(json!({ "trace": it.out }))
+    match it.block(&program.body).await {
+        Ok(()) => Ok(json!({ "trace": it.out })),
+        Err(Halt::Failed(f)) => Err(f.into()),
+        Err(Halt::Cancelled) => {
+            let cleanup = program
+                .cleanup
+                .as_ref()
+                .expect("only a body with a cleanup step gives up waiting");
+            let f = it.step(cleanup);
+            f.await?;
+            Ok(json!({ "cancelled": true }))
+        }
+    }
 }
 
 /// The request every ask publishes: free text.
@@ -297,8 +309,23 @@ fn request() -> eve_core::InputRequest {
     }
 }
 
+/// Why a block stopped early.
+enum Halt {
+    /// A step failed for good.
+    Failed(StepFailed),
+    /// The run's cancel request was delivered (only with a cleanup step).
+    Cancelled,
+}
+
+impl From<StepFailed> for Halt {
+    fn from(f: StepFailed) -> Self {
+        Halt::Failed(f)
+    }
+}
+
 struct Interp {
     ctx: WorkflowCtx,
+    cancellable: bool,
     inst: Arc<Instance>,
     trace: Arc<Mutex<Vec<Command>>>,
     tag: Option<&'static str>,
@@ -340,7 +367,18 @@ impl Interp {
             .retry(RetryPolicy::retries(u32::from(spec.retries)))
     }
 
-    fn block<'a>(&'a mut self, nodes: &'a [Node]) -> BoxFuture<'a, Result<(), StepFailed>> {
+    /// Awaits `f`; with a cleanup step, gives up once the run's cancel request is delivered.
+    async fn wait<F: Durable>(&self, f: F) -> Result<F::Output, Halt> {
+        if !self.cancellable {
+            return Ok(f.await);
+        }
+        match self.ctx.race(f, self.ctx.abort_signal()).await {
+            Either::Left(v) => Ok(v),
+            Either::Right(()) => Err(Halt::Cancelled),
+        }
+    }
+
+    fn block<'a>(&'a mut self, nodes: &'a [Node]) -> BoxFuture<'a, Result<(), Halt>> {
         Box::pin(async move {
             for n in nodes {
                 self.node(n).await?;
@@ -349,7 +387,7 @@ impl Interp {
         })
     }
 
-    async fn node(&mut self, n: &Node) -> Result<(), StepFailed> {
+    async fn node(&mut self, n: &Node) -> Result<(), Halt> {
         match n {
             Node::Step(spec) => {
                 let f = self.step(spec);
@@ -371,7 +409,7 @@ impl Interp {
                 let s = self.ctx.sleep(Duration::from_millis(*ms));
                 let cmd = self.pos_cmd();
                 self.reach();
-                s.await;
+                self.wait(s).await?;
                 self.out.push(json!({ "slept": cmd }));
             }
             Node::Hook { token, payloads } => {
@@ -379,9 +417,9 @@ impl Interp {
                 let h = self.ctx.create_hook::<Value>(self.inst.token(token));
                 for _ in payloads {
                     self.reach();
-                    let got = h
-                        .next()
-                        .await
+                    let got = self
+                        .wait(h.next())
+                        .await?
                         .expect("any JSON payload deserializes as a Value");
                     self.out.push(json!({ "hook": token, "got": digest(&got) }));
                 }
@@ -394,25 +432,26 @@ impl Interp {
                 self.issued(Command::Sleep);
                 let s = self.ctx.sleep(Duration::from_millis(*sleep_ms));
                 self.reach();
-                self.out.push(match self.ctx.race(h.next(), s).await {
-                    Either::Left(got) => json!({
-                        "race": token,
-                        "hook": digest(&got.expect("any JSON payload deserializes as a Value")),
-                    }),
-                    Either::Right(()) => json!({ "race": token, "sleep": true }),
-                });
+                self.out
+                    .push(match self.wait(self.ctx.race(h.next(), s)).await? {
+                        Either::Left(got) => json!({
+                            "race": token,
+                            "hook": digest(&got.expect("any JSON payload deserializes as a Value")),
+                        }),
+                        Either::Right(()) => json!({ "race": token, "sleep": true }),
+                    });
             }
-            Node::Catch(body) => {
-                if let Err(f) = self.block(body).await {
-                    self.out.push(caught(&f));
-                }
-            }
+            Node::Catch(body) => match self.block(body).await {
+                Err(Halt::Failed(f)) => self.out.push(caught(&f)),
+                Err(Halt::Cancelled) => return Err(Halt::Cancelled),
+                Ok(()) => {}
+            },
             Node::Ask { .. } => {
                 self.issued(Command::Ask);
                 let a = self.ctx.ask(request());
                 let cmd = self.pos_cmd();
                 self.reach();
-                let r = a.await;
+                let r = self.wait(a).await?;
                 self.out
                     .push(json!({ "asked": cmd, "got": r.text.unwrap_or_default() }));
             }
@@ -423,7 +462,7 @@ impl Interp {
                 self.issued(Command::Sleep);
                 let s = self.ctx.sleep(Duration::from_millis(*sleep_ms));
                 self.reach();
-                self.out.push(match self.ctx.race(a, s).await {
+                self.out.push(match self.wait(self.ctx.race(a, s)).await? {
                     Either::Left(r) => {
                         json!({ "race_ask": cmd, "answer": r.text.unwrap_or_default() })
                     }

@@ -63,6 +63,7 @@ pub mod reference;
 use crate::StoreFactory;
 use driver::{run_case, Bench, Fault, Outcome, Schedule};
 use program::{program, Program, Shape};
+use proptest::option;
 use proptest::prelude::*;
 use proptest::strategy::{BoxedStrategy, Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
@@ -182,6 +183,33 @@ pub fn strategy(family: Family) -> BoxedStrategy<Case> {
                 .boxed(),
             false,
         ),
+        Family::Cancel => (
+            program(Shape {
+                must_park: true,
+                ..shape
+            }),
+            (any::<u16>(), any::<bool>()),
+            option::of(program::step_spec(1 << 16)),
+            modes(),
+        )
+            .prop_map(|(mut p, (park, twice), cleanup, deliveries)| {
+                p.cleanup = cleanup.map(|mut c| {
+                    // A failing cleanup would change nothing (the run ends cancelled anyway);
+                    // keep it succeeding so that its result is checked.
+                    c.name = "cleanup".into();
+                    c.failures = 0;
+                    c.fatal = false;
+                    c
+                });
+                (
+                    p,
+                    Schedule {
+                        fault: Fault::Cancel { park, twice },
+                        deliveries,
+                    },
+                )
+            })
+            .boxed(),
         Family::NonDeterminism => with(
             Shape {
                 must_park: true,
@@ -218,6 +246,8 @@ pub enum Family {
     LeaseExpiry,
     /// A program changed between activations.
     NonDeterminism,
+    /// A cancel request while the run is parked, with and without a cleanup step.
+    Cancel,
 }
 
 impl Family {
@@ -238,6 +268,7 @@ impl Family {
             Family::RacingWorkers => "racing_workers",
             Family::LeaseExpiry => "lease_expiry",
             Family::NonDeterminism => "non_determinism",
+            Family::Cancel => "cancel",
         }
     }
 }
@@ -434,6 +465,14 @@ pub async fn racing_workers(factory: &dyn StoreFactory) {
 /// form).
 pub async fn lease_expiry(factory: &dyn StoreFactory) {
     family_case(factory, Family::LeaseExpiry).await
+}
+
+/// A cancel request reaches a parked run (once or twice): a body with a cleanup step runs it
+/// in the grace period (simulated time), one without is abandoned; the run ends
+/// `RunCancelled`, its pending requests withdrawn, its hooks closed, every step before the
+/// cancel recorded once.
+pub async fn cancel(factory: &dyn StoreFactory) {
+    family_case(factory, Family::Cancel).await
 }
 
 /// A program changed at a recorded command while its run is parked is detected

@@ -16,6 +16,11 @@ pub struct Program {
     pub input: Value,
     /// The operations, run in order.
     pub body: Vec<Node>,
+    /// With a cleanup step, the body races every wait against its abort signal; once a cancel
+    /// request is delivered it stops waiting, runs this step (named `cleanup`) in the grace
+    /// period and returns. Without one, a cancelled body is abandoned where it waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cleanup: Option<StepSpec>,
 }
 
 /// One operation of a program.
@@ -152,6 +157,9 @@ impl Program {
     pub fn numbered(mut self) -> Self {
         let (mut steps, mut hooks) = (0, 0);
         number(&mut self.body, &mut steps, &mut hooks);
+        if let Some(c) = &mut self.cleanup {
+            c.name = "cleanup".into();
+        }
         self
     }
 
@@ -327,7 +335,12 @@ pub fn program(shape: Shape) -> BoxedStrategy<Program> {
                 let failing = body.iter().position(fails_run).unwrap_or(body.len());
                 body.insert(at.index(failing + 1), p);
             }
-            Program { input, body }.numbered()
+            Program {
+                input,
+                body,
+                cleanup: None,
+            }
+            .numbered()
         })
         .boxed()
 }

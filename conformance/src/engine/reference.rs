@@ -184,6 +184,8 @@ pub enum End {
     Completed(Value),
     /// `RunFailed` with this error (a step's failure escaped the body).
     Failed(String),
+    /// `RunCancelled` (a cancel request was delivered).
+    Cancelled,
 }
 
 /// Everything the reference predicts for one program and delivery plan.
@@ -198,6 +200,8 @@ pub struct Expected {
     pub steps: Vec<StepRecord>,
     /// The body's awaits, in order.
     pub awaits: Vec<Await>,
+    /// Commands issued when each await begins.
+    pub issued: Vec<usize>,
     /// Await positions where the run parks on a sleep or a delivery, in order.
     pub parks: Vec<usize>,
     /// The deliveries the driver makes, in order.
@@ -253,6 +257,7 @@ pub fn expect(program: &Program, modes: &[DeliveryMode]) -> Expected {
         paths: Vec::new(),
         steps: Vec::new(),
         awaits: Vec::new(),
+        issued: Vec::new(),
         parks: Vec::new(),
         deliveries: Vec::new(),
         answers: Vec::new(),
@@ -269,6 +274,7 @@ pub fn expect(program: &Program, modes: &[DeliveryMode]) -> Expected {
         paths: r.paths,
         steps: r.steps,
         awaits: r.awaits,
+        issued: r.issued,
         parks: r.parks,
         deliveries: r.deliveries,
         answers: r.answers,
@@ -283,6 +289,7 @@ struct Ref<'a> {
     paths: Vec<Vec<usize>>,
     steps: Vec<StepRecord>,
     awaits: Vec<Await>,
+    issued: Vec<usize>,
     parks: Vec<usize>,
     deliveries: Vec<Delivery>,
     answers: Vec<Answer>,
@@ -305,6 +312,7 @@ impl Ref<'_> {
             self.parks.push(self.awaits.len());
         }
         self.awaits.push(a);
+        self.issued.push(self.commands.len());
     }
 
     fn deliver(&mut self, token: &str, payload: &Value) -> (usize, DeliveryMode) {
@@ -496,4 +504,84 @@ impl Ref<'_> {
         }
         Ok(())
     }
+}
+
+impl Await {
+    fn delivery(&self) -> Option<usize> {
+        match self {
+            Await::Hook { delivery, .. } | Await::Race { delivery, .. } => *delivery,
+            _ => None,
+        }
+    }
+
+    fn answer(&self) -> Option<usize> {
+        match self {
+            Await::Ask { answer, .. } => Some(*answer),
+            Await::RaceAsk { answer, .. } => *answer,
+            _ => None,
+        }
+    }
+}
+
+/// What must happen when a cancel request reaches the run of `program` while it is parked at
+/// its `k`-th park point (`full` is [`expect`] of the program): the commands issued so far, and
+/// the cleanup step if the program has one; every request still pending withdrawn; the run
+/// ends `RunCancelled`.
+pub fn cancelled_at(program: &Program, full: &Expected, k: usize) -> Expected {
+    let p = full.parks[k];
+    let n = full.issued[p];
+    let before = &full.awaits[..p];
+    let deliveries = before
+        .iter()
+        .filter_map(Await::delivery)
+        .max()
+        .map_or(0, |d| d + 1);
+    let answers = before
+        .iter()
+        .filter_map(Await::answer)
+        .max()
+        .map_or(0, |a| a + 1);
+    let mut e = Expected {
+        commands: full.commands[..n].to_vec(),
+        paths: full.paths[..n].to_vec(),
+        steps: full
+            .steps
+            .iter()
+            .filter(|s| (s.cmd as usize) < n)
+            .cloned()
+            .collect(),
+        awaits: full.awaits[..=p].to_vec(),
+        issued: full.issued[..=p].to_vec(),
+        parks: full.parks[..=k].to_vec(),
+        deliveries: full.deliveries[..deliveries].to_vec(),
+        answers: full.answers[..answers].to_vec(),
+        withdrawn: Vec::new(),
+        end: End::Cancelled,
+    };
+    e.withdrawn = (0..n as u64)
+        .filter(|c| {
+            e.commands[*c as usize] == Command::Ask && !e.answers.iter().any(|a| a.cmd == *c)
+        })
+        .collect();
+    if let Some(c) = &program.cleanup {
+        let mut r = Ref {
+            modes: &[],
+            commands: std::mem::take(&mut e.commands),
+            paths: std::mem::take(&mut e.paths),
+            steps: std::mem::take(&mut e.steps),
+            awaits: Vec::new(),
+            issued: Vec::new(),
+            parks: Vec::new(),
+            deliveries: Vec::new(),
+            answers: Vec::new(),
+            withdrawn: Vec::new(),
+            trace: Vec::new(),
+            path: Vec::new(),
+        };
+        let _ = r.step(c, None);
+        e.commands = r.commands;
+        e.paths = r.paths;
+        e.steps = r.steps;
+    }
+    e
 }
