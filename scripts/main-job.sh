@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The main job: the reminder workflow tool on the embedded SQLite default, end to end, with its
-# worker process killed mid-step and a new one finishing the run.
+# The main job: `eve serve --demo` on the embedded SQLite default, end to end. A scripted agent
+# calls the deploy tool, whose body asks for approval; the server is killed while the ask is
+# pending and started again; the printed `eve answer` command approves; the run finishes and its
+# journal is shown. (The reminder demo that kills a worker mid-step is
+# `cargo run -p eve-examples --bin reminder -- demo`.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-db="${1:-$(mktemp -d)/eve-demo.db}"
-cargo run -q -p eve-examples --bin reminder -- demo --db "$db"
+bash cli/scripts/demo-restart.sh "$@"
