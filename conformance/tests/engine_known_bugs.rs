@@ -30,6 +30,7 @@ async fn crash_right_after_sleep_fired_landed_strands_the_run() {
     let program = Program {
         input: serde_json::json!({}),
         body: vec![Node::Sleep { ms: 1000 }, Node::Step(step("s0"))],
+        cleanup: None,
     };
     let mut failures = Vec::new();
     for ambiguous in [false, true] {
