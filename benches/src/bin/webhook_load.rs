@@ -143,7 +143,9 @@ async fn measure(backend: &str, store: Arc<dyn JournalStore>, runs: usize, rate:
         let url = format!("http://{addr}/.well-known/workflow/v1/webhook/{token}");
         let (client, sent, errors) = (client.clone(), sent.clone(), errors.clone());
         posts.push(tokio::spawn(async move {
-            sent.lock().expect("sent lock").insert(i as u64, Instant::now());
+            sent.lock()
+                .expect("sent lock")
+                .insert(i as u64, Instant::now());
             let ok = client
                 .post(url)
                 .header("idempotency-key", format!("delivery-{i}"))
@@ -203,7 +205,10 @@ async fn main() {
         if b.name == "memory" || b.name == "dynamodb" {
             continue;
         }
-        eprintln!("{}: parking {runs} runs, then {rate} webhook POSTs/s", b.name);
+        eprintln!(
+            "{}: parking {runs} runs, then {rate} webhook POSTs/s",
+            b.name
+        );
         reports.push(measure(&b.name, b.store, runs, rate).await);
     }
     println!("webhook POST -> body resumed, {runs} runs, {rate} req/s offered, loopback, one process (server + worker)");
