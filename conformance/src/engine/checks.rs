@@ -92,7 +92,7 @@ pub fn waits_recorded(a: &Await, events: &[StoredEvent], inst: &Instance) -> Res
     }
     };
     match a {
-        Await::Steps(_) => Ok(()),
+        Await::Steps(_) | Await::Agent { .. } => Ok(()),
         Await::Ask { cmd, .. } => open(*cmd),
         Await::RaceAsk { ask, sleep, .. } => {
             open(*ask)?;
@@ -210,6 +210,7 @@ pub fn journal(exp: &Expected, events: &[StoredEvent], inst: &Instance) -> Resul
     let mut requests: BTreeMap<eve_core::RequestId, u64> = BTreeMap::new();
     let mut closed: BTreeMap<u64, Result<String, ()>> = BTreeMap::new();
     let mut progress: BTreeMap<u64, u32> = BTreeMap::new();
+    let mut agents: BTreeMap<u64, u32> = BTreeMap::new();
     let command = |cmd: u64, what: &str, ok: &dyn Fn(&Command) -> bool| match exp
         .commands
         .get(cmd as usize)
@@ -278,12 +279,22 @@ pub fn journal(exp: &Expected, events: &[StoredEvent], inst: &Instance) -> Resul
                 s.1 += 1;
             }
             Event::HookCreated { cmd, token, .. } => {
+                command(*cmd, &format!("hook {token:?}"), &|c| match c {
+                    Command::Hook(t) => inst.token(t) == *token,
+                    Command::Agent(k) => {
+                        token.starts_with("agent:") && token.ends_with(&format!(":{k}"))
+                    }
+                    _ => false,
+                })?;
+                hooks.entry(*cmd).or_default().0 += 1;
+            }
+            Event::AgentStarted { cmd, key, .. } => {
                 command(
                     *cmd,
-                    &format!("hook {token:?}"),
-                    &|c| matches!(c, Command::Hook(t) if inst.token(t) == *token),
+                    &format!("agent {key:?} started"),
+                    &|c| matches!(c, Command::Agent(k) if k == key),
                 )?;
-                hooks.entry(*cmd).or_default().0 += 1;
+                *agents.entry(*cmd).or_default() += 1;
             }
             Event::HookReceived { cmd, .. } => {
                 let h = hooks.entry(*cmd).or_default();
@@ -368,6 +379,15 @@ pub fn journal(exp: &Expected, events: &[StoredEvent], inst: &Instance) -> Resul
                 if s != 1 || f > 1 {
                     return Err(format!(
                         "the sleep of command {cmd} is scheduled {s} and fired {f} time(s); once and at most once"
+                    ));
+                }
+            }
+            Command::Agent(k) => {
+                let (created, received) = hooks.get(&cmd).copied().unwrap_or_default();
+                let started = agents.get(&cmd).copied().unwrap_or(0);
+                if created != 1 || received != 1 || started > 1 {
+                    return Err(format!(
+                        "agent call {k} (command {cmd}): intent recorded {created} time(s), result {received} time(s), start {started} time(s); once, once, at most once"
                     ));
                 }
             }

@@ -193,6 +193,8 @@ pub async fn run_case_as(
 ) -> Result<Outcome, String> {
     let inst = Instance::register(id, Some(bench.recorder.clone()));
     let exp = reference::expect(program, &schedule.deliveries);
+    let host: Arc<dyn eve_core::engine::AgentHost> =
+        Arc::new(interp::agent_host(bench.store.clone(), bench.clock.clone()));
     let mut case = Case {
         b: bench,
         program,
@@ -200,7 +202,10 @@ pub async fn run_case_as(
         delivered: vec![None; exp.deliveries.len()],
         answered: vec![false; exp.answers.len()],
         exp,
-        reg: Registry::new(DeploymentId::new(id)).with(interp::tool()),
+        reg: Registry::new(DeploymentId::new(id))
+            .with(interp::tool())
+            .with_agent_host(host.clone()),
+        host: host.clone(),
         deployment: DeploymentId::new(id),
         session: SessionId::new(format!("session-{id}")),
         inst: inst.clone(),
@@ -240,6 +245,7 @@ pub async fn run_case_as(
 
 struct Case<'a> {
     b: &'a Bench,
+    host: Arc<dyn eve_core::engine::AgentHost>,
     program: &'a Program,
     sched: &'a Schedule,
     exp: Expected,
@@ -444,7 +450,9 @@ impl Case<'_> {
                 let s = &self.exp.steps[usize::from(step) % self.exp.steps.len()];
                 let (reached, release) = self.inst.hold(&s.name);
                 // Worker A (whose lease will expire) runs the tagged body.
-                let stale = Registry::new(self.deployment.clone()).with(interp::stale_tool());
+                let stale = Registry::new(self.deployment.clone())
+                    .with(interp::stale_tool())
+                    .with_agent_host(self.host.clone());
                 primary = self.worker_with(store.clone(), 2, stale).await?;
                 hold = Some((reached, release, concurrent, s.name.clone()));
             }
@@ -977,6 +985,7 @@ pub fn mutate(program: &Program, exp: &Expected, cmd: u64, remove: bool) -> (Pro
             specs[j].name.push('~');
         }
         (Command::Hook(_), Node::Hook { token, .. } | Node::Race { token, .. }) => token.push('~'),
+        (Command::Agent(_), Node::Agent { key, .. }) => key.push('~'),
         (Command::Sleep, Node::Race { token, .. }) => {
             // The race's hook comes first: the mismatch shows there.
             token.push('~');

@@ -12,7 +12,7 @@ use super::program::{digest, Node, Program, StepSpec};
 use super::recorder::Recorder;
 use super::reference::{attempt_error, caught, step_ok, Command};
 use eve_core::engine::{
-    define_workflow_tool, Durable, Either, RetryPolicy, StepCtx, StepError, StepFailed,
+    define_workflow_tool, AgentCall, Durable, Either, RetryPolicy, StepCtx, StepError, StepFailed,
     WorkflowCtx, WorkflowError, WorkflowTool,
 };
 use futures::future::BoxFuture;
@@ -299,6 +299,26 @@ async fn interpret(
     }
 }
 
+/// The agent target of [`Node::Agent`] calls.
+pub const AGENT_TARGET: &str = "conformance";
+
+/// The scripted agent host of a case: children of [`AGENT_TARGET`] reply at once with the
+/// `reply` (or fail with the `error`) of their message, reported through `store`.
+pub fn agent_host(
+    store: Arc<dyn eve_core::JournalStore>,
+    clock: Arc<dyn eve_core::engine::Clock>,
+) -> eve_core::engine::ScriptedAgentHost {
+    eve_core::engine::ScriptedAgentHost::new(store)
+        .with_clock(clock)
+        .reply(AGENT_TARGET, |start| {
+            match (start.message.get("reply"), start.message.get("error")) {
+                (Some(v), _) => Ok(v.clone()),
+                (None, Some(e)) => Err(e.as_str().unwrap_or_default().to_owned()),
+                (None, None) => Err("no scripted reply".into()),
+            }
+        })
+}
+
 /// The request every ask publishes: free text.
 fn request() -> eve_core::InputRequest {
     eve_core::InputRequest {
@@ -472,6 +492,22 @@ impl Interp {
             Node::Progress { value } => {
                 self.issued(Command::Progress(digest(value)));
                 self.ctx.progress(value);
+            }
+            Node::Agent { key, reply } => {
+                self.issued(Command::Agent(key.clone()));
+                let message = match reply {
+                    Ok(v) => json!({ "reply": v }),
+                    Err(e) => json!({ "error": e }),
+                };
+                let a = self
+                    .ctx
+                    .agent(AgentCall::new(key.clone(), AGENT_TARGET, message))
+                    .expect("agent keys are unique in a program");
+                self.reach();
+                self.out.push(match a.await {
+                    Ok(v) => json!({ "agent": key, "ok": digest(&v) }),
+                    Err(_) => json!({ "agent": key, "failed": true }),
+                });
             }
         }
         Ok(())

@@ -77,6 +77,14 @@ pub enum Node {
         /// The progress value.
         value: Value,
     },
+    /// `ctx.agent(..)` of the target `conformance`, awaited: the scripted agent host replies at
+    /// once with `Ok(output)` or `Err(message)`.
+    Agent {
+        /// The call's key (unique in the program, see [`Program::numbered`]).
+        key: String,
+        /// What the child returns.
+        reply: Result<Value, String>,
+    },
 }
 
 /// A step's scripted behaviour, by attempt: attempts `1..=failures` fail with a retryable
@@ -194,6 +202,10 @@ fn number(nodes: &mut [Node], steps: &mut u32, hooks: &mut u32) {
                 *hooks += 1;
             }
             Node::Catch(b) => number(b, steps, hooks),
+            Node::Agent { key, .. } => {
+                *key = format!("a{hooks}");
+                *hooks += 1;
+            }
             Node::Sleep { .. }
             | Node::Ask { .. }
             | Node::RaceAsk { .. }
@@ -290,6 +302,11 @@ fn node(shape: Shape) -> BoxedStrategy<Node> {
             2 => (3_600_000u64..=86_400_000, option::of("\\PC{0,24}"))
                 .prop_map(|(sleep_ms, answer)| Node::RaceAsk { sleep_ms, answer }),
             1 => json().prop_map(|value| Node::Progress { value }),
+            2 => prop_oneof![
+                3 => json().prop_map(Ok),
+                1 => "\\PC{1,16}".prop_map(Err),
+            ]
+            .prop_map(|reply| Node::Agent { key: String::new(), reply }),
         ]
         .boxed()
     } else {

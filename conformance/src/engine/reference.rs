@@ -52,6 +52,8 @@ pub enum Command {
     Ask,
     /// `ctx.progress(value)`, by the value's [`digest`].
     Progress(String),
+    /// `ctx.agent(..)`, by key.
+    Agent(String),
 }
 
 /// How the driver answers one request.
@@ -150,6 +152,11 @@ pub enum Await {
         /// The answer that wins it, if the ask wins.
         answer: Option<usize>,
     },
+    /// An agent call (the scripted host replies at once: never parks).
+    Agent {
+        /// Its command.
+        cmd: u64,
+    },
     /// A race of a hook against a sleep.
     Race {
         /// The hook's command.
@@ -167,7 +174,7 @@ impl Await {
     /// Whether the run parks here waiting for the clock or a delivery (not just a retry).
     pub fn parks(&self) -> bool {
         match self {
-            Await::Steps(_) => false,
+            Await::Steps(_) | Await::Agent { .. } => false,
             Await::Sleep { .. }
             | Await::Race { .. }
             | Await::Ask { .. }
@@ -500,6 +507,14 @@ impl Ref<'_> {
             }
             Node::Progress { value } => {
                 self.issue(Command::Progress(digest(value)), None);
+            }
+            Node::Agent { key, reply } => {
+                let cmd = self.issue(Command::Agent(key.clone()), None);
+                self.wait(Await::Agent { cmd });
+                self.trace.push(match reply {
+                    Ok(v) => json!({ "agent": key, "ok": digest(v) }),
+                    Err(_) => json!({ "agent": key, "failed": true }),
+                });
             }
         }
         Ok(())
