@@ -31,6 +31,7 @@ async fn crash_right_after_sleep_fired_landed_strands_the_run() {
         input: serde_json::json!({}),
         body: vec![Node::Sleep { ms: 1000 }, Node::Step(step("s0"))],
         cleanup: None,
+        background: false,
     };
     let mut failures = Vec::new();
     for ambiguous in [false, true] {

@@ -29,7 +29,8 @@ pub fn recorded_commands(events: &[StoredEvent]) -> Vec<u64> {
             | Event::SleepScheduled { cmd, .. }
             | Event::HookCreated { cmd, .. }
             | Event::InputRequested { cmd, .. }
-            | Event::Progress { cmd, .. } => Some(*cmd),
+            | Event::Progress { cmd, .. }
+            | Event::MessagePosted { cmd, .. } => Some(*cmd),
             _ => None,
         })
         .filter(|c| !internal(*c))
@@ -288,6 +289,15 @@ pub fn journal(exp: &Expected, events: &[StoredEvent], inst: &Instance) -> Resul
                 })?;
                 hooks.entry(*cmd).or_default().0 += 1;
             }
+            Event::MessagePosted { cmd, message } => {
+                let d = digest(&value(message)?);
+                command(
+                    *cmd,
+                    &format!("message {d}"),
+                    &|c| matches!(c, Command::Message(x) if *x == d),
+                )?;
+                *progress.entry(*cmd).or_default() += 1;
+            }
             Event::AgentStarted { cmd, key, .. } => {
                 command(
                     *cmd,
@@ -422,7 +432,7 @@ pub fn journal(exp: &Expected, events: &[StoredEvent], inst: &Instance) -> Resul
                     ));
                 }
             }
-            Command::Progress(_) => {
+            Command::Progress(_) | Command::Message(_) => {
                 let n = progress.get(&cmd).copied().unwrap_or(0);
                 if n != 1 {
                     return Err(format!(

@@ -204,6 +204,7 @@ pub async fn run_case_as(
         exp,
         reg: Registry::new(DeploymentId::new(id))
             .with(interp::tool())
+            .with(interp::background_tool())
             .with_agent_host(host.clone()),
         host: host.clone(),
         deployment: DeploymentId::new(id),
@@ -358,6 +359,14 @@ impl Case<'_> {
         }
     }
 
+    fn tool(&self) -> &'static str {
+        if self.program.background {
+            interp::BACKGROUND_TOOL
+        } else {
+            TOOL
+        }
+    }
+
     async fn start(&mut self) -> Result<(), String> {
         let input = serde_json::json!({ "instance": self.inst.id, "program": self.program });
         let call = CallId::new("call-1");
@@ -368,7 +377,7 @@ impl Case<'_> {
                 &self.reg,
                 &self.session,
                 &call,
-                TOOL,
+                self.tool(),
                 input.clone(),
                 now,
             )
@@ -452,6 +461,7 @@ impl Case<'_> {
                 // Worker A (whose lease will expire) runs the tagged body.
                 let stale = Registry::new(self.deployment.clone())
                     .with(interp::stale_tool())
+                    .with(interp::stale_background_tool())
                     .with_agent_host(self.host.clone());
                 primary = self.worker_with(store.clone(), 2, stale).await?;
                 hold = Some((reached, release, concurrent, s.name.clone()));
@@ -899,7 +909,7 @@ impl Case<'_> {
                 &self.reg,
                 &self.session,
                 &CallId::new("call-1"),
-                TOOL,
+                self.tool(),
                 serde_json::json!({ "instance": self.inst.id, "program": self.program }),
                 self.b.now(),
             )
@@ -997,8 +1007,11 @@ pub fn mutate(program: &Program, exp: &Expected, cmd: u64, remove: bool) -> (Pro
             at = Some(cmd - 1);
         }
         (
-            Command::Ask | Command::Progress(_),
-            n @ (Node::Ask { .. } | Node::RaceAsk { .. } | Node::Progress { .. }),
+            Command::Ask | Command::Progress(_) | Command::Message(_),
+            n @ (Node::Ask { .. }
+            | Node::RaceAsk { .. }
+            | Node::Progress { .. }
+            | Node::Message { .. }),
         ) => {
             *n = inserted();
         }

@@ -13,7 +13,7 @@ use super::recorder::Recorder;
 use super::reference::{attempt_error, caught, step_ok, Command};
 use eve_core::engine::{
     define_workflow_tool, AgentCall, Durable, Either, RetryPolicy, StepCtx, StepError, StepFailed,
-    WorkflowCtx, WorkflowError, WorkflowTool,
+    TaskHandle, WorkflowCtx, WorkflowError, WorkflowTool,
 };
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -54,6 +54,30 @@ pub fn stale_tool() -> WorkflowTool {
         eve_core::workflow!(stale_program_body).with_id(WORKFLOW_ID),
     )
     .named(TOOL)
+}
+
+/// The workflow id of [`background_tool`].
+pub const BACKGROUND_WORKFLOW_ID: &str = "eve_conformance::engine::background_program";
+/// The tool name of [`background_tool`].
+pub const BACKGROUND_TOOL: &str = "conformance_background_program";
+
+/// The background tool that interprets background programs (their bodies may post messages).
+pub fn background_tool() -> WorkflowTool {
+    define_workflow_tool(
+        "Runs a conformance program in the background.",
+        eve_core::background_workflow!(background_program_body).with_id(BACKGROUND_WORKFLOW_ID),
+    )
+    .named(BACKGROUND_TOOL)
+}
+
+/// [`background_tool`] for the worker whose lease is made to expire.
+pub fn stale_background_tool() -> WorkflowTool {
+    define_workflow_tool(
+        "Runs a conformance program in the background.",
+        eve_core::background_workflow!(stale_background_program_body)
+            .with_id(BACKGROUND_WORKFLOW_ID),
+    )
+    .named(BACKGROUND_TOOL)
 }
 
 /// The tag of step executions by the worker of [`stale_tool`].
@@ -249,7 +273,7 @@ impl Instance {
 /// # Errors
 /// A step failure that no [`Node::Catch`] caught, or an input that is not a [`ProgramInput`].
 pub async fn program_body(ctx: WorkflowCtx, input: Value) -> Result<Value, WorkflowError> {
-    interpret(ctx, input, None).await
+    interpret(ctx, input, None, None).await
 }
 
 /// [`program_body`] whose step executions are tagged [`STALE`].
@@ -257,13 +281,38 @@ pub async fn program_body(ctx: WorkflowCtx, input: Value) -> Result<Value, Workf
 /// # Errors
 /// As [`program_body`].
 pub async fn stale_program_body(ctx: WorkflowCtx, input: Value) -> Result<Value, WorkflowError> {
-    interpret(ctx, input, Some(STALE)).await
+    interpret(ctx, input, Some(STALE), None).await
+}
+
+/// [`program_body`] for background programs.
+///
+/// # Errors
+/// As [`program_body`].
+pub async fn background_program_body(
+    ctx: WorkflowCtx,
+    task: TaskHandle,
+    input: Value,
+) -> Result<Value, WorkflowError> {
+    interpret(ctx, input, None, Some(task)).await
+}
+
+/// [`background_program_body`] whose step executions are tagged [`STALE`].
+///
+/// # Errors
+/// As [`program_body`].
+pub async fn stale_background_program_body(
+    ctx: WorkflowCtx,
+    task: TaskHandle,
+    input: Value,
+) -> Result<Value, WorkflowError> {
+    interpret(ctx, input, Some(STALE), Some(task)).await
 }
 
 async fn interpret(
     ctx: WorkflowCtx,
     input: Value,
     tag: Option<&'static str>,
+    task: Option<TaskHandle>,
 ) -> Result<Value, WorkflowError> {
     let input: ProgramInput = serde_json::from_value(input)
         .map_err(|e| WorkflowError::new(format!("not a conformance program input: {e}")))?;
@@ -276,6 +325,7 @@ async fn interpret(
         .unwrap_or(input.program);
     let trace = inst.new_trace();
     let mut it = Interp {
+        task,
         cancellable: program.cleanup.is_some(),
         ctx,
         inst,
@@ -345,6 +395,7 @@ impl From<StepFailed> for Halt {
 
 struct Interp {
     ctx: WorkflowCtx,
+    task: Option<TaskHandle>,
     cancellable: bool,
     inst: Arc<Instance>,
     trace: Arc<Mutex<Vec<Command>>>,
@@ -492,6 +543,13 @@ impl Interp {
             Node::Progress { value } => {
                 self.issued(Command::Progress(digest(value)));
                 self.ctx.progress(value);
+            }
+            Node::Message { value } => {
+                self.issued(Command::Message(digest(value)));
+                self.task
+                    .as_ref()
+                    .expect("messages are generated only in background programs")
+                    .post_message(value);
             }
             Node::Agent { key, reply } => {
                 self.issued(Command::Agent(key.clone()));

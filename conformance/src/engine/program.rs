@@ -21,6 +21,9 @@ pub struct Program {
     /// period and returns. Without one, a cancelled body is abandoned where it waits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cleanup: Option<StepSpec>,
+    /// Run as a background tool (its body gets a `TaskHandle`: [`Node::Message`] posts).
+    #[serde(default)]
+    pub background: bool,
 }
 
 /// One operation of a program.
@@ -75,6 +78,12 @@ pub enum Node {
     /// `ctx.progress(value)`.
     Progress {
         /// The progress value.
+        value: Value,
+    },
+    /// `task.post_message(value)` (background programs only; elsewhere generated as
+    /// [`Node::Progress`]).
+    Message {
+        /// The message.
         value: Value,
     },
     /// `ctx.agent(..)` of the target `conformance`, awaited: the scripted agent host replies at
@@ -209,7 +218,8 @@ fn number(nodes: &mut [Node], steps: &mut u32, hooks: &mut u32) {
             Node::Sleep { .. }
             | Node::Ask { .. }
             | Node::RaceAsk { .. }
-            | Node::Progress { .. } => {}
+            | Node::Progress { .. }
+            | Node::Message { .. } => {}
         }
     }
 }
@@ -302,6 +312,7 @@ fn node(shape: Shape) -> BoxedStrategy<Node> {
             2 => (3_600_000u64..=86_400_000, option::of("\\PC{0,24}"))
                 .prop_map(|(sleep_ms, answer)| Node::RaceAsk { sleep_ms, answer }),
             1 => json().prop_map(|value| Node::Progress { value }),
+            1 => json().prop_map(|value| Node::Message { value }),
             2 => prop_oneof![
                 3 => json().prop_map(Ok),
                 1 => "\\PC{1,16}".prop_map(Err),
@@ -345,8 +356,12 @@ pub fn program(shape: Shape) -> BoxedStrategy<Program> {
         vec(node(shape), 0..=shape.max_nodes),
         park,
         any::<prop::sample::Index>(),
+        prop::bool::weighted(0.3),
     )
-        .prop_map(|(input, mut body, park, at)| {
+        .prop_map(|(input, mut body, park, at, background)| {
+            if !background {
+                no_messages(&mut body);
+            }
             if let Some(p) = park {
                 // Not after a top-level step that fails the run, which would skip it.
                 let failing = body.iter().position(fails_run).unwrap_or(body.len());
@@ -356,6 +371,7 @@ pub fn program(shape: Shape) -> BoxedStrategy<Program> {
                 input,
                 body,
                 cleanup: None,
+                background,
             }
             .numbered()
         })
@@ -375,5 +391,20 @@ fn fails_run(n: &Node) -> bool {
         Node::Step(s) => s.fails(),
         Node::Join(ss) => ss.iter().any(StepSpec::fails),
         _ => false,
+    }
+}
+
+/// Turns messages into progress values (only background bodies can post messages).
+fn no_messages(nodes: &mut [Node]) {
+    for n in nodes {
+        match n {
+            Node::Message { value } => {
+                *n = Node::Progress {
+                    value: std::mem::take(value),
+                }
+            }
+            Node::Catch(b) => no_messages(b),
+            _ => {}
+        }
     }
 }

@@ -54,6 +54,8 @@ pub enum Command {
     Progress(String),
     /// `ctx.agent(..)`, by key.
     Agent(String),
+    /// `task.post_message(value)`, by the value's [`digest`].
+    Message(String),
 }
 
 /// How the driver answers one request.
@@ -507,6 +509,9 @@ impl Ref<'_> {
             }
             Node::Progress { value } => {
                 self.issue(Command::Progress(digest(value)), None);
+            }
+            Node::Message { value } => {
+                self.issue(Command::Message(digest(value)), None);
             }
             Node::Agent { key, reply } => {
                 let cmd = self.issue(Command::Agent(key.clone()), None);
