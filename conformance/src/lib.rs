@@ -26,14 +26,16 @@
 //!   test of random call sequences against [`model::Model`].
 //! - **Engine cases** ([`engine`]), one test per fault family, named `engine_<family>`: random
 //!   workflow programs (steps with retryable and fatal failures, joins, sleeps, hooks with
-//!   payloads, races of a hook against a sleep, nested blocks, random JSON up to a megabyte) run
-//!   on the real engine over the store under test, with simulated time, under a fault schedule
-//!   (a crash after any store call, an ambiguous commit, duplicate hook deliveries with and
-//!   without a dedupe key, duplicate dispatch of the tool call, two workers racing, a lease
-//!   expiring while a step runs, a program changed between activations), and checked against a
-//!   reference interpreter: the outcome, every step's attempts recorded exactly once and never
-//!   run after being recorded, where the run parks, a cold replay's command sequence, and
-//!   non-determinism detected (`[EVE-ND-001]`). Steps are at-least-once: an attempt may run
+//!   payloads, races of a hook or an ask against a sleep, asks, agent calls, progress values,
+//!   messages of background runs, nested blocks, random JSON up to a megabyte) run on the real
+//!   engine over the store under test, with simulated time, under a fault schedule (a crash
+//!   after any store call, an ambiguous commit, duplicate hook deliveries with and without a
+//!   dedupe key and duplicate answers, duplicate dispatch of the tool call, two workers racing,
+//!   a lease expiring while a step runs, a program changed between activations, a cancel
+//!   request with and without a cleanup step), and checked against a reference interpreter:
+//!   the outcome, every step's attempts recorded exactly once and never run after being
+//!   recorded, requests answered at most once and withdrawn at the end, where the run parks, a
+//!   cold replay's command sequence, and non-determinism detected (`[EVE-ND-001]`). Steps are at-least-once: an attempt may run
 //!   more than once *before* its result is recorded, and the suite allows that.
 //!
 //! The macro expands both levels; the engine cases need nothing more from the factory than
@@ -45,8 +47,8 @@
 //! - `EVE_CONFORMANCE_CASES`: how many random call sequences the model-based test runs
 //!   (default [`DEFAULT_CASES`], chosen so a server backend's whole store suite stays well
 //!   under three minutes), and how many programs each engine family runs with its fault
-//!   firing (default [`engine::ENGINE_DEFAULT_CASES`]; about two to three minutes for all
-//!   eight families on DynamoDB Local, one on Postgres, half a minute on SQLite).
+//!   firing (default [`engine::ENGINE_DEFAULT_CASES`]; about two minutes for all nine families
+//!   on DynamoDB Local, half a minute on Postgres and on SQLite).
 //! - `EVE_CONFORMANCE_DEEP=1`: deep mode for nightly runs: [`DEEP_CASES`] sequences and
 //!   [`engine::ENGINE_DEEP_CASES`] programs per family (an explicit `EVE_CONFORMANCE_CASES`
 //!   wins).
@@ -66,7 +68,8 @@
 //! [`store::sequences`] (the model-based test against [`model::Model`]); engine families
 //! [`engine::no_faults`], [`engine::crash`], [`engine::ambiguous_commit`],
 //! [`engine::duplicate_deliveries`], [`engine::duplicate_dispatch`],
-//! [`engine::racing_workers`], [`engine::lease_expiry`], [`engine::non_determinism`].
+//! [`engine::racing_workers`], [`engine::lease_expiry`], [`engine::non_determinism`],
+//! [`engine::cancel`].
 
 use async_trait::async_trait;
 use eve_core::{JournalStore, RunId, StoreError};

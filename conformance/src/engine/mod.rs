@@ -4,8 +4,10 @@
 //! # How it works
 //!
 //! - [`program`]: programs are data (a serde-able tree of steps, joins, sleeps, hooks, races of
-//!   a hook against a sleep, and nested blocks that catch step failures), with random JSON
-//!   inputs and outputs up to about a megabyte; proptest strategies generate them.
+//!   a hook against a sleep, asks, races of an ask against a sleep, agent calls, progress
+//!   values, messages posted by background runs, and nested blocks that catch step failures;
+//!   optionally a cleanup step run when the run is cancelled), with random JSON inputs and
+//!   outputs up to about a megabyte; proptest strategies generate them.
 //! - [`interp`]: one generic workflow body interprets any program on the real engine. Step
 //!   closures follow their script by attempt number (retryable failures, then success or a
 //!   fatal error) and count their real executions.
@@ -14,8 +16,9 @@
 //!   and where the run parks.
 //! - [`driver`]: runs a program on a store with simulated time
 //!   ([`ManualClock`](eve_core::engine::ManualClock): sleeps, retry backoffs and lease expiries
-//!   cost no wall-clock time), delivers the scripted hook payloads when the run parks on them,
-//!   and injects one [`Fault`](driver::Fault) per case.
+//!   cost no wall-clock time), delivers the scripted hook payloads and answers when the run
+//!   parks on them (agent results come from a scripted agent host), and injects one
+//!   [`Fault`](driver::Fault) per case.
 //! - [`checks`]: the properties.
 //!
 //! # Properties (every program × schedule, on every backend)
@@ -33,14 +36,22 @@
 //! - A cold replay from the journal alone re-issues the reference's command sequence.
 //! - Hooks take each payload as delivered: a repeated dedupe key is one event, a repeated
 //!   delivery without a key is two (at-least-once); an ended run's hooks take nothing.
+//! - Each request is answered at most once (an identical retry is a duplicate success, another
+//!   answer `AlreadyAnswered`); every request still pending when the run ends (completed,
+//!   failed or cancelled) is withdrawn, and a late answer is refused (`Withdrawn`).
+//! - Agent calls record their intent, start and result once; progress values and posted
+//!   messages are recorded once each, across replays and faults.
+//! - A cancel request at a park point ends the run `RunCancelled`; a body with a cleanup step
+//!   runs it (recorded once) in the grace period.
 //! - A program changed between two activations at a recorded command parks the run as blocked
 //!   with `[EVE-ND-001]`; nothing of the changed program runs; once the original program is
 //!   deployed again and the run is resumed it ends as the reference says.
 //!
 //! # Fault families (one test each)
 //!
-//! [`no_faults`], [`crash`], [`ambiguous_commit`], [`duplicate_deliveries`],
-//! [`duplicate_dispatch`], [`racing_workers`], [`lease_expiry`], [`non_determinism`].
+//! [`no_faults`], [`crash`], [`ambiguous_commit`], [`duplicate_deliveries`] (hook payloads
+//! and answers), [`duplicate_dispatch`], [`racing_workers`], [`lease_expiry`],
+//! [`non_determinism`], [`cancel`].
 //!
 //! # Environment
 //!
