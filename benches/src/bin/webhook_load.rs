@@ -23,9 +23,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
+/// Where resumed bodies report `(delivery id, when)`.
+type Resumed = Mutex<Option<mpsc::UnboundedSender<(u64, Instant)>>>;
+
 /// Resumed bodies report `(delivery id, when)` here.
-fn resumed() -> &'static Mutex<Option<mpsc::UnboundedSender<(u64, Instant)>>> {
-    static TX: OnceLock<Mutex<Option<mpsc::UnboundedSender<(u64, Instant)>>>> = OnceLock::new();
+fn resumed() -> &'static Resumed {
+    static TX: OnceLock<Resumed> = OnceLock::new();
     TX.get_or_init(Default::default)
 }
 
