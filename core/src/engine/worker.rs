@@ -700,6 +700,20 @@ impl Inner {
         self.live(run, &mut exec, grace).await
     }
 
+    /// Renews the lease when it is past half-life and, when it had lapsed (a long step, a
+    /// stalled process, a jump of the clock), checks that no other worker took the run over,
+    /// so a step attempt another worker may have recorded is never started here.
+    async fn still_owns(&self, run: &RunId) -> Result<bool, StoreError> {
+        let lapsed = self.lease().expires_at <= self.clock.now();
+        self.retrying(|| self.keep_lease()).await?;
+        if !lapsed {
+            return Ok(true);
+        }
+        let rec = self.retrying(|| self.store.get_run(run)).await?;
+        let me = self.lease();
+        Ok(rec.owner == Some((me.worker, me.epoch)))
+    }
+
     /// Ends the run with `terminal` (`RunCompleted`, `RunFailed` or `RunCancelled`): the one
     /// cleanup for every end. The same append records the body's unrecorded progress and
     /// messages and withdraws every pending request (the store disposes hooks and drops timers
@@ -876,6 +890,12 @@ impl Inner {
             }
             if !outbox.is_empty() {
                 continue;
+            }
+            if !runnable.is_empty() && !self.still_owns(run).await? {
+                abort_all(&running);
+                return Ok(ActivationEnd::Dropped(
+                    "the worker's lease lapsed and another worker took the run over".into(),
+                ));
             }
             for s in runnable {
                 let sc = StepCtx {
