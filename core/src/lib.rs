@@ -16,6 +16,7 @@ pub mod store;
 #[cfg(feature = "test-util")]
 pub mod testing;
 pub mod time;
+pub mod wake;
 
 pub use error::StoreError;
 pub use event::{
@@ -28,6 +29,6 @@ pub use session::{SessionEntry, SessionEvent, ToolResult};
 pub use store::{
     check_limits, Append, Appended, CancelOutcome, CreatedRun, Delivered, Effects, JournalStore,
     JournalStoreExt, Lease, NewRun, PendingRequest, Resolution, RunQuery, RunRecord, RunStatus,
-    WakeSignal,
 };
+pub use wake::{WakeSignal, WatchHub, WatchKey};
 pub use time::Timestamp;

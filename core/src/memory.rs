@@ -11,22 +11,42 @@ use crate::store::{
     Lease, NewRun, PendingRequest, Resolution, RunQuery, RunRecord, RunStatus,
 };
 use crate::time::Timestamp;
+use crate::wake::{WakeSignal, WatchHub, WatchKey};
 use async_trait::async_trait;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
 /// The in-memory reference store. Cheap to create; everything is lost when it is dropped.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MemoryStore {
     state: Mutex<State>,
-    wake: crate::store::WakeSignal,
+    wake: WakeSignal,
+    /// Names this store in [`JournalStore::store_id`]: stores are per process, so any unique
+    /// value will do.
+    id: String,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self {
+            state: Mutex::default(),
+            wake: WakeSignal::default(),
+            id: uuid::Uuid::new_v4().simple().to_string(),
+        }
+    }
 }
 
 impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An external delivery reached `run`: wake idle workers and the run's own worker.
+    fn delivered(&self, st: &State, run: &RunId) {
+        self.wake.wake();
+        st.hub.wake(&WatchKey::Run(run.clone()));
     }
 }
 
@@ -43,6 +63,8 @@ struct State {
     requests: HashMap<RequestId, MemRequest>,
     sessions: HashMap<SessionId, Vec<SessionEntry>>,
     workers: HashMap<WorkerId, MemWorker>,
+    /// Session-log and run watchers.
+    hub: WatchHub,
 }
 
 #[derive(Debug)]
@@ -86,6 +108,21 @@ impl State {
                 .get(w)
                 .is_some_and(|mw| !mw.retired && mw.lease.epoch == *e && mw.lease.expires_at > now)
         })
+    }
+
+    /// The run's claim key if no valid lease holds it (contract clause 5): when its work is
+    /// due, and for an orphaned run (its owner's lease is no longer valid) the earlier of that
+    /// and its `updated_at`. `None`: not claimable at any time without a new event.
+    fn claim_key(&self, run: &MemRun, now: Timestamp) -> Option<Timestamp> {
+        if run.record.status != RunStatus::Running || self.held(&run.record, now) {
+            return None;
+        }
+        let work = State::work_at(run);
+        if run.record.owner.is_some() {
+            Some(work.map_or(run.record.updated_at, |w| w.min(run.record.updated_at)))
+        } else {
+            work
+        }
     }
 
     /// When the run next has work, ignoring leases: the time of its first unprocessed event, or
@@ -190,6 +227,9 @@ impl State {
                     r.state = RequestState::Withdrawn;
                 }
             }
+        }
+        if !fx.session_events.is_empty() {
+            self.hub.wake(&WatchKey::Session(session.clone()));
         }
         let log = self.sessions.entry(session.clone()).or_default();
         for event in fx.session_events {
@@ -416,7 +456,7 @@ impl JournalStore for MemoryStore {
         };
         check_limits(std::slice::from_ref(&event))?;
         let (seq, _) = st.write(&run_id, vec![event], now)?;
-        self.wake.wake();
+        self.delivered(&st, &run_id);
         st.requests.get_mut(request).expect("checked").state =
             RequestState::Answered { response, seq };
         Ok(Delivered {
@@ -451,7 +491,7 @@ impl JournalStore for MemoryStore {
         let event = Event::HookReceived { cmd, payload };
         check_limits(std::slice::from_ref(&event))?;
         let (seq, _) = st.write(&run_id, vec![event], now)?;
-        self.wake.wake();
+        self.delivered(&st, &run_id);
         if let Some(k) = key {
             st.hook_dedupe.insert(k, seq);
         }
@@ -481,7 +521,7 @@ impl JournalStore for MemoryStore {
         };
         check_limits(std::slice::from_ref(&event))?;
         let (seq, _) = st.write(run, vec![event], now)?;
-        self.wake.wake();
+        self.delivered(&st, run);
         Ok(CancelOutcome::Requested { seq })
     }
 
@@ -521,7 +561,7 @@ impl JournalStore for MemoryStore {
             }
         };
         let (seq, _) = st.write(run, events, now)?;
-        self.wake.wake();
+        self.delivered(&st, run);
         Ok(seq)
     }
 
@@ -590,6 +630,10 @@ impl JournalStore for MemoryStore {
                 retired: false,
             },
         );
+        // An earlier epoch's runs are orphaned now: wake idle workers to take them.
+        if epoch > 1 {
+            self.wake.wake();
+        }
         Ok(lease)
     }
 
@@ -628,10 +672,10 @@ impl JournalStore for MemoryStore {
             .enumerate()
             .filter_map(|(i, id)| {
                 let run = &st.runs[id];
-                if run.record.deployment_id != lease.deployment || st.held(&run.record, now) {
+                if run.record.deployment_id != lease.deployment {
                     return None;
                 }
-                State::work_at(run)
+                st.claim_key(run, now)
                     .filter(|at| *at <= now)
                     .map(|at| (at, i, id.clone()))
             })
@@ -668,24 +712,27 @@ impl JournalStore for MemoryStore {
         Ok(())
     }
 
-    async fn retire_worker(&self, lease: &Lease, now: Timestamp) -> Result<(), StoreError> {
+    async fn retire_worker(&self, lease: &Lease, _now: Timestamp) -> Result<(), StoreError> {
         let mut st = self.state.lock().expect("memory store lock");
         st.check_lease_current(lease, "")?;
-        let me = Some((lease.worker.clone(), lease.epoch));
-        for run in st.runs.values_mut() {
-            if run.record.owner == me {
-                run.record.owner = None;
-                run.record.updated_at = now;
-            }
-        }
+        // The runs it still holds keep naming it: orphaned, they are claimable at once.
         if let Some(w) = st.workers.get_mut(&lease.worker) {
             w.retired = true;
         }
+        self.wake.wake();
         Ok(())
     }
 
     async fn wakeups(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         Some(self.wake.subscribe())
+    }
+
+    async fn watch(&self, key: &WatchKey) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.state.lock().expect("memory store lock").hub.subscribe(key))
+    }
+
+    fn store_id(&self) -> String {
+        format!("memory:{}", self.id)
     }
 
     async fn next_wake(
@@ -697,8 +744,8 @@ impl JournalStore for MemoryStore {
         Ok(st
             .runs
             .values()
-            .filter(|r| &r.record.deployment_id == deployment && !st.held(&r.record, now))
-            .filter_map(State::work_at)
+            .filter(|r| &r.record.deployment_id == deployment)
+            .filter_map(|r| st.claim_key(r, now))
             .min())
     }
 }

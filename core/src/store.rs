@@ -7,6 +7,7 @@ use crate::ids::{
 };
 use crate::session::{SessionEntry, SessionEvent, ToolResult};
 use crate::time::Timestamp;
+use crate::wake::WatchKey;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::fmt::Debug;
@@ -234,7 +235,9 @@ pub struct CreatedRun {
 }
 
 /// A worker's lease: one per worker, renewed by heartbeats. Every run the worker claims is held
-/// under it; a newer epoch of the same worker id supersedes (fences) the older.
+/// under it; a newer epoch of the same worker id supersedes (fences) the older. A lease is
+/// *valid* at `now` while its worker is not retired, its epoch is the worker's current one, and
+/// `expires_at > now`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {
     /// The worker.
@@ -595,14 +598,23 @@ impl Effects {
 /// 4. **Hooks.** A `HookCreated` event registers its token; a token maps to at most one live
 ///    hook store-wide (a second registration fails the append with `AlreadyExists`); tokens are
 ///    released when the run ends; deliveries to unknown tokens are `NotFound`.
-/// 5. **Durable wake-ups and leases.** A running run is *claimable* when no valid lease holds it
-///    and it has work: an event at or past `processed_seq`, or a timer (`SleepScheduled`, a
-///    `StepFailed` retry) due at `now`. [`claim`](Self::claim) hands such runs to one worker,
-///    earliest work first; the run stays that worker's until it [`release`](Self::release)s it,
-///    ends it, or the worker's lease expires or is superseded. Nothing due is lost across
-///    crashes: work lives only in the store. A lease that expired but whose runs nobody took
-///    over still writes: fencing is decided by ownership and epoch, never by the writer's clock,
-///    so a slow worker that comes back loses only the runs another worker claimed meanwhile.
+/// 5. **Durable wake-ups and leases.** A running run is *claimable* when no valid lease holds
+///    it (see [`Lease`]) and either
+///    - it has work due at `now`: an event at or past `processed_seq`, or a timer
+///      (`SleepScheduled`, a `StepFailed` retry) due at `now`; or
+///    - it is *orphaned*: it still names an owner whose lease is no longer valid (expired at
+///      `now`, superseded by a newer epoch of its worker id, or retired), so the activation
+///      that owner was running may have died anywhere. It is claimable at once, with or
+///      without work: no timer has to be journaled to guard an activation.
+///
+///    [`claim`](Self::claim) hands claimable runs to one worker, earliest *claim key* first:
+///    the time its work is due, and for an orphaned run the earlier of that and its
+///    `updated_at` (ties by creation order). The run stays that worker's until it
+///    [`release`](Self::release)s it or ends it, or the worker's lease expires, is superseded
+///    or retired. Nothing due is lost across crashes: work lives only in the store. A lease
+///    that expired but whose runs nobody took over still writes: fencing is decided by
+///    ownership and epoch, never by the writer's clock, so a slow worker that comes back loses
+///    only the runs another worker claimed meanwhile.
 /// 6. **Faithful reads.** [`read`](Self::read) returns exactly what was appended, in seq order,
 ///    payloads byte for byte, paged; payloads up to [`MAX_PAYLOAD_BYTES`].
 /// 7. **Queries.** Runs by id, by session, by status; pending requests by session; the session
@@ -731,7 +743,9 @@ pub trait JournalStore: Debug + Send + Sync + 'static {
     ) -> Result<Vec<SessionEntry>, StoreError>;
 
     /// Registers (or re-registers) a worker: a new epoch that supersedes every earlier one of
-    /// this worker id, valid for `ttl`.
+    /// this worker id, valid for `ttl`. The runs the earlier epochs still hold become orphaned
+    /// and claimable at once (contract clause 5): this is how a restarted process takes back
+    /// its dead predecessor's runs without waiting for their lease to expire.
     ///
     /// # Errors
     /// `InvalidInput` (empty id).
@@ -782,7 +796,8 @@ pub trait JournalStore: Debug + Send + Sync + 'static {
         now: Timestamp,
     ) -> Result<(), StoreError>;
 
-    /// Releases every run the lease holds and retires the worker (graceful shutdown).
+    /// Retires the worker (graceful shutdown): its lease is no longer valid, so every run it
+    /// still holds is orphaned and claimable at once by other workers (contract clause 5).
     ///
     /// # Errors
     /// `Fenced` when the epoch was superseded.
@@ -801,34 +816,28 @@ pub trait JournalStore: Debug + Send + Sync + 'static {
 
     /// Wake-ups for idle workers: a receiver whose value changes when a run may have become
     /// claimable without a timer (a new run, an answer, a hook payload, a cancel request, a
-    /// resumed run). Only a hint that saves polling latency: a worker still polls, and a
-    /// backend may miss wake-ups from other processes. `None` (the default): the backend has
-    /// none, workers poll.
+    /// resumed run, a retired worker). Only a hint that saves polling latency: a worker still
+    /// polls slowly, and a backend may miss wake-ups from other processes. `None` (the
+    /// default): the backend has none, workers poll.
     async fn wakeups(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         None
     }
-}
 
-/// The in-process wake-up signal a store hands out through [`JournalStore::wakeups`]. Cheap to
-/// clone; clones share the signal.
-#[derive(Clone, Debug)]
-pub struct WakeSignal(std::sync::Arc<tokio::sync::watch::Sender<u64>>);
-
-impl Default for WakeSignal {
-    fn default() -> Self {
-        Self(std::sync::Arc::new(tokio::sync::watch::Sender::new(0)))
-    }
-}
-
-impl WakeSignal {
-    /// Wakes every subscriber.
-    pub fn wake(&self) {
-        self.0.send_modify(|n| *n = n.wrapping_add(1));
+    /// A receiver whose value changes when `key` may have changed: a session's log grew, or an
+    /// external delivery reached a run (see [`WatchKey`]). Like [`wakeups`](Self::wakeups) only
+    /// a hint: the waiter re-reads the store, and keeps a slow fallback poll for what the
+    /// backend cannot see. `None` (the default): the backend cannot tell, waiters poll.
+    async fn watch(&self, key: &WatchKey) -> Option<tokio::sync::watch::Receiver<u64>> {
+        let _ = key;
+        None
     }
 
-    /// A new subscriber.
-    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.0.subscribe()
+    /// A stable name of where this store keeps its data, the same in every process that opens
+    /// the same store (a file's canonical path, a database and schema, an endpoint and table).
+    /// Default worker ids are derived from it, so a restarted process takes back its
+    /// predecessor's runs. The default is [`backend`](Self::backend).
+    fn store_id(&self) -> String {
+        self.backend().to_owned()
     }
 }
 
