@@ -431,6 +431,8 @@ macro_rules! __store_cases {
             leases::expired_lease_is_fenced_and_forks_nothing,
             leases::reregister_bumps_epoch_and_fences,
             leases::heartbeat_and_retire,
+            leases::orphaned_runs_are_claimable_at_once,
+            leases::orphans_and_due_work_in_claim_key_order,
             wakeups::due_order_and_not_yet_due,
             wakeups::nothing_due_left_unclaimed,
             wakeups::processed_seq_and_release,

@@ -197,6 +197,21 @@ impl Model {
         }
     }
 
+    /// The run's claim key if no valid lease holds it (contract clause 5): when its work is
+    /// due, and for an orphaned run (its owner's lease is no longer valid) the earlier of that
+    /// and its `updated_at`.
+    fn claim_key(&self, run: &MRun, now: Timestamp) -> Option<Timestamp> {
+        if run.rec.status != RunStatus::Running || self.held(&run.rec, now) {
+            return None;
+        }
+        let work = Self::work_at(run);
+        if run.rec.owner.is_some() {
+            Some(work.map_or(run.rec.updated_at, |w| w.min(run.rec.updated_at)))
+        } else {
+            work
+        }
+    }
+
     fn work_at(run: &MRun) -> Option<Timestamp> {
         if run.rec.status != RunStatus::Running {
             return None;
@@ -888,8 +903,8 @@ impl Model {
         };
         let mut ready: BTreeMap<RunId, Timestamp> = BTreeMap::new();
         for (id, run) in &self.runs {
-            if run.rec.deployment_id == lease.deployment && !self.held(&run.rec, now) {
-                if let Some(t) = Self::work_at(run).filter(|t| *t <= now) {
+            if run.rec.deployment_id == lease.deployment {
+                if let Some(t) = self.claim_key(run, now).filter(|t| *t <= now) {
                     ready.insert(id.clone(), t);
                 }
             }
@@ -988,13 +1003,7 @@ impl Model {
             Err(StoreError::Fenced { .. }) if expired => return Ok(()),
             other => return Err(format!("retire_worker: expected Ok, got {other:?}")),
         }
-        let me = Some((lease.worker.clone(), lease.epoch));
-        for run in self.runs.values_mut() {
-            if run.rec.owner == me {
-                run.rec.owner = None;
-                run.rec.updated_at = now;
-            }
-        }
+        // The runs it still holds keep naming it: orphaned, they are claimable at once.
         self.workers
             .get_mut(&lease.worker)
             .expect("current")
@@ -1148,8 +1157,8 @@ impl Model {
         let want = self
             .runs
             .values()
-            .filter(|r| &r.rec.deployment_id == deployment && !self.held(&r.rec, now))
-            .filter_map(Self::work_at)
+            .filter(|r| &r.rec.deployment_id == deployment)
+            .filter_map(|r| self.claim_key(r, now))
             .min();
         match actual {
             Ok(t) if *t == want => Ok(()),

@@ -30,5 +30,5 @@ pub use store::{
     check_limits, Append, Appended, CancelOutcome, CreatedRun, Delivered, Effects, JournalStore,
     JournalStoreExt, Lease, NewRun, PendingRequest, Resolution, RunQuery, RunRecord, RunStatus,
 };
-pub use wake::{WakeSignal, WatchHub, WatchKey};
 pub use time::Timestamp;
+pub use wake::{WakeSignal, WatchHub, WatchKey};

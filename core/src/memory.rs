@@ -728,7 +728,13 @@ impl JournalStore for MemoryStore {
     }
 
     async fn watch(&self, key: &WatchKey) -> Option<tokio::sync::watch::Receiver<u64>> {
-        Some(self.state.lock().expect("memory store lock").hub.subscribe(key))
+        Some(
+            self.state
+                .lock()
+                .expect("memory store lock")
+                .hub
+                .subscribe(key),
+        )
     }
 
     fn store_id(&self) -> String {

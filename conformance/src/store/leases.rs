@@ -2,7 +2,7 @@
 
 use crate::fixtures::*;
 use crate::{assert_err, StoreFactory};
-use eve_core::{DeploymentId, JournalStore, Lease, RunId, StoreError, WorkerId};
+use eve_core::{DeploymentId, JournalStore, Lease, RunId, StoreError, Timestamp, WorkerId};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -210,7 +210,7 @@ pub async fn reregister_bumps_epoch_and_fences(factory: &dyn StoreFactory) {
     assert_eq!(journal(&*s.store, &run.run_id).await.len(), 2);
 }
 
-/// Heartbeats extend the lease; retiring releases the worker's runs to others; a retired or
+/// Heartbeats extend the lease; retiring leaves the worker's runs to others at once; a retired or
 /// unknown worker cannot heartbeat or claim.
 pub async fn heartbeat_and_retire(factory: &dyn StoreFactory) {
     let s = fresh(factory).await;
@@ -267,4 +267,146 @@ pub async fn heartbeat_and_retire(factory: &dyn StoreFactory) {
         StoreError::Fenced { .. },
         "an unknown worker's claim"
     );
+}
+
+/// The claim clause for orphaned runs: a run that still names an owner whose lease is no longer
+/// valid — superseded by a re-registration of the same worker id, retired, or expired — is
+/// claimable at once, with no timer and no new event (no guard timer is ever needed), earliest
+/// claim key first; `next_wake` reports it. Before the owner's lease expires it is not.
+pub async fn orphaned_runs_are_claimable_at_once(factory: &dyn StoreFactory) {
+    let s = fresh(factory).await;
+    let st = &*s.store;
+
+    // Superseded: a restarted process re-registers its worker id and takes its run back at once.
+    let (run, old) = started(st, new_run("orphan-epoch"), at(0)).await;
+    let id = &run.run_id;
+    must_append(st, append(id, 1, &old, vec![step(1, "1")], at(1_000))).await;
+    let other = worker(st, at(1_000)).await;
+    assert!(
+        st.claim(&other, 10, at(2_000))
+            .await
+            .expect("claim")
+            .iter()
+            .all(|r| &r.run_id != id),
+        "a run held under a valid lease, with no work, is not claimable"
+    );
+    assert_eq!(
+        st.next_wake(&old.deployment, at(2_000))
+            .await
+            .expect("next_wake"),
+        None,
+        "a held run with nothing due gives no wake-up"
+    );
+    let new = st
+        .register_worker(&old.worker, &old.deployment, TTL, at(2_000))
+        .await
+        .expect("re-register");
+    assert_eq!(
+        st.next_wake(&old.deployment, at(2_000))
+            .await
+            .expect("next_wake"),
+        Some(at(1_000)),
+        "an orphaned run is due at once; its key is its updated_at (the last append)"
+    );
+    let got = st.claim(&new, 10, at(2_000)).await.expect("claim");
+    assert_eq!(
+        got.iter().map(|r| &r.run_id).collect::<Vec<_>>(),
+        vec![id],
+        "the new epoch takes the old epoch's run back at once, long before its lease expires"
+    );
+    assert_eq!(got[0].owner, Some((new.worker.clone(), new.epoch)));
+    assert_err!(
+        st.append(append(id, 2, &old, vec![step(2, "2")], at(2_500)))
+            .await,
+        StoreError::Fenced { .. },
+        "the dead incarnation's append"
+    );
+    must_append(st, append(id, 2, &new, vec![step(2, "2")], at(3_000))).await;
+    st.release(&new, id, 3, at(3_000)).await.expect("release");
+    assert!(
+        st.claim(&new, 10, at(3_000))
+            .await
+            .expect("claim")
+            .is_empty(),
+        "a released run with nothing due is not claimable"
+    );
+
+    // Retired: a graceful shutdown that abandoned an activation leaves its run to others at once.
+    let (run2, w1) = started(st, new_run("orphan-retired"), at(4_000)).await;
+    let id2 = &run2.run_id;
+    st.retire_worker(&w1, at(4_500)).await.expect("retire");
+    assert_eq!(
+        record(st, id2).await.owner,
+        Some((w1.worker.clone(), w1.epoch)),
+        "retiring leaves the run naming its dead owner (orphaned)"
+    );
+    claim_run(st, &new, id2, at(4_600)).await;
+
+    // Expired: claimable once the owner's lease has expired, not a millisecond before.
+    let (run3, w3) = started(st, new_run("orphan-expired"), at(10_000)).await;
+    let id3 = &run3.run_id;
+    let expires = w3.expires_at;
+    let new = st
+        .heartbeat(&new, TTL, at(30_000))
+        .await
+        .expect("heartbeat");
+    let before = Timestamp(expires.0 - 1);
+    assert!(
+        st.claim(&new, 10, before)
+            .await
+            .expect("claim")
+            .iter()
+            .all(|r| &r.run_id != id3),
+        "not claimable while the owner's lease is valid"
+    );
+    let got = st.claim(&new, 10, expires).await.expect("claim");
+    assert!(
+        got.iter().any(|r| &r.run_id == id3),
+        "claimable once the owner's lease expired"
+    );
+}
+
+/// Orphaned runs and runs with due work share one queue, ordered by claim key: an orphaned
+/// run's key is the earlier of its due work and its `updated_at`.
+pub async fn orphans_and_due_work_in_claim_key_order(factory: &dyn StoreFactory) {
+    let s = fresh(factory).await;
+    let st = &*s.store;
+    // Due work at 5 000 (a fresh run's RunStarted).
+    let late = st
+        .create_run(new_run("key-late"), at(5_000))
+        .await
+        .expect("create_run")
+        .run
+        .run_id;
+    // An orphan last updated at 3 000.
+    let (orphan, w1) = started(st, new_run("key-orphan"), at(0)).await;
+    must_append(
+        st,
+        append(&orphan.run_id, 1, &w1, vec![step(1, "1")], at(3_000)),
+    )
+    .await;
+    // Due work at 1 000.
+    let early = st
+        .create_run(new_run("key-early"), at(1_000))
+        .await
+        .expect("create_run")
+        .run
+        .run_id;
+    let w2 = st
+        .register_worker(&w1.worker, &w1.deployment, TTL, at(6_000))
+        .await
+        .expect("re-register");
+    assert_eq!(
+        st.next_wake(&w2.deployment, at(6_000))
+            .await
+            .expect("next_wake"),
+        Some(at(1_000))
+    );
+    let mut order = Vec::new();
+    for _ in 0..3 {
+        let got = st.claim(&w2, 1, at(6_000)).await.expect("claim");
+        assert_eq!(got.len(), 1, "one claimable run per claim of max 1");
+        order.push(got[0].run_id.clone());
+    }
+    assert_eq!(order, vec![early, orphan.run_id, late], "claim key order");
 }
