@@ -122,7 +122,7 @@ use eve_core::{
     check_limits, Append, Appended, CancelOutcome, CreatedRun, Delivered, DeploymentId, Event,
     InputRequest, InputResponse, JournalStore, Lease, NewRun, Payload, PendingRequest, RequestId,
     Resolution, RunId, RunQuery, RunRecord, SessionEntry, SessionEvent, SessionId, StoreError,
-    StoredEvent, Timestamp, WorkerId,
+    StoredEvent, Timestamp, WatchHub, WatchKey, WorkerId,
 };
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
@@ -130,6 +130,7 @@ use sqlx::sqlite::{
 use sqlx::{AssertSqlSafe, Connection, Row, SqliteConnection};
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use writer::{Op, Reply};
@@ -183,6 +184,11 @@ pub struct SqliteStore {
     /// Wakes this process's idle workers after a delivery through any clone of this handle
     /// (other processes' deliveries are found by polling).
     wake: eve_core::WakeSignal,
+    /// Session-log and run watchers, woken by the writer after each commit (this process's
+    /// writes only; other processes' are found by the waiters' fallback poll).
+    hub: WatchHub,
+    /// [`JournalStore::store_id`]: the file's canonical path.
+    id: Arc<str>,
 }
 
 impl SqliteStore {
@@ -204,6 +210,17 @@ impl SqliteStore {
         path: impl AsRef<Path>,
         options: SqliteOptions,
     ) -> Result<Self, StoreError> {
+        let path = path.as_ref();
+        // The same file opened from any directory or through a link gets one id; a file not
+        // created yet gets its directory's canonical path.
+        let id = std::fs::canonicalize(path)
+            .or_else(|_| {
+                let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
+                std::fs::canonicalize(dir.unwrap_or(Path::new(".")))
+                    .map(|d| d.join(path.file_name().unwrap_or_default()))
+            })
+            .unwrap_or_else(|_| path.to_path_buf());
+        let id = format!("sqlite://{}", id.display());
         let connect = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
@@ -215,7 +232,7 @@ impl SqliteStore {
             .busy_timeout(options.busy_timeout)
             .foreign_keys(false)
             .statement_cache_capacity(512);
-        Self::start(connect, &options).await
+        Self::start(connect, &options, id).await
     }
 
     /// A private in-memory database, gone when the store is dropped: for quick tests. (The
@@ -230,12 +247,14 @@ impl SqliteStore {
             .busy_timeout(Duration::from_secs(5))
             .foreign_keys(false)
             .statement_cache_capacity(512);
-        Self::start(connect, &SqliteOptions::default()).await
+        let id = format!("sqlite::memory:{}", eve_core::AppendId::random());
+        Self::start(connect, &SqliteOptions::default(), id).await
     }
 
     async fn start(
         connect: SqliteConnectOptions,
         options: &SqliteOptions,
+        id: String,
     ) -> Result<Self, StoreError> {
         let mut conn = SqliteConnection::connect_with(&connect)
             .await
@@ -249,11 +268,14 @@ impl SqliteStore {
             .map_err(map_sqlx)?;
         let max_batch = options.max_batch.max(1);
         let (tx, rx) = mpsc::channel(max_batch.saturating_mul(4));
-        tokio::spawn(writer::run(conn, rx, max_batch));
+        let hub = WatchHub::default();
+        tokio::spawn(writer::run(conn, rx, max_batch, hub.clone()));
         Ok(Self {
             writer: tx,
             reads,
             wake: eve_core::WakeSignal::default(),
+            hub,
+            id: id.into(),
         })
     }
 
@@ -363,6 +385,14 @@ impl JournalStore for SqliteStore {
 
     async fn wakeups(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         Some(self.wake.subscribe())
+    }
+
+    async fn watch(&self, key: &WatchKey) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.hub.subscribe(key))
+    }
+
+    fn store_id(&self) -> String {
+        self.id.to_string()
     }
 
     async fn create_run(&self, run: NewRun, now: Timestamp) -> Result<CreatedRun, StoreError> {
@@ -675,8 +705,14 @@ impl JournalStore for SqliteStore {
     ) -> Result<Lease, StoreError> {
         eve_core::store::check_worker_ids(worker, deployment)?;
         let (worker, deployment) = (worker.clone(), deployment.clone());
-        self.call(|r| Op::Register(worker, deployment, ttl, now, r))
-            .await
+        let lease = self
+            .call(|r| Op::Register(worker, deployment, ttl, now, r))
+            .await?;
+        if lease.epoch > 1 {
+            // The older epoch's runs are orphaned: idle workers may take them at once.
+            self.wake.wake();
+        }
+        Ok(lease)
     }
 
     async fn heartbeat(
@@ -711,9 +747,12 @@ impl JournalStore for SqliteStore {
             .await
     }
 
-    async fn retire_worker(&self, lease: &Lease, now: Timestamp) -> Result<(), StoreError> {
+    async fn retire_worker(&self, lease: &Lease, _now: Timestamp) -> Result<(), StoreError> {
         let lease = lease.clone();
-        self.call(|r| Op::Retire(lease, now, r)).await
+        self.call(|r| Op::Retire(lease, r)).await?;
+        // Its runs are orphaned: idle workers may take them at once.
+        self.wake.wake();
+        Ok(())
     }
 
     async fn next_wake(
@@ -721,13 +760,10 @@ impl JournalStore for SqliteStore {
         deployment: &DeploymentId,
         now: Timestamp,
     ) -> Result<Option<Timestamp>, StoreError> {
-        let row = sqlx::query(
-            "SELECT min(r.wake_at) FROM runs r \
-             LEFT JOIN workers w ON w.worker_id = r.owner_worker \
-             WHERE r.deployment_id = ?1 AND r.wake_at IS NOT NULL \
-               AND (r.owner_worker IS NULL OR w.worker_id IS NULL OR w.epoch != r.owner_epoch \
-                    OR w.retired != 0 OR w.expires_at <= ?2)",
-        )
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "SELECT min(k) FROM ({})",
+            writer::claim_keys_sql(false)
+        )))
         .bind(deployment.as_str())
         .bind(now.0)
         .fetch_one(&self.reads)

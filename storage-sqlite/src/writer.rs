@@ -16,8 +16,10 @@ use eve_core::{
     Effects, Event, InputRequest, InputResponse, Lease, NewRun, Payload, RequestId, Resolution,
     RunId, RunRecord, RunStatus, StoreError, Timestamp, WorkerId,
 };
+use eve_core::{WatchHub, WatchKey};
 use sqlx::sqlite::SqliteRow;
 use sqlx::{AssertSqlSafe, Row, SqliteConnection};
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -44,7 +46,7 @@ pub(crate) enum Op {
     Heartbeat(Lease, Duration, Timestamp, Reply<Lease>),
     Claim(Lease, usize, Timestamp, Reply<Vec<RunRecord>>),
     Release(Lease, RunId, u64, Timestamp, Reply<()>),
-    Retire(Lease, Timestamp, Reply<()>),
+    Retire(Lease, Reply<()>),
 }
 
 impl Op {
@@ -61,7 +63,7 @@ impl Op {
             Op::Heartbeat(_, _, _, r) => drop(r.send(Err(err))),
             Op::Claim(_, _, _, r) => drop(r.send(Err(err))),
             Op::Release(_, _, _, _, r) => drop(r.send(Err(err))),
-            Op::Retire(_, _, r) => drop(r.send(Err(err))),
+            Op::Retire(_, r) => drop(r.send(Err(err))),
         }
     }
 }
@@ -100,8 +102,25 @@ fn copy(e: &StoreError) -> StoreError {
     }
 }
 
-/// The writer loop; ends when every handle (sender) is dropped.
-pub(crate) async fn run(mut conn: SqliteConnection, mut rx: mpsc::Receiver<Op>, max_batch: usize) {
+/// The writer loop; ends when every handle (sender) is dropped. Once a batch commits, wakes the
+/// watchers its ops touched in `hub`.
+pub(crate) async fn run(
+    conn: SqliteConnection,
+    rx: mpsc::Receiver<Op>,
+    max_batch: usize,
+    hub: WatchHub,
+) {
+    BATCH_WAKES
+        .scope(RefCell::new(Vec::new()), batches(conn, rx, max_batch, hub))
+        .await;
+}
+
+async fn batches(
+    mut conn: SqliteConnection,
+    mut rx: mpsc::Receiver<Op>,
+    max_batch: usize,
+    hub: WatchHub,
+) {
     let mut ops = Vec::with_capacity(max_batch);
     while rx.recv_many(&mut ops, max_batch).await > 0 {
         if let Err(e) = sqlx::query("BEGIN IMMEDIATE").execute(&mut conn).await {
@@ -146,8 +165,14 @@ pub(crate) async fn run(mut conn: SqliteConnection, mut rx: mpsc::Receiver<Op>, 
                 .map(|_| ())
                 .map_err(map_sqlx),
         };
+        let wakes = BATCH_WAKES.with(|w| std::mem::take(&mut *w.borrow_mut()));
         match outcome {
-            Ok(()) => answers.into_iter().for_each(|a| a(None)),
+            Ok(()) => {
+                answers.into_iter().for_each(|a| a(None));
+                for key in &wakes {
+                    hub.wake(key);
+                }
+            }
             Err(err) => {
                 tracing::warn!(error = %err, "sqlite batch abandoned; rolling it back");
                 // Fails harmlessly when SQLite already rolled back.
@@ -237,7 +262,7 @@ async fn run_op(
         Op::Heartbeat(lease, ttl, now, r) => answer(r, heartbeat(conn, &lease, ttl, now).await),
         Op::Claim(lease, max, now, r) => answer(r, claim(conn, &lease, max, now).await),
         Op::Release(lease, run, p, now, r) => answer(r, release(conn, &lease, &run, p, now).await),
-        Op::Retire(lease, now, r) => answer(r, retire_worker(conn, &lease, now).await),
+        Op::Retire(lease, r) => answer(r, retire_worker(conn, &lease).await),
     }
 }
 
@@ -265,6 +290,8 @@ fn txt(s: &str) -> Arg {
 struct Plan {
     sql: String,
     args: Vec<Arg>,
+    /// Watchers to wake once the batch holding this plan commits.
+    wakes: Vec<WatchKey>,
 }
 
 impl Plan {
@@ -294,10 +321,10 @@ fn tuples(rows: usize, width: usize) -> String {
 }
 
 /// Runs `plan` inside its own savepoint: all of it or none of it.
-async fn apply(conn: &mut SqliteConnection, plan: Plan) -> Result<(), StoreError> {
+async fn apply(conn: &mut SqliteConnection, mut plan: Plan) -> Result<(), StoreError> {
     let sql = format!("SAVEPOINT op;\n{}RELEASE op", plan.sql);
     let mut q = sqlx::query(AssertSqlSafe(sql));
-    for a in plan.args {
+    for a in std::mem::take(&mut plan.args) {
         q = match a {
             Arg::Int(v) => q.bind(v),
             Arg::Text(s) => q.bind(s),
@@ -315,7 +342,15 @@ async fn apply(conn: &mut SqliteConnection, plan: Plan) -> Result<(), StoreError
         }
         return Err(err);
     }
+    if !plan.wakes.is_empty() {
+        let _ = BATCH_WAKES.try_with(|w| w.borrow_mut().extend(plan.wakes));
+    }
     Ok(())
+}
+
+tokio::task_local! {
+    /// The watchers the applied ops of the writer's current batch wake once it commits.
+    static BATCH_WAKES: RefCell<Vec<WatchKey>>;
 }
 
 fn fenced(lease: &Lease, run: &str) -> StoreError {
@@ -400,6 +435,13 @@ async fn write(
     );
     let ended = fx.ends_run();
     let worker = append_id.is_some();
+    if !fx.session_events.is_empty() {
+        plan.wakes.push(WatchKey::Session(rec.session_id.clone()));
+    }
+    if !worker {
+        // An external delivery: the worker holding the run waits for it.
+        plan.wakes.push(WatchKey::Run(rec.run_id.clone()));
+    }
     plan.push(
         "UPDATE runs SET next_seq = ?, updated_at = ?, status = coalesce(?, status), \
          cancel_requested = max(cancel_requested, ?), \
@@ -980,6 +1022,31 @@ async fn heartbeat(
     })
 }
 
+/// `(rid, k)`: the rowid and claim key of every run of deployment `?1` that no valid lease
+/// holds at `?2` and that has work or is orphaned (contract clause 5), only those due at `?2`
+/// when `due_only`. Runs without an owner come from the `(deployment_id, wake_at)` index,
+/// orphaned ones from the owner index, so neither scans the parked runs.
+pub(crate) fn claim_keys_sql(due_only: bool) -> String {
+    let (due, orphan_due) = if due_only {
+        (
+            "r.wake_at <= ?2",
+            "AND min(coalesce(r.wake_at, r.updated_at), r.updated_at) <= ?2",
+        )
+    } else {
+        ("r.wake_at IS NOT NULL", "")
+    };
+    format!(
+        "SELECT r.rowid AS rid, r.wake_at AS k FROM runs r \
+           WHERE r.deployment_id = ?1 AND r.owner_worker IS NULL AND {due} \
+         UNION ALL \
+         SELECT r.rowid AS rid, min(coalesce(r.wake_at, r.updated_at), r.updated_at) AS k \
+           FROM runs r LEFT JOIN workers w ON w.worker_id = r.owner_worker \
+           WHERE r.deployment_id = ?1 AND r.owner_worker IS NOT NULL AND r.status = 'running' \
+             AND (w.worker_id IS NULL OR w.epoch != r.owner_epoch OR w.retired != 0 \
+                  OR w.expires_at <= ?2) {orphan_due}"
+    )
+}
+
 async fn claim(
     conn: &mut SqliteConnection,
     lease: &Lease,
@@ -990,36 +1057,48 @@ async fn claim(
         Some((_, epoch, expires_at, false)) if epoch == lease.epoch && expires_at > now.0 => {}
         _ => return Err(fenced(lease, "")),
     }
-    // One statement: atomic by itself, so it needs no savepoint.
-    let rows = sqlx::query(concat!(
-        "UPDATE runs SET owner_worker = ?1, owner_epoch = ?2, activations = activations + 1, \
-         updated_at = ?3 \
-         WHERE rowid IN (SELECT r.rowid FROM runs r \
-             LEFT JOIN workers w ON w.worker_id = r.owner_worker \
-             WHERE r.deployment_id = ?4 AND r.wake_at <= ?3 \
-               AND (r.owner_worker IS NULL OR w.worker_id IS NULL OR w.epoch != r.owner_epoch \
-                    OR w.retired != 0 OR w.expires_at <= ?3) \
-             ORDER BY r.wake_at, r.rowid LIMIT ?5) \
-         RETURNING ",
-        run_cols!(),
-        ", wake_at, rowid"
-    ))
-    .bind(lease.worker.as_str())
-    .bind(lease.epoch as i64)
-    .bind(now.0)
+    // Inside the writer's transaction: the pick and the update see the same rows.
+    let picked = sqlx::query(AssertSqlSafe(format!(
+        "SELECT rid, k FROM ({}) ORDER BY k, rid LIMIT ?3",
+        claim_keys_sql(true)
+    )))
     .bind(lease.deployment.as_str())
+    .bind(now.0)
     .bind(i64::try_from(max).unwrap_or(i64::MAX))
     .fetch_all(&mut *conn)
     .await
+    .map_err(map_sqlx)?
+    .iter()
+    .map(|r| Ok((r.try_get::<i64, _>(0)?, r.try_get::<i64, _>(1)?)))
+    .collect::<Result<HashMap<i64, i64>, sqlx::Error>>()
     .map_err(map_sqlx)?;
-    let mut claimed = rows
+    if picked.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = format!(
+        concat!(
+            "UPDATE runs SET owner_worker = ?, owner_epoch = ?, activations = activations + 1, \
+             updated_at = ? WHERE rowid IN ({}) RETURNING ",
+            run_cols!(),
+            ", rowid"
+        ),
+        marks(picked.len())
+    );
+    let mut q = sqlx::query(AssertSqlSafe(sql))
+        .bind(lease.worker.as_str())
+        .bind(lease.epoch as i64)
+        .bind(now.0);
+    for rid in picked.keys() {
+        q = q.bind(*rid);
+    }
+    let mut claimed = q
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map_sqlx)?
         .iter()
         .map(|r| {
-            let key: (i64, i64) = (
-                r.try_get(RUN_COLS).map_err(map_sqlx)?,
-                r.try_get(RUN_COLS + 1).map_err(map_sqlx)?,
-            );
-            Ok((key, run_record(r)?))
+            let rid: i64 = r.try_get(RUN_COLS).map_err(map_sqlx)?;
+            Ok(((picked[&rid], rid), run_record(r)?))
         })
         .collect::<Result<Vec<_>, StoreError>>()?;
     claimed.sort_by_key(|(k, _)| *k);
@@ -1075,25 +1154,13 @@ async fn release(
     apply(conn, plan).await
 }
 
-async fn retire_worker(
-    conn: &mut SqliteConnection,
-    lease: &Lease,
-    now: Timestamp,
-) -> Result<(), StoreError> {
+async fn retire_worker(conn: &mut SqliteConnection, lease: &Lease) -> Result<(), StoreError> {
     match fetch_worker(conn, &lease.worker).await? {
         Some((_, epoch, _, false)) if epoch == lease.epoch => {}
         _ => return Err(fenced(lease, "")),
     }
+    // The runs it still holds keep naming it: orphaned, they are claimable at once.
     let mut plan = Plan::default();
-    plan.push(
-        "UPDATE runs SET owner_worker = NULL, owner_epoch = NULL, updated_at = ? \
-         WHERE owner_worker = ? AND owner_epoch = ?",
-        [
-            Arg::Int(now.0),
-            txt(lease.worker.as_str()),
-            int(lease.epoch),
-        ],
-    );
     plan.push(
         "UPDATE workers SET retired = 1 WHERE worker_id = ?",
         [txt(lease.worker.as_str())],
