@@ -5,8 +5,10 @@
 //! on SQLite, every process on DynamoDB).
 
 use crate::ids::{RunId, SessionId};
+use crate::store::JournalStore;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::watch;
 
 /// The in-process wake-up signal a store hands out through
@@ -113,6 +115,55 @@ impl WatchHub {
         let st = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         for tx in st.keys.values() {
             tx.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+}
+
+/// Waits for one [`WatchKey`] of a store: woken by the store's notification, or by a poll
+/// interval when the store has none or may have missed a write. Whoever waits re-reads the
+/// store after [`Waiter::wait`]; a wake-up is never the data itself.
+#[derive(Debug)]
+pub struct Waiter {
+    rx: Option<watch::Receiver<u64>>,
+    poll: Duration,
+}
+
+impl Waiter {
+    /// Watches `key` in `store`: polls every `fallback` when the store notifies, every `poll`
+    /// when it cannot.
+    pub async fn new(
+        store: &dyn JournalStore,
+        key: &WatchKey,
+        fallback: Duration,
+        poll: Duration,
+    ) -> Self {
+        let rx = store.watch(key).await;
+        let poll = if rx.is_some() { fallback } else { poll };
+        Self { rx, poll }
+    }
+
+    /// Whether the store notifies this waiter (else it only polls).
+    pub fn notified(&self) -> bool {
+        self.rx.is_some()
+    }
+
+    /// Completes at the key's next notification (or one that came since the last wait) or
+    /// after the poll interval, whichever is first. Cancel safe.
+    pub async fn wait(&mut self) {
+        let poll = tokio::time::sleep(self.poll);
+        match self.rx.as_mut() {
+            Some(rx) => {
+                tokio::select! {
+                    changed = rx.changed() => {
+                        if changed.is_err() {
+                            // The store was dropped: only the poll is left.
+                            self.rx = None;
+                        }
+                    }
+                    _ = poll => {}
+                }
+            }
+            None => poll.await,
         }
     }
 }

@@ -42,6 +42,6 @@ pub use tool::{
     Workflow, WorkflowTool, DEFAULT_GRACE,
 };
 pub use worker::{
-    ActivationEnd, Clock, ManualClock, ReplayReport, SystemClock, Worker, WorkerConfig,
-    WorkerHandle,
+    default_worker_id, ActivationEnd, Clock, ManualClock, ReplayReport, SystemClock, Worker,
+    WorkerConfig, WorkerHandle,
 };

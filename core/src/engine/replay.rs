@@ -14,9 +14,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
-/// The engine-internal timer command that keeps a run claimable while an activation runs
-/// steps, so a crash mid-step is recovered once the worker's lease expires. Its
-/// `SleepScheduled`/`SleepFired` events are not body commands; replay skips them.
+/// The engine-internal timer command that older versions journaled to keep a run claimable
+/// while an activation ran steps. The store contract now makes a run whose owner's lease is no
+/// longer valid claimable by itself, so no guard is written any more; journals that hold guard
+/// events still replay (replay skips them, and a worker fires a guard left set so that its
+/// timer does not keep the run claimable).
 ///
 /// 2^53 − 1: far past any real command counter, and exact in an `i64` column and in a
 /// JavaScript number.

@@ -31,6 +31,7 @@ use crate::session::{SessionEntry, SessionEvent, ToolResult};
 use crate::store::{
     CancelOutcome, JournalStore, PendingRequest, RunQuery, RunRecord, RunStatus, READ_PAGE,
 };
+use crate::wake::{Waiter, WatchKey};
 use futures::Stream;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
@@ -40,8 +41,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// How often [`Session::wait_settled`] and [`Session::follow`] look at the store for new
-/// entries when they have caught up (the default; see [`Session::with_poll_interval`]).
+/// entries once caught up, when the store cannot notify them of a grown session log
+/// (DynamoDB; the default, see [`Session::with_poll_interval`]).
 pub const DEFAULT_SESSION_POLL: Duration = Duration::from_millis(50);
+
+/// How often they look anyway when the store does notify them (memory, SQLite, Postgres),
+/// for writes the notifications cannot see, such as another process's on SQLite.
+pub const DEFAULT_SESSION_FALLBACK_POLL: Duration = Duration::from_secs(2);
 
 /// The reason written in `CancelRequested` by a steering message.
 pub const REASON_STEER: &str = "the turn was steered by a new user message";
@@ -298,7 +304,8 @@ pub struct Session {
     registry: Arc<Registry>,
     clock: Arc<dyn Clock>,
     id: SessionId,
-    poll: Duration,
+    /// Set by [`Session::with_poll_interval`]; `None`: the defaults.
+    poll: Option<Duration>,
     index: tokio::sync::Mutex<LogIndex>,
     ended: AtomicBool,
 }
@@ -328,18 +335,32 @@ impl Session {
             registry,
             clock,
             id,
-            poll: DEFAULT_SESSION_POLL,
+            poll: None,
             index: tokio::sync::Mutex::new(LogIndex::default()),
             ended: AtomicBool::new(false),
         }
     }
 
     /// How often [`Session::wait_settled`] and [`Session::follow`] re-read the store once they
-    /// have caught up (default [`DEFAULT_SESSION_POLL`]). Wall-clock time, independent of the
-    /// session's [`Clock`], so a test's manual clock never stalls a follower.
+    /// have caught up and nothing woke them. By default they sleep until the store notifies
+    /// them that the session log grew, re-reading every [`DEFAULT_SESSION_FALLBACK_POLL`]
+    /// anyway, or every [`DEFAULT_SESSION_POLL`] on a store that cannot notify. Wall-clock
+    /// time, independent of the session's [`Clock`], so a test's manual clock never stalls a
+    /// follower.
     pub fn with_poll_interval(mut self, every: Duration) -> Self {
-        self.poll = every.max(Duration::from_millis(1));
+        self.poll = Some(every.max(Duration::from_millis(1)));
         self
+    }
+
+    /// A waiter on this session's log.
+    async fn waiter(store: &dyn JournalStore, id: &SessionId, poll: Option<Duration>) -> Waiter {
+        Waiter::new(
+            store,
+            &WatchKey::Session(id.clone()),
+            poll.unwrap_or(DEFAULT_SESSION_FALLBACK_POLL),
+            poll.unwrap_or(DEFAULT_SESSION_POLL),
+        )
+        .await
     }
 
     /// The session id.
@@ -421,9 +442,10 @@ impl Session {
         Ok(self.refresh().await?.settled.get(call_id).cloned())
     }
 
-    /// Waits for a default-execution call's one result. Follows the persisted log (re-read
-    /// every poll interval once caught up), so it also sees runs worked by other processes and
-    /// survives this process' restarts (call it again). A blocked run keeps the call parked
+    /// Waits for a default-execution call's one result. Follows the persisted log, woken by the
+    /// store when it grows (with a slow fallback poll; see [`Session::with_poll_interval`]),
+    /// so it costs no store call while nothing happens, sees runs worked by other processes
+    /// and survives this process' restarts (call it again). A blocked run keeps the call parked
     /// until an operator resumes or fails it.
     ///
     /// # Errors
@@ -444,13 +466,13 @@ impl Session {
                 task: run.run_id,
             });
         }
-        let mut every = tokio::time::interval(self.poll);
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut waiter = Self::waiter(&*self.store, &self.id, self.poll).await;
         loop {
-            every.tick().await;
+            // Subscribed before this read: an entry written after it wakes the wait.
             if let Some(r) = self.settlement(call_id).await? {
                 return Ok(r);
             }
+            waiter.wait().await;
         }
     }
 
@@ -488,7 +510,8 @@ impl Session {
     }
 
     /// The session log from `from_seq` on as a stream that never ends by itself: it yields the
-    /// persisted entries in seq order, then waits for new ones (re-reading every poll interval).
+    /// persisted entries in seq order, then waits for new ones (woken by the store when the
+    /// log grows, with a slow fallback poll).
     /// Entries come from the store, so a follower started after a restart from the last seq it
     /// saw misses nothing and sees nothing twice. After a store error the stream yields it and
     /// ends; follow again from the next seq.
@@ -501,8 +524,8 @@ impl Session {
             id: SessionId,
             next: u64,
             buf: VecDeque<SessionEntry>,
-            every: Option<tokio::time::Interval>,
-            poll: Duration,
+            waiter: Option<Waiter>,
+            poll: Option<Duration>,
             failed: bool,
         }
         let state = State {
@@ -510,7 +533,7 @@ impl Session {
             id: self.id.clone(),
             next: from_seq,
             buf: VecDeque::new(),
-            every: None,
+            waiter: None,
             poll: self.poll,
             failed: false,
         };
@@ -522,19 +545,19 @@ impl Session {
                 if let Some(e) = s.buf.pop_front() {
                     return Some((Ok(e), s));
                 }
+                if s.waiter.is_none() {
+                    // Subscribed before the first read: nothing written after it is missed.
+                    s.waiter = Some(Session::waiter(&*s.store, &s.id, s.poll).await);
+                }
                 match s.store.read_session(&s.id, s.next, READ_PAGE).await {
                     Err(e) => {
                         s.failed = true;
                         return Some((Err(SessionError::Store(e)), s));
                     }
                     Ok(page) if page.is_empty() => {
-                        let poll = s.poll;
-                        let every = s.every.get_or_insert_with(|| {
-                            let mut i = tokio::time::interval(poll);
-                            i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                            i
-                        });
-                        every.tick().await;
+                        if let Some(w) = s.waiter.as_mut() {
+                            w.wait().await;
+                        }
                     }
                     Ok(page) => {
                         s.next = page.last().map_or(s.next, |e| e.seq + 1);

@@ -13,6 +13,7 @@ use crate::event::{Event, Payload, StoredEvent};
 use crate::ids::{AppendId, RunId, WorkerId};
 use crate::store::{Append, JournalStore, JournalStoreExt, Lease, RunQuery, RunRecord, RunStatus};
 use crate::time::Timestamp;
+use crate::wake::{Waiter, WatchKey};
 use futures::FutureExt;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -20,7 +21,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
-use tracing::{debug, info_span, warn, Instrument};
+use tracing::{debug, error, info, info_span, warn, Instrument};
 
 /// Where workers get the time from. Stores never read a clock: every `now` comes from here.
 pub trait Clock: fmt::Debug + Send + Sync + 'static {
@@ -87,15 +88,28 @@ impl Clock for ManualClock {
 /// Worker tunables.
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
-    /// The worker's id. `None` (the default) draws a fresh random id in [`Worker::new`], so
-    /// workers built from clones of one config never share an id. Set it to restart a worker
-    /// under its old id: registering an id again fences its older incarnation.
+    /// The worker's id. `None` (the default) derives a stable one (see [`default_worker_id`]):
+    /// `{host}/{deployment}`, so a process restarted after a crash re-registers the same id,
+    /// fences its dead incarnation and takes its runs back at once. A second worker of the same
+    /// store and deployment in one process gets `{host}/{deployment}/2`, and so on. Two live
+    /// processes given the same id do not both run: the later one fences the earlier, which
+    /// stops with an error (see [`WorkerHandle::join`]). Set it to run several processes of one
+    /// deployment on one host.
     pub id: Option<WorkerId>,
-    /// Lease length; heartbeats renew it at half-life (default 30 s).
+    /// Lease length (default 9 s); heartbeats renew it at a third of it. Another worker takes
+    /// over a dead worker's runs once its lease expires, so a shorter lease recovers sooner;
+    /// but a live process that stalls longer than the lease (a paused VM, a blocked runtime)
+    /// loses its runs too, and steps it was running may run again elsewhere (their results
+    /// are recorded once: its appends are fenced). A restarted process does not wait for the
+    /// lease at all: its re-registration fences its predecessor.
     pub lease_ttl: Duration,
-    /// How often an idle worker polls the store for new work, and a busy activation checks for
-    /// deliveries (default 50 ms).
+    /// How often the worker polls the store when the store cannot notify it of new work and
+    /// deliveries (DynamoDB; default 50 ms).
     pub poll_interval: Duration,
+    /// How often it polls anyway when the store does notify it (memory, SQLite, Postgres),
+    /// for writes the notifications cannot see, such as another process's on SQLite
+    /// (default 2 s).
+    pub fallback_poll: Duration,
     /// Runs active at once (default 64).
     pub max_active_runs: usize,
     /// A run claimed more than this many times without a successful append (its activations
@@ -109,12 +123,53 @@ impl Default for WorkerConfig {
     fn default() -> Self {
         Self {
             id: None,
-            lease_ttl: Duration::from_secs(30),
+            lease_ttl: Duration::from_secs(9),
             poll_interval: Duration::from_millis(50),
+            fallback_poll: Duration::from_secs(2),
             max_active_runs: 64,
             max_activations: 5,
             store_retries: 3,
         }
+    }
+}
+
+/// Ordinals of the default-id workers alive in this process, per (store, deployment).
+static ORDINALS: Mutex<Vec<(String, String, u32)>> = Mutex::new(Vec::new());
+
+/// Takes the smallest free ordinal (1, 2, …) of `(store, deployment)` in this process.
+fn take_ordinal(store: &str, deployment: &str) -> u32 {
+    let mut taken = ORDINALS.lock().unwrap_or_else(|e| e.into_inner());
+    let n = (1..)
+        .find(|n| {
+            !taken
+                .iter()
+                .any(|(s, d, m)| s == store && d == deployment && m == n)
+        })
+        .expect("some ordinal is free");
+    taken.push((store.to_owned(), deployment.to_owned(), n));
+    n
+}
+
+/// The host's name: `/proc/sys/kernel/hostname`, else `$HOSTNAME`, else `localhost`.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// The id a worker gets when [`WorkerConfig::id`] is `None`: `{host}/{deployment}` for the
+/// `ordinal`-th such worker of one store in this process (1 for the first), with `/{ordinal}`
+/// appended from the second on. Stable across restarts of the process, so a restarted
+/// process fences its dead predecessor and claims its runs at once.
+pub fn default_worker_id(deployment: &str, ordinal: u32) -> WorkerId {
+    let host = host_name();
+    if ordinal <= 1 {
+        WorkerId::new(format!("{host}/{deployment}"))
+    } else {
+        WorkerId::new(format!("{host}/{deployment}/{ordinal}"))
     }
 }
 
@@ -143,6 +198,19 @@ struct Inner {
     clock: Arc<dyn Clock>,
     config: WorkerConfig,
     lease: Mutex<Lease>,
+    _ordinal: Ordinal,
+}
+
+/// The default-id ordinal a worker holds (see [`take_ordinal`]), given back when dropped.
+struct Ordinal(Option<(String, String, u32)>);
+
+impl Drop for Ordinal {
+    fn drop(&mut self) {
+        if let Some(o) = self.0.take() {
+            let mut taken = ORDINALS.lock().unwrap_or_else(|e| e.into_inner());
+            taken.retain(|t| t != &o);
+        }
+    }
 }
 
 /// A worker process (or task): see the module docs. Cheap to clone.
@@ -182,10 +250,23 @@ impl Worker {
         clock: Arc<dyn Clock>,
         mut config: WorkerConfig,
     ) -> Result<Self, StoreError> {
-        let id = config.id.get_or_insert_with(WorkerId::random).clone();
+        let mut ordinal = Ordinal(None);
+        let id = match &config.id {
+            Some(id) => id.clone(),
+            None => {
+                let (sid, dep) = (store.store_id(), registry.deployment().to_string());
+                let n = take_ordinal(&sid, &dep);
+                ordinal.0 = Some((sid, dep, n));
+                default_worker_id(registry.deployment().as_str(), n)
+            }
+        };
+        config.id = Some(id.clone());
         let lease = store
             .register_worker(&id, registry.deployment(), config.lease_ttl, clock.now())
             .await?;
+        if lease.epoch > 1 {
+            info!(worker = %lease.worker, epoch = lease.epoch, "worker registered again: the runs of its earlier incarnations are taken back");
+        }
         Ok(Self {
             inner: Arc::new(Inner {
                 store,
@@ -193,8 +274,14 @@ impl Worker {
                 clock,
                 config,
                 lease: Mutex::new(lease),
+                _ordinal: ordinal,
             }),
         })
+    }
+
+    /// The worker's id.
+    pub fn id(&self) -> WorkerId {
+        self.inner.lease().worker
     }
 
     /// The worker's current lease.
@@ -303,15 +390,35 @@ impl Worker {
 #[derive(Debug)]
 pub struct WorkerHandle {
     stop: watch::Sender<bool>,
-    join: tokio::task::JoinHandle<()>,
+    join: tokio::task::JoinHandle<Result<(), StoreError>>,
 }
 
 impl WorkerHandle {
-    /// Graceful shutdown: stops claiming, abandons running activations (their runs replay
-    /// elsewhere) and releases every lease by retiring the worker.
+    /// Graceful shutdown: stops claiming, abandons running activations and retires the worker,
+    /// which leaves their runs to other workers at once.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.join.await;
+    }
+
+    /// Waits until the worker stops by itself, which it does only when it is fenced: another
+    /// process registered the same worker id. Returns that `Fenced` error.
+    ///
+    /// # Errors
+    /// `Fenced`; `Other` if the worker task panicked.
+    pub async fn join(self) -> Result<(), StoreError> {
+        match self.join.await {
+            Ok(r) => r,
+            Err(e) => Err(StoreError::Other {
+                backend: "engine",
+                source: format!("the worker task failed: {e}").into(),
+            }),
+        }
+    }
+
+    /// Whether the worker has stopped (fenced, or shut down).
+    pub fn is_finished(&self) -> bool {
+        self.join.is_finished()
     }
 }
 
@@ -343,12 +450,30 @@ impl Inner {
         self.lease.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Heartbeats when the lease is past half-life; re-registers when it was superseded.
+    /// A waiter on `key` of this worker's store, with its poll intervals.
+    async fn watch(&self, key: WatchKey) -> Waiter {
+        Waiter::new(
+            &*self.store,
+            &key,
+            self.config.fallback_poll,
+            self.config.poll_interval,
+        )
+        .await
+    }
+
+    /// When the lease is due for renewal: a third of the way through it.
+    fn renew_at(&self) -> Timestamp {
+        let lease = self.lease();
+        Timestamp(lease.expires_at.0 - (self.config.lease_ttl * 2 / 3).as_millis() as i64)
+    }
+
+    /// Heartbeats once a third of the lease has passed. Re-registers when the store lost the
+    /// worker (`NotFound`); a superseded epoch is `Fenced`: another process registered this
+    /// worker id, and this one must stop.
     async fn keep_lease(&self) -> Result<(), StoreError> {
         let lease = self.lease();
         let now = self.clock.now();
-        let half = self.config.lease_ttl / 2;
-        if now.plus(half) < lease.expires_at {
+        if now < self.renew_at() {
             return Ok(());
         }
         let renewed = match self
@@ -357,8 +482,8 @@ impl Inner {
             .await
         {
             Ok(l) => l,
-            Err(StoreError::Fenced { .. } | StoreError::NotFound { .. }) => {
-                warn!(worker = %lease.worker, "lease superseded; registering a new epoch");
+            Err(StoreError::NotFound { .. }) => {
+                warn!(worker = %lease.worker, "the store does not know this worker any more; registering it again");
                 self.store
                     .register_worker(&lease.worker, &lease.deployment, self.config.lease_ttl, now)
                     .await?
@@ -369,23 +494,33 @@ impl Inner {
         Ok(())
     }
 
-    async fn run_loop(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+    /// Claims, activates and heartbeats until stopped; see [`Worker::spawn`]. Ends with
+    /// `Fenced` when another process registered this worker id.
+    async fn run_loop(self: Arc<Self>, mut stop: watch::Receiver<bool>) -> Result<(), StoreError> {
         let mut tasks = tokio::task::JoinSet::new();
         let mut active: HashSet<RunId> = HashSet::new();
-        // Deliveries wake an idle worker at once where the store can tell; polling covers the
-        // rest (other processes on SQLite, DynamoDB).
+        // New work and deliveries wake an idle worker at once where the store can tell; a slow
+        // poll covers the rest (other processes on SQLite), a fast one stores that cannot
+        // tell (DynamoDB).
         let mut wakeups = self.store.wakeups().await;
-        loop {
+        let poll = if wakeups.is_some() {
+            self.config.fallback_poll
+        } else {
+            self.config.poll_interval
+        };
+        let fenced = loop {
             if *stop.borrow() {
-                break;
+                break None;
             }
             while let Some(done) = tasks.try_join_next() {
                 if let Ok(id) = done {
                     active.remove(&id);
                 }
             }
-            if let Err(e) = self.keep_lease().await {
-                warn!(error = %e, "heartbeat failed");
+            match self.keep_lease().await {
+                Ok(()) => {}
+                Err(e @ StoreError::Fenced { .. }) => break Some(e),
+                Err(e) => warn!(error = %e, "heartbeat failed"),
             }
             let free = self.config.max_active_runs.saturating_sub(tasks.len());
             let mut claimed = 0;
@@ -410,12 +545,13 @@ impl Inner {
                 continue;
             }
             let now = self.clock.now();
-            let mut wake = now.plus(self.config.poll_interval);
-            if let Ok(Some(at)) = self.store.next_wake(self.registry.deployment(), now).await {
-                wake = wake.min(at.max(now));
+            let mut wake = self.renew_at();
+            if free > 0 {
+                if let Ok(Some(at)) = self.store.next_wake(self.registry.deployment(), now).await {
+                    wake = wake.min(at.max(now));
+                }
             }
             let until = self.clock.sleep_until(wake);
-            let poll = tokio::time::sleep(self.config.poll_interval);
             let woken = async {
                 match wakeups.as_mut() {
                     Some(rx) => rx.changed().await,
@@ -425,7 +561,7 @@ impl Inner {
             tokio::select! {
                 _ = stop.changed() => {}
                 _ = until => {}
-                _ = poll => {}
+                _ = tokio::time::sleep(poll) => {}
                 Ok(()) = woken => {}
                 Some(done) = tasks.join_next(), if !tasks.is_empty() => {
                     if let Ok(id) = done {
@@ -433,13 +569,19 @@ impl Inner {
                     }
                 }
             }
-        }
+        };
         tasks.abort_all();
         while tasks.join_next().await.is_some() {}
+        if let Some(e) = fenced {
+            let lease = self.lease();
+            error!(worker = %lease.worker, epoch = lease.epoch, error = %e, "worker fenced: another process registered the same worker id, so this one stops; give each live process its own worker id (WorkerConfig::id)");
+            return Err(e);
+        }
         let lease = self.lease();
         if let Err(e) = self.store.retire_worker(&lease, self.clock.now()).await {
             warn!(error = %e, "retiring the worker failed");
         }
+        Ok(())
     }
 
     /// Claims up to `max` runs. When a claim attempt failed with a transient error it may have
@@ -759,6 +901,8 @@ impl Inner {
         let mut running: HashMap<u64, Running> = HashMap::new();
         let mut starting: HashMap<u64, (AgentStart, tokio::task::AbortHandle)> = HashMap::new();
         let mut outbox: Vec<Event> = Vec::new();
+        // Deliveries to this run (an answer, a hook payload, a cancel) while its steps run.
+        let mut deliveries = self.watch(WatchKey::Run(run.clone())).await;
         let abort_all = |running: &HashMap<u64, Running>| {
             for r in running.values() {
                 r.abort.abort();
@@ -826,22 +970,6 @@ impl Inner {
             } else {
                 exec.agents_to_start(&starting_keys)
             };
-            let busy = !runnable.is_empty()
-                || !running.is_empty()
-                || !to_start.is_empty()
-                || !starting.is_empty();
-            // The worker's own events that resolve a wait (a due sleep fires, an agent start
-            // failed) move the body on once delivered: if this worker died right after writing
-            // them, nothing would be left to wake the run, so they carry the guard too.
-            let resolves = batch
-                .iter()
-                .any(|e| matches!(e, Event::SleepFired { .. } | Event::HookReceived { .. }));
-            if !exec.guard_set && (busy || resolves) {
-                batch.push(Event::SleepScheduled {
-                    cmd: GUARD_CMD,
-                    wake_at: now.plus(self.config.lease_ttl),
-                });
-            }
             if !batch.is_empty() {
                 batch.truncate(crate::store::MAX_EVENTS_PER_APPEND);
                 match self.append_deliver(run, exec, batch).await {
@@ -949,6 +1077,8 @@ impl Inner {
                     return Ok(ActivationEnd::Cancelled);
                 }
                 if exec.guard_set {
+                    // A journal written before guard timers were dropped: fire its guard, or its
+                    // timer would keep the run claimable forever.
                     match self
                         .append_deliver(run, exec, vec![Event::SleepFired { cmd: GUARD_CMD }])
                         .await?
@@ -1012,7 +1142,7 @@ impl Inner {
                     }
                 }
                 _ = timer => {}
-                _ = tokio::time::sleep(self.config.poll_interval) => {
+                _ = deliveries.wait() => {
                     let rec = self.retrying(|| self.store.get_run(run)).await?;
                     if rec.next_seq > exec.next_seq {
                         if let Err(stop) = self.catch_up(run, exec).await? {
