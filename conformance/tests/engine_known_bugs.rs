@@ -17,13 +17,15 @@ fn step(name: &str) -> StepSpec {
     }
 }
 
-/// Found by the crash family, fixed in eve-core 0c2b707. A body sleeps, then runs a step. When
-/// the sleep was due the worker appended `SleepFired` without the guard timer, which moved the
-/// run's processed seq past it; if the worker died after that append landed and before its
-/// next write (a crash at the next store call, or an ambiguous commit of that append and then
-/// the crash), the run was left Running with no due timer and no undelivered event: no worker
-/// ever claimed it again and the step never ran. Every crash point, plain and ambiguous, is
-/// tried here; every run must complete.
+/// Found by the crash family. A body sleeps, then runs a step. When the sleep was due the
+/// worker appended `SleepFired`, which moved the run's processed seq past it; if the worker
+/// died after that append landed and before its next write (a crash at the next store call,
+/// or an ambiguous commit of that append and then the crash), the run was left Running with no
+/// due timer and no undelivered event, and no worker ever claimed it again. First fixed in
+/// eve-core 0c2b707 by journaling a guard timer with such events; now fixed by the store
+/// contract itself: the run still names its dead owner, and a run whose owner's lease is no
+/// longer valid is claimable (no guard timer is written any more). Every crash point, plain
+/// and ambiguous, is tried here; every run must complete.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_right_after_sleep_fired_landed_strands_the_run() {
     let bench = Bench::on(Arc::new(MemoryStore::new()), "stranded");

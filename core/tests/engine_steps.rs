@@ -162,6 +162,124 @@ async fn crash_at_every_store_call(env: Env) {
     );
 }
 
+mod step_then_hook {
+    use super::*;
+
+    /// One step, then waits for one payload on the hook `legacy-hook`.
+    pub async fn execute(
+        ctx: WorkflowCtx,
+        _input: serde_json::Value,
+    ) -> Result<String, WorkflowError> {
+        let n: i64 = ctx
+            .step("one", |s| async move {
+                count(&s);
+                Ok(1)
+            })
+            .await?;
+        let hook = ctx.create_hook::<String>("legacy-hook");
+        Ok(format!("{n}:{}", hook.next().await?))
+    }
+
+    pub fn tool() -> eve_core::engine::WorkflowTool {
+        define_workflow_tool("A step, then a hook.", workflow!(execute))
+    }
+}
+
+/// A journal written by an older version, whose worker died mid-run with its guard timer set
+/// (`SleepScheduled` of `GUARD_CMD`, no `SleepFired`), still resumes at once (the run is
+/// orphaned): the new worker replays past the guard, and when the body parks it fires the
+/// guard, so its timer cannot keep the parked run claimable; the run then finishes on its
+/// delivery, its step recorded once.
+async fn journal_with_a_set_guard_timer_resumes(env: Env) {
+    use eve_core::engine::GUARD_CMD;
+    use eve_core::{Append, AppendId, DeploymentId, Payload, WorkerId};
+    let reg = Registry::new("v1").with(step_then_hook::tool());
+    let run = env
+        .start(
+            &reg,
+            "legacy-guard",
+            "step_then_hook",
+            serde_json::json!({}),
+        )
+        .await;
+    let now = eve_core::engine::Clock::now(&*env.clock);
+    let old = env
+        .store
+        .register_worker(
+            &WorkerId::new("old-version"),
+            &DeploymentId::new("v1"),
+            LEASE,
+            now,
+        )
+        .await
+        .unwrap();
+    assert_eq!(env.store.claim(&old, 1, now).await.unwrap().len(), 1);
+    env.store
+        .append(Append {
+            run: run.clone(),
+            expected_seq: 1,
+            lease: old.clone(),
+            append_id: AppendId::random(),
+            events: vec![
+                Event::SleepScheduled {
+                    cmd: GUARD_CMD,
+                    wake_at: now.plus(LEASE),
+                },
+                Event::StepCompleted {
+                    cmd: 0,
+                    name: "one".into(),
+                    attempt: 1,
+                    output: Payload::from_value(&1).unwrap(),
+                },
+            ],
+            now,
+        })
+        .await
+        .unwrap();
+    // The old process is gone; a new one registers its id again and takes the run at once.
+    let w = eve_core::engine::Worker::new(
+        env.store.clone(),
+        reg.clone(),
+        env.clock.clone(),
+        eve_core::engine::WorkerConfig {
+            id: Some(WorkerId::new("old-version")),
+            ..env.config()
+        },
+    )
+    .await
+    .unwrap();
+    let ends = w.drain().await.unwrap();
+    assert_eq!(ends, vec![(run.clone(), ActivationEnd::Suspended)]);
+    assert!(
+        env.events(&run)
+            .await
+            .iter()
+            .any(|e| matches!(e, Event::SleepFired { cmd } if *cmd == GUARD_CMD)),
+        "the guard was fired"
+    );
+    env.clock.advance(LEASE * 2);
+    assert!(
+        w.drain().await.unwrap().is_empty(),
+        "the parked run is not claimable once its old guard is due"
+    );
+    eve_core::engine::resume_hook(
+        &*env.store,
+        "legacy-hook",
+        &"hi",
+        None,
+        eve_core::engine::Clock::now(&*env.clock),
+    )
+    .await
+    .unwrap();
+    w.drain().await.unwrap();
+    assert_eq!(env.output(&run).await, serde_json::json!("1:hi"));
+    assert_eq!(
+        executions_of(&run),
+        0,
+        "the recorded step did not run again"
+    );
+}
+
 /// An append that lands but answers `Unavailable` is retried with the same append id and
 /// recognised as a duplicate: nothing is written twice and the run goes on.
 async fn ambiguous_commits(env: Env) {
@@ -545,6 +663,7 @@ impl ClockExt for Arc<eve_core::engine::ManualClock> {
 }
 
 on_both_stores!(
+    journal_with_a_set_guard_timer_resumes,
     five_steps_complete_once,
     crash_at_every_store_call,
     ambiguous_commits,

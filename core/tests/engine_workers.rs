@@ -319,6 +319,7 @@ async fn deliveries_wake_an_idle_worker(store: Arc<dyn JournalStore>) {
         Arc::new(SystemClock),
         WorkerConfig {
             poll_interval: Duration::from_secs(3600),
+            fallback_poll: Duration::from_secs(3600),
             ..WorkerConfig::default()
         },
     )
@@ -374,4 +375,83 @@ async fn deliveries_wake_an_idle_worker_on_memory() {
 async fn deliveries_wake_an_idle_worker_on_sqlite() {
     let env = common::sqlite().await;
     deliveries_wake_an_idle_worker(env.store.clone()).await;
+}
+
+mod stuck {
+    use super::*;
+
+    /// One step that runs until the run is cancelled.
+    pub async fn execute(ctx: WorkflowCtx, _input: serde_json::Value) -> Result<(), WorkflowError> {
+        ctx.step("until-aborted", |s| async move {
+            s.aborted().await;
+            Err::<(), _>(eve_core::engine::StepError::fatal("aborted"))
+        })
+        .await?;
+        Ok(())
+    }
+
+    pub fn tool() -> WorkflowTool {
+        define_workflow_tool(
+            "Runs one step until cancelled.",
+            eve_core::workflow!(execute),
+        )
+    }
+}
+
+/// A delivery to a run whose step is running (here a cancel request) reaches its worker through
+/// the store's run watch, not a poll: with both poll intervals at an hour, the step still sees
+/// the abort and the run ends cancelled at once.
+async fn deliveries_wake_a_running_activation(store: Arc<dyn JournalStore>) {
+    let reg = Registry::new("v1").with(stuck::tool());
+    let h = Worker::new(
+        store.clone(),
+        reg.clone(),
+        Arc::new(SystemClock),
+        WorkerConfig {
+            poll_interval: Duration::from_secs(3600),
+            fallback_poll: Duration::from_secs(3600),
+            ..WorkerConfig::default()
+        },
+    )
+    .await
+    .unwrap()
+    .spawn();
+    let run = start_tool_call(
+        &*store,
+        &reg,
+        &SessionId::new("s"),
+        &CallId::new("c"),
+        "stuck",
+        serde_json::json!({}),
+        Timestamp::now(),
+    )
+    .await
+    .unwrap()
+    .run
+    .run_id;
+    // Wait until the step is running (its run is held and has recorded nothing yet).
+    for _ in 0..500 {
+        if store.get_run(&run).await.unwrap().owner.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    store
+        .request_cancel(&run, "test", Timestamp::now())
+        .await
+        .unwrap();
+    wait_status(&*store, &run, RunStatus::Cancelled).await;
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_wake_a_running_activation_on_memory() {
+    deliveries_wake_a_running_activation(Arc::new(MemoryStore::new())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_wake_a_running_activation_on_sqlite() {
+    let env = common::sqlite().await;
+    deliveries_wake_a_running_activation(env.store.clone()).await;
 }

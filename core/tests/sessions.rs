@@ -520,6 +520,7 @@ macro_rules! on_both_stores {
 on_both_stores!(
     background_receipt_and_task_index,
     default_call_parks_and_settles_once,
+    settlement_wakes_waiters_without_polling,
     channel_is_persisted_and_followable_after_restart,
     queue_waits_and_steer_cancels_only_the_turn,
     steer_while_waiting_on_ask,
@@ -751,6 +752,55 @@ async fn default_call_parks_and_settles_once(env: Env) {
     assert_eq!(
         s.user_message(TurnPolicy::Queue).await.unwrap(),
         TurnOutcome::Delivered
+    );
+}
+
+/// Waiters sleep until the store says the session log grew: with an hour-long poll interval a
+/// `wait_settled` and a `follow` still see the settlement as soon as the run ends (without
+/// the store's wake-up both would wait an hour and time out here).
+async fn settlement_wakes_waiters_without_polling(env: Env) {
+    let hour = Duration::from_secs(3600);
+    let s = env.session("wake").with_poll_interval(hour);
+    parked(
+        &s.call_tool("c1", "wait_hook", json!({"token": "wake-hook"}))
+            .await
+            .unwrap(),
+    );
+    let w = env.worker().await;
+    assert_eq!(w.drain().await.unwrap()[0].1, ActivationEnd::Suspended);
+    let from = log(&s).await.len() as u64;
+    let waiter = {
+        let s = env.session("wake").with_poll_interval(hour);
+        tokio::spawn(async move { s.wait_settled(&call("c1")).await })
+    };
+    let mut follower = Box::pin(env.session("wake").with_poll_interval(hour).follow(from));
+    // Let both reach their wait before anything happens.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!waiter.is_finished(), "nothing settled yet");
+    resume_hook(
+        &*env.store,
+        "wake-hook",
+        &json!({"ok": 1}),
+        None,
+        env.clock.now(),
+    )
+    .await
+    .unwrap();
+    w.drain().await.unwrap();
+    let result = tokio::time::timeout(GUARD, waiter)
+        .await
+        .expect("the waiter was woken, not left to its hour-long poll")
+        .unwrap()
+        .unwrap();
+    assert_eq!(result, completed(json!({"ok": 1})));
+    let entry = tokio::time::timeout(GUARD, follower.next())
+        .await
+        .expect("the follower was woken")
+        .expect("an entry")
+        .unwrap();
+    assert!(
+        matches!(entry.event, SessionEvent::ToolSettled { .. }),
+        "{entry:?}"
     );
 }
 
