@@ -1,0 +1,503 @@
+//! The end-to-end workloads eve is compared on (issue 12), printing one JSON line per result:
+//!
+//! - **W1**: a tool whose body runs 10 sequential no-op steps, started and awaited end to end
+//!   (`Session::call_tool` → `Session::wait_settled`), by 1 caller and by 8 concurrent callers:
+//!   workflows/s, p50 and p99 latency.
+//! - **W2**: a body of 1000 no-op steps: its total time in one process; then the same run in a
+//!   child process that dies inside step 1000 (`abort`, no clean-up), the cold replay of the 999
+//!   recorded steps, and a fresh process recovering it (`recover_total`: from that process's
+//!   start to the run finished).
+//! - **throughput**: 64 runs × 50 no-op steps at once: steps/s.
+//!
+//! Backends: `sqlite-full`, `sqlite-normal` (files in a temp dir) and `postgres` (a fresh
+//! schema at `EVE_TEST_POSTGRES_URL`).
+//!
+//! ```sh
+//! cargo run --release -p eve-benches --bin workloads -- all                 # every backend
+//! cargo run --release -p eve-benches --bin workloads -- w1 --backend sqlite-full
+//! cargo run --release -p eve-benches --bin workloads -- w2 --backend postgres
+//! ```
+//!
+//! `child` and `recover` are the processes W2 and the restart tests (`benches/tests/restart.rs`)
+//! start: `child` runs one call of `many_steps` (optionally dying, hanging or slowing at a
+//! step) and `recover` finishes a run another process left.
+
+use clap::{Parser, Subcommand};
+use eve_core::engine::{
+    define_workflow_tool, Registry, Session, SystemClock, Worker, WorkerConfig, WorkerHandle,
+    WorkflowCtx, WorkflowError, WorkflowTool,
+};
+use eve_core::{workflow, CallId, JournalStore, RunId, SessionId, WorkerId};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The deployment of every workload run.
+const DEPLOYMENT: &str = "workloads";
+
+/// Step (1-based) at which `many_steps` aborts the process; 0: never.
+static CRASH_AT: AtomicU32 = AtomicU32::new(0);
+/// Step at which it hangs forever (until the process is killed); 0: never.
+static HANG_AT: AtomicU32 = AtomicU32::new(0);
+/// Milliseconds every step sleeps.
+static DELAY_MS: AtomicU32 = AtomicU32::new(0);
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Empty {}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Steps {
+    steps: u32,
+}
+
+async fn ten_steps(ctx: WorkflowCtx, _: Empty) -> Result<u32, WorkflowError> {
+    let mut n = 0;
+    for i in 0..10u32 {
+        n = ctx
+            .step(format!("s{i}"), move |_| async move { Ok(i + 1) })
+            .await?;
+    }
+    Ok(n)
+}
+
+async fn many_steps(ctx: WorkflowCtx, input: Steps) -> Result<u32, WorkflowError> {
+    let mut n = 0;
+    for i in 1..=input.steps {
+        n = ctx
+            .step(format!("s{i}"), move |_| async move {
+                if CRASH_AT.load(Ordering::Relaxed) == i {
+                    // A crash inside the step: no destructor, no store call, no release.
+                    std::process::abort();
+                }
+                if HANG_AT.load(Ordering::Relaxed) == i {
+                    println!("hanging at step {i}");
+                    std::future::pending::<()>().await;
+                }
+                let delay = DELAY_MS.load(Ordering::Relaxed);
+                if delay > 0 {
+                    tokio::time::sleep(Duration::from_millis(delay.into())).await;
+                }
+                Ok(i)
+            })
+            .await?;
+    }
+    Ok(n)
+}
+
+fn registry() -> Registry {
+    let ten: WorkflowTool =
+        define_workflow_tool("10 sequential no-op steps.", workflow!(ten_steps)).named("ten_steps");
+    let many: WorkflowTool =
+        define_workflow_tool("N sequential no-op steps.", workflow!(many_steps))
+            .named("many_steps");
+    Registry::new(DEPLOYMENT).with(ten).with(many)
+}
+
+#[derive(Parser)]
+#[command(about = "eve's end-to-end workloads (W1, W2, throughput); one JSON line per result")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Every workload on every backend.
+    All,
+    /// W1: 10 no-op steps, started and awaited end to end, 1 and 8 callers.
+    W1 {
+        #[arg(long)]
+        backend: String,
+        /// Calls per caller.
+        #[arg(long, default_value_t = 200)]
+        calls: usize,
+    },
+    /// W2: 1000 no-op steps; a crash in step 1000, replay and recovery by a fresh process.
+    W2 {
+        #[arg(long)]
+        backend: String,
+        #[arg(long, default_value_t = 1000)]
+        steps: u32,
+    },
+    /// 64 runs × 50 no-op steps at once.
+    Throughput {
+        #[arg(long)]
+        backend: String,
+        #[arg(long, default_value_t = 64)]
+        runs: usize,
+        #[arg(long, default_value_t = 50)]
+        steps: u32,
+    },
+    /// Runs one call of `many_steps` on TARGET; prints `run <id>` first.
+    Child {
+        #[command(flatten)]
+        proc: Proc,
+        #[arg(long)]
+        steps: u32,
+        /// Abort the process inside this step.
+        #[arg(long, default_value_t = 0)]
+        crash_at: u32,
+        /// Hang forever inside this step (prints `hanging at step N`).
+        #[arg(long, default_value_t = 0)]
+        hang_at: u32,
+        /// Sleep this long in every step.
+        #[arg(long, default_value_t = 0)]
+        delay_ms: u32,
+    },
+    /// Finishes RUN, left by another process; prints `{"recover_ms": …}` (from this process's
+    /// start to the run finished).
+    Recover {
+        #[command(flatten)]
+        proc: Proc,
+        #[arg(long)]
+        run: String,
+    },
+}
+
+/// What a `child` or `recover` process needs.
+#[derive(clap::Args)]
+struct Proc {
+    /// `sqlite-full:PATH`, `sqlite-normal:PATH` or `postgres:SCHEMA` (at `EVE_TEST_POSTGRES_URL`).
+    #[arg(long)]
+    target: String,
+    /// The worker's id; by default the stable `{host}/{deployment}`.
+    #[arg(long)]
+    worker_id: Option<String>,
+    /// The worker's lease in seconds.
+    #[arg(long)]
+    lease_secs: Option<u64>,
+}
+
+fn postgres_url() -> String {
+    std::env::var("EVE_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// Opens a target (see [`Proc::target`]).
+async fn open(target: &str) -> Arc<dyn JournalStore> {
+    use eve_storage_sqlite::{SqliteOptions, SqliteStore, Synchronous};
+    let (kind, rest) = target
+        .split_once(':')
+        .unwrap_or_else(|| panic!("target {target}: expected KIND:WHERE"));
+    match kind {
+        "sqlite-full" | "sqlite-normal" => {
+            let synchronous = if kind == "sqlite-full" {
+                Synchronous::Full
+            } else {
+                Synchronous::Normal
+            };
+            let options = SqliteOptions {
+                synchronous,
+                ..SqliteOptions::default()
+            };
+            Arc::new(
+                SqliteStore::open_with(rest, options)
+                    .await
+                    .expect("open the SQLite file"),
+            )
+        }
+        "postgres" => {
+            let options = eve_storage_postgres::PostgresOptions {
+                schema: rest.into(),
+                ..Default::default()
+            };
+            Arc::new(
+                eve_storage_postgres::PostgresStore::connect_with(&postgres_url(), options)
+                    .await
+                    .expect("Postgres at EVE_TEST_POSTGRES_URL"),
+            )
+        }
+        other => panic!("unknown target kind {other}"),
+    }
+}
+
+/// A fresh target of `backend` (a new file, a new schema).
+fn fresh_target(backend: &str, dir: &std::path::Path) -> String {
+    let tag = RunId::random().as_str()[4..16].to_owned();
+    match backend {
+        "sqlite-full" | "sqlite-normal" => {
+            format!("{backend}:{}", dir.join(format!("{tag}.db")).display())
+        }
+        "postgres" => format!("postgres:wl_{tag}"),
+        other => panic!("unknown backend {other}; use sqlite-full, sqlite-normal or postgres"),
+    }
+}
+
+async fn worker(store: &Arc<dyn JournalStore>, id: Option<String>, lease: Option<u64>) -> Worker {
+    let mut config = WorkerConfig {
+        id: id.map(WorkerId::new),
+        ..WorkerConfig::default()
+    };
+    if let Some(s) = lease {
+        config.lease_ttl = Duration::from_secs(s);
+    }
+    Worker::new(store.clone(), registry(), Arc::new(SystemClock), config)
+        .await
+        .expect("register the worker")
+}
+
+fn session(store: &Arc<dyn JournalStore>, id: &str) -> Session {
+    Session::new(
+        store.clone(),
+        Arc::new(registry()),
+        Arc::new(SystemClock),
+        SessionId::new(id),
+    )
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i].as_secs_f64() * 1e3
+}
+
+/// Starts and awaits one call; returns its latency.
+async fn call(s: &Session, call_id: &str, tool: &str, input: serde_json::Value) -> Duration {
+    let t0 = Instant::now();
+    s.call_tool(call_id, tool, input).await.expect("call_tool");
+    let r = s
+        .wait_settled(&CallId::new(call_id))
+        .await
+        .expect("wait_settled");
+    assert!(matches!(r, eve_core::ToolResult::Completed { .. }), "{r:?}");
+    t0.elapsed()
+}
+
+async fn w1(backend: &str, calls: usize, dir: &std::path::Path) {
+    let store = open(&fresh_target(backend, dir)).await;
+    let handle = worker(&store, Some(format!("w1-{}", RunId::random())), None)
+        .await
+        .spawn();
+    for callers in [1usize, 8] {
+        // Warm-up: connections, statement caches.
+        let warm = session(&store, &format!("warm-{callers}"));
+        for i in 0..10 {
+            call(&warm, &format!("w{i}"), "ten_steps", serde_json::json!({})).await;
+        }
+        let t0 = Instant::now();
+        let tasks: Vec<_> = (0..callers)
+            .map(|c| {
+                let s = session(&store, &format!("w1-{callers}-{c}"));
+                tokio::spawn(async move {
+                    let mut lat = Vec::with_capacity(calls);
+                    for i in 0..calls {
+                        lat.push(
+                            call(&s, &format!("c{i}"), "ten_steps", serde_json::json!({})).await,
+                        );
+                    }
+                    lat
+                })
+            })
+            .collect();
+        let mut lat = Vec::new();
+        for t in tasks {
+            lat.extend(t.await.expect("caller"));
+        }
+        let total = t0.elapsed();
+        lat.sort();
+        println!(
+            "{}",
+            serde_json::json!({
+                "workload": "W1", "backend": backend, "callers": callers, "calls": lat.len(),
+                "wf_per_s": lat.len() as f64 / total.as_secs_f64(),
+                "p50_ms": percentile(&lat, 0.5), "p99_ms": percentile(&lat, 0.99),
+                "total_s": total.as_secs_f64(),
+            })
+        );
+    }
+    handle.shutdown().await;
+}
+
+async fn w2(backend: &str, steps: u32, dir: &std::path::Path) {
+    // The whole body in one process.
+    let store = open(&fresh_target(backend, dir)).await;
+    let handle = worker(&store, Some(format!("w2-{}", RunId::random())), None)
+        .await
+        .spawn();
+    let s = session(&store, "w2-total");
+    call(&s, "warm", "many_steps", serde_json::json!({"steps": 10})).await;
+    let total = call(&s, "c", "many_steps", serde_json::json!({"steps": steps})).await;
+    handle.shutdown().await;
+    drop(store);
+
+    // A child process that dies inside the last step.
+    let target = fresh_target(backend, dir);
+    let exe = std::env::current_exe().expect("this binary");
+    let out = std::process::Command::new(&exe)
+        .args(["child", "--target", &target, "--steps", &steps.to_string()])
+        .args(["--crash-at", &steps.to_string()])
+        .output()
+        .expect("run the child");
+    assert!(
+        !out.status.success(),
+        "the child was to die inside its last step"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let run = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("run "))
+        .expect("the child printed its run id")
+        .to_owned();
+    let store = open(&target).await;
+    let t0 = Instant::now();
+    let report = Worker::replay_cold(&*store, &registry(), &RunId::new(&run))
+        .await
+        .expect("replay");
+    let replay = t0.elapsed();
+    assert_eq!(report.commands, u64::from(steps), "{report:?}");
+    drop(store);
+
+    // A fresh process (same default worker id) takes the run back and finishes it.
+    let t0 = Instant::now();
+    let out = std::process::Command::new(&exe)
+        .args(["recover", "--target", &target, "--run", &run])
+        .output()
+        .expect("run the recovery");
+    let wall = t0.elapsed();
+    assert!(
+        out.status.success(),
+        "recovery failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = String::from_utf8_lossy(&out.stdout);
+    let inner: serde_json::Value = serde_json::from_str(line.trim()).expect("recover's JSON");
+    println!(
+        "{}",
+        serde_json::json!({
+            "workload": "W2", "backend": backend, "steps": steps,
+            "total_s": total.as_secs_f64(),
+            "replay_ms": replay.as_secs_f64() * 1e3, "replayed_events": report.events,
+            "recover_total_ms": inner["recover_ms"],
+            "recover_process_wall_ms": wall.as_secs_f64() * 1e3,
+        })
+    );
+}
+
+async fn throughput(backend: &str, runs: usize, steps: u32, dir: &std::path::Path) {
+    let store = open(&fresh_target(backend, dir)).await;
+    let handle = worker(&store, Some(format!("tp-{}", RunId::random())), None)
+        .await
+        .spawn();
+    let warm = session(&store, "tp-warm");
+    call(&warm, "w", "many_steps", serde_json::json!({"steps": 5})).await;
+    let t0 = Instant::now();
+    let tasks: Vec<_> = (0..runs)
+        .map(|i| {
+            let s = session(&store, &format!("tp-{i}"));
+            tokio::spawn(async move {
+                call(&s, "c", "many_steps", serde_json::json!({"steps": steps})).await
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("run");
+    }
+    let total = t0.elapsed();
+    handle.shutdown().await;
+    let n = runs as f64 * f64::from(steps);
+    println!(
+        "{}",
+        serde_json::json!({
+            "workload": "throughput", "backend": backend, "runs": runs, "steps_per_run": steps,
+            "steps_per_s": n / total.as_secs_f64(), "total_s": total.as_secs_f64(),
+        })
+    );
+}
+
+/// Waits for the call's result or for the worker to stop by itself (fenced): exits 3 then.
+async fn settle_or_fenced(s: &Session, call_id: &CallId, handle: WorkerHandle) -> WorkerHandle {
+    let mut handle = Some(handle);
+    let fenced = async {
+        // Polls `is_finished` so the handle stays usable for the shutdown afterwards.
+        loop {
+            if handle.as_ref().is_some_and(WorkerHandle::is_finished) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::select! {
+        r = s.wait_settled(call_id) => {
+            r.expect("wait_settled");
+        }
+        () = fenced => {
+            let e = handle.take().expect("handle").join().await;
+            eprintln!("worker stopped: {e:?}");
+            std::process::exit(3);
+        }
+    }
+    handle.expect("handle")
+}
+
+async fn child(p: Proc, steps: u32, crash_at: u32, hang_at: u32, delay_ms: u32) {
+    CRASH_AT.store(crash_at, Ordering::Relaxed);
+    HANG_AT.store(hang_at, Ordering::Relaxed);
+    DELAY_MS.store(delay_ms, Ordering::Relaxed);
+    let store = open(&p.target).await;
+    let handle = worker(&store, p.worker_id, p.lease_secs).await.spawn();
+    let s = session(&store, "restart");
+    let start = s
+        .call_tool("c1", "many_steps", serde_json::json!({"steps": steps}))
+        .await
+        .expect("call_tool");
+    let run = match start {
+        eve_core::engine::ToolCallStart::Parked { run_id } => run_id,
+        other => panic!("{other:?}"),
+    };
+    println!("run {run}");
+    let handle = settle_or_fenced(&s, &CallId::new("c1"), handle).await;
+    handle.shutdown().await;
+}
+
+async fn recover(p: Proc, run: String, started: Instant) {
+    let store = open(&p.target).await;
+    let handle = worker(&store, p.worker_id, p.lease_secs).await.spawn();
+    let rec = store.get_run(&RunId::new(run)).await.expect("the run");
+    let s = session(&store, rec.session_id.as_str());
+    let handle = settle_or_fenced(&s, &rec.call_id, handle).await;
+    let ms = started.elapsed().as_secs_f64() * 1e3;
+    handle.shutdown().await;
+    println!("{}", serde_json::json!({ "recover_ms": ms }));
+}
+
+fn main() {
+    let started = Instant::now();
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let dir = tempfile::tempdir().expect("temp dir");
+    rt.block_on(async move {
+        match cli.command {
+            Command::All => {
+                let mut backends = vec!["sqlite-full", "sqlite-normal"];
+                if std::env::var("EVE_TEST_POSTGRES_URL").is_ok() {
+                    backends.push("postgres");
+                }
+                for b in backends {
+                    w1(b, 200, dir.path()).await;
+                    w2(b, 1000, dir.path()).await;
+                    throughput(b, 64, 50, dir.path()).await;
+                }
+            }
+            Command::W1 { backend, calls } => w1(&backend, calls, dir.path()).await,
+            Command::W2 { backend, steps } => w2(&backend, steps, dir.path()).await,
+            Command::Throughput {
+                backend,
+                runs,
+                steps,
+            } => throughput(&backend, runs, steps, dir.path()).await,
+            Command::Child {
+                proc,
+                steps,
+                crash_at,
+                hang_at,
+                delay_ms,
+            } => child(proc, steps, crash_at, hang_at, delay_ms).await,
+            Command::Recover { proc, run } => recover(proc, run, started).await,
+        }
+    });
+}
