@@ -471,11 +471,16 @@ impl Inner {
     /// worker (`NotFound`); a superseded epoch is `Fenced`: another process registered this
     /// worker id, and this one must stop.
     async fn keep_lease(&self) -> Result<(), StoreError> {
-        let lease = self.lease();
-        let now = self.clock.now();
-        if now < self.renew_at() {
+        if self.clock.now() < self.renew_at() {
             return Ok(());
         }
+        self.renew().await
+    }
+
+    /// Heartbeats now; see [`Inner::keep_lease`].
+    async fn renew(&self) -> Result<(), StoreError> {
+        let lease = self.lease();
+        let now = self.clock.now();
         let renewed = match self
             .store
             .heartbeat(&lease, self.config.lease_ttl, now)
@@ -526,6 +531,14 @@ impl Inner {
             let mut claimed = 0;
             if free > 0 {
                 match self.claim(free, &active).await {
+                    // Fenced with a lease that is not due for renewal: superseded or retired
+                    // by another process, unless the lease lapsed (a stall); a heartbeat now
+                    // tells which.
+                    Err(StoreError::Fenced { .. }) => match self.renew().await {
+                        Err(e @ StoreError::Fenced { .. }) => break Some(e),
+                        Err(e) => warn!(error = %e, "heartbeat failed"),
+                        Ok(()) => {}
+                    },
                     Ok(runs) => {
                         claimed = runs.len();
                         for rec in runs {
