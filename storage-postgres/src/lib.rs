@@ -10,7 +10,10 @@
 //! )
 //! .await?;
 //! let mut wake = store.subscribe().await?; // LISTEN-fed wake-ups for idle workers
-//! # let _ = wake.notified(); Ok(()) }
+//! // Wakes when the session's log grows, whichever process wrote it.
+//! use eve_core::{JournalStore, SessionId, WatchKey};
+//! let log = store.watch(&WatchKey::Session(SessionId::new("session-1"))).await;
+//! # let _ = (wake.notified(), log); Ok(()) }
 //! ```
 //!
 //! # Schema
@@ -61,6 +64,16 @@
 //! later statement: under read committed a statement that waited for a lock re-checks only the
 //! locked row and keeps joined rows of its old snapshot.
 //!
+//! A running run is claimable (contract clause 5) when no valid lease holds it (its owner
+//! worker is not retired, at the run's owner epoch, and unexpired at `now`) and its *claim key*
+//! is at or before `now`: the earliest of its first unprocessed event (`pending_at`), its
+//! earliest timer and, for an orphaned run (one that still names an owner whose lease is no
+//! longer valid), its `updated_at`, so an orphaned run is claimable at once. `retire_worker`
+//! only marks the worker retired, and a re-registration only bumps the epoch: the runs they held
+//! keep their owner and are orphaned. Claims take runs in claim key order, ties by creation
+//! order (`ord`); [`JournalStore::next_wake`] is the smallest claim key of the deployment's
+//! running runs that no valid lease holds.
+//!
 //! Claims lock candidate runs with `FOR UPDATE SKIP LOCKED`, so claimers never queue behind each
 //! other. When that leaves a claim short, the candidates it skipped (runs locked by a delivery
 //! or append in flight) are locked, waiting for that write, and re-checked, so a claim never
@@ -72,23 +85,36 @@
 //!
 //! # Wake-ups (LISTEN/NOTIFY)
 //!
-//! [`PostgresStore::subscribe`] opens one dedicated listener connection per store (on first use)
-//! that `LISTEN`s on channel `eve_<schema>`. The store sends `NOTIFY` (payload: the deployment
-//! id) only when a run becomes claimable from idle: a new run, a delivery (answer, hook,
-//! cancel, resume) to a running run that had no unprocessed event, a release or retirement
-//! that leaves a run with pending work or timers. Worker appends never notify. Notifications
-//! inside one transaction coalesce (Postgres folds identical ones), and subscribers coalesce
-//! further (a [`Wakeups`] is a counter: many notifications before a wait wake it once). After
-//! every listener reconnect, subscribers get one wake-up too, meaning "poll everything":
-//! notifications sent while the connection was down are lost. Timers are not notified: an idle
-//! worker sleeps until [`JournalStore::next_wake`].
+//! Each store opens one dedicated listener connection (on first use of
+//! [`PostgresStore::subscribe`], [`JournalStore::wakeups`] or [`JournalStore::watch`]) that
+//! `LISTEN`s on channel `eve_<schema>`. Writers send `NOTIFY` on that channel in the writing
+//! transaction, so Postgres delivers it only at commit (a rolled-back write or savepoint sends
+//! nothing) and folds identical ones of a transaction into one. Payloads say what to wake:
+//!
+//! | payload | sent by | wakes |
+//! |---|---|---|
+//! | `d:<deployment>` | a new run; a delivery (answer, hook, cancel, resume) to a running run that had no unprocessed event; a release that leaves pending work or timers; a retirement; a re-registration that supersedes an epoch | idle workers ([`Wakeups`], [`JournalStore::wakeups`]) |
+//! | `s:<session>` | every transaction that writes session-log rows (worker appends and deliveries alike) | [`JournalStore::watch`] of [`WatchKey::Session`] |
+//! | `r:<run>` | every external delivery to the run (answer, hook, cancel, resolve) | [`JournalStore::watch`] of [`WatchKey::Run`] |
+//! | `*` | instead of any of the above whose id makes the payload 8000 bytes or more | everything |
+//!
+//! Worker appends never wake workers; they notify only session watchers. The listener dispatches
+//! `d:` to the idle-worker signal (every deployment's: the payload names it for humans), `s:` and
+//! `r:` to a [`WatchHub`], and anything else (`*`, or a bare deployment id from an older version)
+//! to everyone. Subscribers coalesce further (a receiver is a counter: many notifications
+//! before a wait wake it once). After every listener reconnect, every subscriber and watcher is
+//! woken too, meaning "re-read everything": notifications sent while the connection was down
+//! are lost. Timers and lease expiries are not notified: an idle worker sleeps until
+//! [`JournalStore::next_wake`].
 //!
 //! # Limits
 //!
 //! The contract's limits ([`eve_core::store::MAX_EVENTS_PER_APPEND`], 4 MiB per payload and per
 //! append) are checked before any SQL runs. Seqs, epochs and times are stored as `BIGINT`
 //! (values above `i64::MAX` are refused). A hook token, id or key is `TEXT` (Postgres caps a
-//! value at 1 GB). NOTIFY payloads are deployment ids and must stay under 8000 bytes.
+//! value at 1 GB). NOTIFY payloads (a prefix and a deployment, session or run id) must be
+//! shorter than 8000 bytes; ids are not limited, so a longer payload is replaced by `*` (wake
+//! everything) instead of failing the write.
 //!
 //! # Capability checklist
 //!
@@ -96,10 +122,13 @@
 //! - [x] exactly-once deliveries (answer, hook dedupe key, cancel), refused after run end
 //! - [x] idempotent starts under concurrency (unique key)
 //! - [x] store-wide hook token uniqueness, released at run end
-//! - [x] leases with epochs, claims with `SKIP LOCKED`, `next_wake`
+//! - [x] leases with epochs; runs of expired, superseded or retired leases orphaned and
+//!   claimable at once; claims with `SKIP LOCKED` in claim key order, `next_wake`
 //! - [x] faithful paged reads (one row per append, decoded in batches), `Corrupt` on bad rows
 //! - [x] queries: runs by id/session/status/deployment, pending requests, session log
-//! - [x] LISTEN/NOTIFY wake-ups with reconnect poll signal
+//! - [x] LISTEN/NOTIFY wake-ups for idle workers, session-log and run-delivery watches
+//!   ([`JournalStore::watch`]), with a wake-everything signal after a reconnect
+//! - [x] a stable [`JournalStore::store_id`]: `postgres://host:port/database#schema`
 //! - [x] multi-process safe: every check runs in the database
 
 use async_trait::async_trait;
@@ -108,7 +137,7 @@ use eve_core::{
     check_limits, Append, Appended, CancelOutcome, CreatedRun, Delivered, DeploymentId, Effects,
     Event, Execution, InputRequest, InputResponse, JournalStore, Lease, NewRun, Payload,
     PendingRequest, RequestId, Resolution, RunId, RunQuery, RunRecord, RunStatus, SessionEntry,
-    SessionEvent, SessionId, StoreError, StoredEvent, Timestamp, WorkerId,
+    SessionEvent, SessionId, StoreError, StoredEvent, Timestamp, WatchHub, WatchKey, WorkerId,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{AssertSqlSafe, PgConnection, PgPool, Row};
@@ -165,13 +194,23 @@ pub struct PostgresStore {
 struct Inner {
     db: Arc<Db>,
     jobs: mpsc::Sender<Job>,
-    wake: OnceCell<(watch::Sender<u64>, tokio::task::JoinHandle<()>)>,
+    /// Watchers of session logs and run deliveries, woken by the listener.
+    hub: WatchHub,
+    /// The listener, opened on first use.
+    listener: OnceCell<Listener>,
+}
+
+/// The dedicated LISTEN connection's task and the idle-worker signal it feeds.
+#[derive(Debug)]
+struct Listener {
+    workers: watch::Sender<u64>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        if let Some((_, task)) = self.wake.get() {
-            task.abort();
+        if let Some(l) = self.listener.get() {
+            l.task.abort();
         }
     }
 }
@@ -183,6 +222,8 @@ struct Db {
     schema: String,
     quoted: String,
     channel: String,
+    /// [`JournalStore::store_id`].
+    id: String,
 }
 
 type Job = (Append, oneshot::Sender<Result<Appended, StoreError>>);
@@ -292,11 +333,13 @@ impl PostgresStore {
         schema::validate_schema(schema)?;
         let quoted = format!("\"{schema}\"");
         schema::migrate(&pool, schema, &quoted).await?;
+        let id = store_id(pool.connect_options().as_ref(), schema);
         let db = Arc::new(Db {
             pool,
             schema: schema.to_owned(),
             quoted,
             channel: format!("eve_{schema}"),
+            id,
         });
         let (tx, rx) = mpsc::channel::<Job>(1024);
         let rx = Arc::new(Mutex::new(rx));
@@ -307,7 +350,8 @@ impl PostgresStore {
             inner: Arc::new(Inner {
                 db,
                 jobs: tx,
-                wake: OnceCell::new(),
+                hub: WatchHub::default(),
+                listener: OnceCell::new(),
             }),
         })
     }
@@ -322,17 +366,24 @@ impl PostgresStore {
         &self.inner.db.channel
     }
 
-    /// Subscribes to wake-ups. The first call opens the dedicated listener connection and
-    /// returns once `LISTEN` is in place, so any run made claimable after this returns wakes
-    /// the subscription.
+    /// Subscribes to wake-ups for idle workers. The first call opens the dedicated listener
+    /// connection and returns once `LISTEN` is in place, so any run made claimable after this
+    /// returns wakes the subscription.
     ///
     /// # Errors
     /// `Unavailable` when the listener cannot connect.
     pub async fn subscribe(&self) -> Result<Wakeups, StoreError> {
+        Ok(Wakeups {
+            rx: self.listener().await?.workers.subscribe(),
+        })
+    }
+
+    /// The listener, opened (and `LISTEN` in place) on first use.
+    async fn listener(&self) -> Result<&Listener, StoreError> {
         let db = self.inner.db.clone();
-        let (tx, _) = self
-            .inner
-            .wake
+        let hub = self.inner.hub.clone();
+        self.inner
+            .listener
             .get_or_try_init(|| async move {
                 let opts = db.pool.connect_options().as_ref().clone();
                 let lpool = PgPoolOptions::new()
@@ -344,12 +395,11 @@ impl PostgresStore {
                     .await
                     .map_err(map_err)?;
                 listener.listen(&db.channel).await.map_err(map_err)?;
-                let (tx, _) = watch::channel(0u64);
-                let task = tokio::spawn(listen_loop(listener, tx.clone()));
-                Ok::<_, StoreError>((tx, task))
+                let (workers, _) = watch::channel(0u64);
+                let task = tokio::spawn(listen_loop(listener, workers.clone(), hub));
+                Ok::<_, StoreError>(Listener { workers, task })
             })
-            .await?;
-        Ok(Wakeups { rx: tx.subscribe() })
+            .await
     }
 
     fn db(&self) -> &Db {
@@ -357,25 +407,98 @@ impl PostgresStore {
     }
 }
 
-async fn listen_loop(mut listener: sqlx::postgres::PgListener, tx: watch::Sender<u64>) {
+async fn listen_loop(
+    mut listener: sqlx::postgres::PgListener,
+    workers: watch::Sender<u64>,
+    hub: WatchHub,
+) {
+    let wake_workers = || workers.send_modify(|n| *n = n.wrapping_add(1));
+    // Notifications sent while the connection was down are lost: every subscriber and watcher
+    // re-reads the store.
+    let wake_all = || {
+        wake_workers();
+        hub.wake_all();
+    };
     let mut backoff = Duration::from_millis(50);
     loop {
         match listener.try_recv().await {
-            Ok(Some(_)) => {
+            Ok(Some(n)) => {
                 backoff = Duration::from_millis(50);
-                tx.send_modify(|n| *n += 1);
+                match Wake::parse(n.payload()) {
+                    Wake::Workers => wake_workers(),
+                    Wake::Key(key) => hub.wake(&key),
+                    Wake::All => wake_all(),
+                }
             }
-            // The connection was lost and re-established (LISTEN re-issued): anything sent
-            // meanwhile is lost, so every subscriber polls.
-            Ok(None) => tx.send_modify(|n| *n += 1),
+            // The connection was lost and re-established (LISTEN re-issued).
+            Ok(None) => wake_all(),
             Err(e) => {
                 tracing::warn!(error = %e, "eve postgres listener: reconnecting");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(5));
-                tx.send_modify(|n| *n += 1);
+                wake_all();
             }
         }
     }
+}
+
+/// NOTIFY payloads must be shorter than this (a Postgres limit).
+const MAX_PAYLOAD: usize = 8000;
+
+/// The payload that wakes everything: sent instead of a key too long for a NOTIFY payload.
+const WAKE_ALL: &str = "*";
+
+/// What a NOTIFY payload on the store's channel wakes.
+#[derive(Debug, PartialEq, Eq)]
+enum Wake {
+    /// `d:<deployment>`: idle workers (a run may have become claimable).
+    Workers,
+    /// `s:<session>` or `r:<run>`: the watchers of that [`WatchKey`].
+    Key(WatchKey),
+    /// [`WAKE_ALL`], or a payload this version does not know: everyone.
+    All,
+}
+
+impl Wake {
+    fn parse(payload: &str) -> Self {
+        if payload.starts_with("d:") {
+            Wake::Workers
+        } else {
+            WatchKey::decode(payload).map_or(Wake::All, Wake::Key)
+        }
+    }
+}
+
+/// `payload`, or [`WAKE_ALL`] when it is too long for a NOTIFY (ids are unbounded).
+fn fit(payload: String) -> String {
+    if payload.len() < MAX_PAYLOAD {
+        payload
+    } else {
+        WAKE_ALL.to_owned()
+    }
+}
+
+/// The NOTIFY payload that wakes idle workers of `deployment`.
+fn deployment_payload(deployment: &DeploymentId) -> String {
+    fit(format!("d:{deployment}"))
+}
+
+/// The NOTIFY payload that wakes the watchers of `key`.
+fn key_payload(key: &WatchKey) -> String {
+    fit(key.encode())
+}
+
+/// `postgres://host:port/database#schema`: the same in every process that opens the store,
+/// whatever user or password it connects with.
+fn store_id(o: &PgConnectOptions, schema: &str) -> String {
+    let host = match o.get_socket() {
+        Some(socket) => socket.display().to_string(),
+        None if o.get_host().contains(':') => format!("[{}]", o.get_host()),
+        None => o.get_host().to_owned(),
+    };
+    // Without a database name Postgres uses the user's name.
+    let database = o.get_database().unwrap_or(o.get_username());
+    format!("postgres://{host}:{}/{database}#{schema}", o.get_port())
 }
 
 /// The group-commit writer: folds queued appends into one transaction, a savepoint each.
@@ -423,19 +546,41 @@ fn execution_str(e: Execution) -> &'static str {
     }
 }
 
-/// When a run next has work: its first unprocessed event or its earliest timer.
-const WORK_AT: &str =
-    "LEAST(r.pending_at, (SELECT min(t.due) FROM {s}.timers t WHERE t.run_id = r.run_id))";
+/// The claim key of a run `r` that no valid lease holds (contract clause 5): when its work is
+/// due (its first unprocessed event or its earliest timer), and for an orphaned run (it still
+/// names an owner) the earlier of that and its `updated_at`. NULL: no work and no owner.
+/// (`LEAST` ignores NULLs.)
+macro_rules! claim_key {
+    () => {
+        "LEAST(r.pending_at, (SELECT min(t.due) FROM {s}.timers t WHERE t.run_id = r.run_id), \
+         CASE WHEN r.owner_worker IS NOT NULL THEN r.updated_at END)"
+    };
+}
 
-/// A run of deployment `$1` that is claimable at `$2` (`r` the run, `w` its owner's worker).
+/// See [`claim_key!`].
+const CLAIM_KEY: &str = claim_key!();
+
+/// Whether a valid lease holds run `r` at `$2` (`w` its owner's worker row).
+macro_rules! held {
+    () => {
+        "coalesce(NOT w.retired AND w.epoch = r.owner_epoch AND w.expires_at > $2, FALSE)"
+    };
+}
+
+/// A run of deployment `$1` that is claimable at `$2` (`r` the run, `w` its owner's worker):
+/// running, held by no valid lease, and its claim key is due.
 ///
 /// `r.owner_worker IS NOT DISTINCT FROM w.worker_id` guards the re-check Postgres makes when a
 /// row changed under a locking statement: it re-reads `r` but keeps the joined `w` of the old
-/// snapshot, so a run claimed meanwhile by another worker must not pass as unowned.
-const CLAIMABLE: &str = "r.deployment_id = $1 AND r.status = 'running' \
-    AND r.owner_worker IS NOT DISTINCT FROM w.worker_id \
-    AND NOT coalesce(NOT w.retired AND w.epoch = r.owner_epoch AND w.expires_at > $2, FALSE) \
-    AND LEAST(r.pending_at, (SELECT min(t.due) FROM {s}.timers t WHERE t.run_id = r.run_id)) <= $2";
+/// snapshot, so a run claimed meanwhile by another worker must not pass as unowned or orphaned.
+const CLAIMABLE: &str = concat!(
+    "r.deployment_id = $1 AND r.status = 'running' \
+     AND r.owner_worker IS NOT DISTINCT FROM w.worker_id AND NOT ",
+    held!(),
+    " AND ",
+    claim_key!(),
+    " <= $2"
+);
 
 const RUN_COLS: &str = "r.run_id, r.idempotency_key, r.workflow_id, r.deployment_id, r.tool, \
     r.session_id, r.call_id, r.execution, r.status, r.next_seq, r.processed_seq, \
@@ -533,14 +678,25 @@ impl Db {
         }))
     }
 
+    /// Wakes idle workers of `deployment` when the caller's transaction commits.
     async fn notify(
         &self,
         conn: &mut PgConnection,
         deployment: &DeploymentId,
     ) -> Result<(), StoreError> {
-        sqlx::query("SELECT pg_notify($1, $2)")
+        self.notify_all(conn, &[deployment_payload(deployment)])
+            .await
+    }
+
+    /// Sends NOTIFYs with `payloads` on the schema's channel (delivered at commit).
+    async fn notify_all(
+        &self,
+        conn: &mut PgConnection,
+        payloads: &[String],
+    ) -> Result<(), StoreError> {
+        sqlx::query("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS u(p)")
             .bind(&self.channel)
-            .bind(deployment.as_str())
+            .bind(payloads)
             .execute(&mut *conn)
             .await
             .map_err(map_err)?;
@@ -548,8 +704,9 @@ impl Db {
     }
 
     /// Writes `events` at the run's next seq with their [`Effects`], as `MemoryStore::write`.
-    /// `append_id` marks a worker append (sets `processed_seq`, resets `activations`, never
-    /// notifies); otherwise a delivery that notifies when the run was idle. The caller locked
+    /// Session-log rows notify the session's watchers. `append_id` marks a worker append (sets
+    /// `processed_seq`, resets `activations`, wakes no worker); otherwise a delivery, which
+    /// notifies the run's watchers, and idle workers when the run was idle. The caller locked
     /// the run and checked preconditions; the caller's transaction (or savepoint) is rolled back
     /// on error.
     async fn write(
@@ -730,9 +887,11 @@ impl Db {
                 .map_err(|e| {
                     StoreError::InvalidInput(format!("session event does not serialize: {e}"))
                 })?;
+            // The session's watchers are notified in the same statement (at commit).
             sqlx::query(self.sql(
-                "INSERT INTO {s}.session_log (session_id, seq, at, run_id, call_id, body) \
-                 SELECT $1, q, $2, $3, $4, b FROM unnest($5::bigint[], $6::bytea[]) AS u(q, b)",
+                "WITH ins AS (INSERT INTO {s}.session_log (session_id, seq, at, run_id, call_id, body) \
+                   SELECT $1, q, $2, $3, $4, b FROM unnest($5::bigint[], $6::bytea[]) AS u(q, b)) \
+                 SELECT pg_notify($7, $8)",
             ))
             .bind(run.session_id.as_str())
             .bind(now.0)
@@ -740,13 +899,21 @@ impl Db {
             .bind(run.call_id.as_str())
             .bind(&seqs)
             .bind(&bodies)
+            .bind(&self.channel)
+            .bind(key_payload(&WatchKey::Session(run.session_id.clone())))
             .execute(&mut *conn)
             .await
             .map_err(map_err)?;
         }
-        let status = fx.status.unwrap_or(run.status);
-        if !worker && status == RunStatus::Running && run.processed_seq >= first {
-            self.notify(conn, &run.deployment_id).await?;
+        if !worker {
+            // A delivery: wake the run's watchers (the worker holding it), and idle workers if
+            // the run was idle.
+            let mut payloads = vec![key_payload(&WatchKey::Run(run.run_id.clone()))];
+            let status = fx.status.unwrap_or(run.status);
+            if status == RunStatus::Running && run.processed_seq >= first {
+                payloads.push(deployment_payload(&run.deployment_id));
+            }
+            self.notify_all(conn, &payloads).await?;
         }
         Ok((first, next))
     }
@@ -956,16 +1123,16 @@ impl Db {
         let lock = if only.is_some() { "" } else { "SKIP LOCKED" };
         let rows = sqlx::query(self.sql(&format!(
             "WITH c AS ( \
-               SELECT r.run_id, r.ord, {WORK_AT} AS work_at \
+               SELECT r.run_id, r.ord, {CLAIM_KEY} AS claim_key \
                FROM {{s}}.runs r LEFT JOIN {{s}}.workers w ON w.worker_id = r.owner_worker \
                WHERE {CLAIMABLE} AND NOT (r.run_id = ANY($7)) \
                  AND ($6::text[] IS NULL OR r.run_id = ANY($6)) \
-               ORDER BY work_at, r.ord LIMIT $3 \
+               ORDER BY claim_key, r.ord LIMIT $3 \
                FOR UPDATE OF r {lock}) \
              UPDATE {{s}}.runs r SET owner_worker = $4, owner_epoch = $5, \
                activations = r.activations + 1, updated_at = $2 \
              FROM c WHERE r.run_id = c.run_id \
-             RETURNING {RUN_COLS}, c.work_at AS work_at, c.ord AS c_ord"
+             RETURNING {RUN_COLS}, c.claim_key AS claim_key, c.ord AS c_ord"
         )))
         .bind(lease.deployment.as_str())
         .bind(now.0)
@@ -979,7 +1146,7 @@ impl Db {
         .map_err(map_err)?;
         rows.iter()
             .map(|row| {
-                let at: i64 = row.try_get("work_at").map_err(map_err)?;
+                let at: i64 = row.try_get("claim_key").map_err(map_err)?;
                 let ord: i64 = row.try_get("c_ord").map_err(map_err)?;
                 Ok(((at, ord), run_from_row(row)?))
             })
@@ -1064,6 +1231,18 @@ impl JournalStore for PostgresStore {
     /// [`PostgresStore::subscribe`]); `None` when the listener cannot connect.
     async fn wakeups(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         self.subscribe().await.ok().map(|w| w.rx)
+    }
+
+    /// LISTEN/NOTIFY-fed: session-log writes and deliveries from every process on this schema
+    /// wake the key's receivers; `None` when the listener cannot connect.
+    async fn watch(&self, key: &WatchKey) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.listener().await.ok()?;
+        Some(self.inner.hub.subscribe(key))
+    }
+
+    /// `postgres://host:port/database#schema`, as the URL names the host.
+    fn store_id(&self) -> String {
+        self.inner.db.id.clone()
     }
 
     async fn create_run(&self, new: NewRun, now: Timestamp) -> Result<CreatedRun, StoreError> {
@@ -1617,6 +1796,7 @@ impl JournalStore for PostgresStore {
         eve_core::store::check_worker_ids(worker, deployment)?;
         let db = self.db();
         let expires_at = now.plus(ttl);
+        let mut tx = db.begin().await?;
         let epoch: i64 = sqlx::query_scalar(db.sql(
             "INSERT INTO {s}.workers (worker_id, deployment_id, epoch, expires_at, retired) \
              VALUES ($1, $2, 1, $3, FALSE) \
@@ -1627,9 +1807,14 @@ impl JournalStore for PostgresStore {
         .bind(worker.as_str())
         .bind(deployment.as_str())
         .bind(expires_at.0)
-        .fetch_one(&db.pool)
+        .fetch_one(&mut *tx)
         .await
         .map_err(map_err)?;
+        // An earlier epoch's runs are orphaned now: wake idle workers to take them.
+        if epoch > 1 {
+            db.notify(&mut tx, deployment).await?;
+        }
+        tx.commit().await.map_err(map_err)?;
         Ok(Lease {
             worker: worker.clone(),
             deployment: deployment.clone(),
@@ -1712,7 +1897,7 @@ impl JournalStore for PostgresStore {
             let skipped: Vec<String> = sqlx::query_scalar(db.sql(&format!(
                 "SELECT r.run_id FROM {{s}}.runs r LEFT JOIN {{s}}.workers w ON w.worker_id = r.owner_worker \
                  WHERE {CLAIMABLE} AND NOT (r.run_id = ANY($4)) \
-                 ORDER BY {WORK_AT}, r.ord LIMIT $3"
+                 ORDER BY {CLAIM_KEY}, r.ord LIMIT $3"
             )))
             .bind(lease.deployment.as_str())
             .bind(now.0)
@@ -1783,7 +1968,7 @@ impl JournalStore for PostgresStore {
         Ok(())
     }
 
-    async fn retire_worker(&self, lease: &Lease, now: Timestamp) -> Result<(), StoreError> {
+    async fn retire_worker(&self, lease: &Lease, _now: Timestamp) -> Result<(), StoreError> {
         let db = self.db();
         let mut tx = db.begin().await?;
         let w: Option<(i64, bool)> = sqlx::query_as(
@@ -1797,26 +1982,13 @@ impl JournalStore for PostgresStore {
             Some((epoch, false)) if epoch as u64 == lease.epoch => {}
             _ => return Err(fenced(lease, "")),
         }
-        let has_work: Vec<bool> = sqlx::query_scalar(db.sql(
-            "UPDATE {s}.runs r SET owner_worker = NULL, owner_epoch = NULL, updated_at = $3 \
-             WHERE r.owner_worker = $1 AND r.owner_epoch = $2 \
-             RETURNING r.status = 'running' AND (r.pending_at IS NOT NULL \
-               OR EXISTS (SELECT 1 FROM {s}.timers t WHERE t.run_id = r.run_id))",
-        ))
-        .bind(lease.worker.as_str())
-        .bind(i64_of(lease.epoch, "epoch")?)
-        .bind(now.0)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(map_err)?;
+        // The runs it still holds keep naming it: orphaned, they are claimable at once.
         sqlx::query(db.sql("UPDATE {s}.workers SET retired = TRUE WHERE worker_id = $1"))
             .bind(lease.worker.as_str())
             .execute(&mut *tx)
             .await
             .map_err(map_err)?;
-        if has_work.iter().any(|w| *w) {
-            db.notify(&mut tx, &lease.deployment).await?;
-        }
+        db.notify(&mut tx, &lease.deployment).await?;
         tx.commit().await.map_err(map_err)?;
         Ok(())
     }
@@ -1827,17 +1999,50 @@ impl JournalStore for PostgresStore {
         now: Timestamp,
     ) -> Result<Option<Timestamp>, StoreError> {
         let db = self.db();
-        let at: Option<i64> = sqlx::query_scalar(db.sql(
-            "SELECT min(LEAST(r.pending_at, (SELECT min(t.due) FROM {s}.timers t WHERE t.run_id = r.run_id))) \
-             FROM {s}.runs r LEFT JOIN {s}.workers w ON w.worker_id = r.owner_worker \
-             WHERE r.deployment_id = $1 AND r.status = 'running' \
-               AND NOT coalesce(NOT w.retired AND w.epoch = r.owner_epoch AND w.expires_at > $2, FALSE)",
-        ))
+        let at: Option<i64> = sqlx::query_scalar(db.sql(concat!(
+            "SELECT min(",
+            claim_key!(),
+            ") FROM {s}.runs r LEFT JOIN {s}.workers w ON w.worker_id = r.owner_worker \
+             WHERE r.deployment_id = $1 AND r.status = 'running' AND NOT ",
+            held!()
+        )))
         .bind(deployment.as_str())
         .bind(now.0)
         .fetch_one(&db.pool)
         .await
         .map_err(map_err)?;
         Ok(at.map(Timestamp))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_dispatch_unambiguously() {
+        let run = WatchKey::Run(RunId::new("d:x"));
+        let session = WatchKey::Session(SessionId::new("r:y"));
+        let dep = DeploymentId::new("s:z");
+        assert_eq!(Wake::parse(&key_payload(&run)), Wake::Key(run));
+        assert_eq!(Wake::parse(&key_payload(&session)), Wake::Key(session));
+        assert_eq!(Wake::parse(&deployment_payload(&dep)), Wake::Workers);
+        // An older version's bare deployment id, and ids too long for a NOTIFY: everyone.
+        assert_eq!(Wake::parse("my-deployment"), Wake::All);
+        let long = WatchKey::Session(SessionId::new("x".repeat(MAX_PAYLOAD)));
+        assert_eq!(key_payload(&long), WAKE_ALL);
+        assert_eq!(Wake::parse(WAKE_ALL), Wake::All);
+    }
+
+    #[test]
+    fn store_id_names_host_port_database_and_schema_only() {
+        let o = PgConnectOptions::from_str("postgres://alice:secret@db.example:6543/prod")
+            .expect("url");
+        assert_eq!(store_id(&o, "eve"), "postgres://db.example:6543/prod#eve");
+        let o = PgConnectOptions::from_str("postgres://bob@db.example/prod").expect("url");
+        assert_eq!(
+            store_id(&o, "eve_b"),
+            "postgres://db.example:5432/prod#eve_b"
+        );
     }
 }
