@@ -1,6 +1,6 @@
 //! Mapping sqlx errors to [`StoreError`] kinds: no sqlx type leaves this crate.
 
-use eve_core::StoreError;
+use eve_core::{Lease, StoreError};
 
 pub(crate) const BACKEND: &str = "postgres";
 
@@ -43,5 +43,26 @@ pub(crate) fn bad_row(what: &str, detail: impl std::fmt::Display) -> StoreError 
     StoreError::Other {
         backend: BACKEND,
         source: format!("stored {what} does not parse: {detail}; the row was written by another program or edited by hand").into(),
+    }
+}
+
+pub(crate) fn unavailable(message: String) -> StoreError {
+    StoreError::Unavailable {
+        backend: BACKEND,
+        message,
+    }
+}
+
+pub(crate) fn i64_of(v: u64, what: &str) -> Result<i64, StoreError> {
+    i64::try_from(v).map_err(|_| {
+        StoreError::InvalidInput(format!("{what} {v} is too large for this store (max i64)"))
+    })
+}
+
+pub(crate) fn fenced(lease: &Lease, run: &str) -> StoreError {
+    StoreError::Fenced {
+        run: run.to_owned(),
+        worker: lease.worker.to_string(),
+        epoch: lease.epoch,
     }
 }

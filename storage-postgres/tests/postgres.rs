@@ -1,14 +1,19 @@
-//! Postgres-specific tests: corrupt rows, migrations, schema names, wake-ups, group commit
-//! isolation and faults (terminated connections, refused connections). Each skips, loudly, when
+//! Postgres-specific tests: corrupt rows, migrations, schema names, wake-ups and watches over
+//! LISTEN/NOTIFY, orphaned runs (superseded, retired, expired leases), group commit isolation
+//! and faults (terminated connections, refused connections). Each skips, loudly, when
 //! `EVE_TEST_POSTGRES_URL` is unset.
 
 mod common;
 
 use common::{options, random_schema, url_or_skip, PgFactory};
 use eve_conformance::fixtures::{
-    append, hook, journal, json, must_append, new_run, started, step, unique, DEPLOYMENT,
+    append, ask, completed, hook, journal, json, must_append, new_run, record, started, step,
+    unique, DEPLOYMENT, TTL,
 };
-use eve_core::{Event, JournalStore, StoreError, Timestamp};
+use eve_core::{
+    DeploymentId, Event, InputResponse, JournalStore, Lease, RunId, SessionId, StoreError,
+    Timestamp, WatchKey, WorkerId,
+};
 use eve_storage_postgres::{PostgresOptions, PostgresStore, SCHEMA_VERSION};
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 use std::sync::Arc;
@@ -264,8 +269,10 @@ async fn deliveries_wake_subscribers_and_step_appends_do_not_notify() {
             }
         }
     };
-    assert_eq!(got, vec![DEPLOYMENT.to_owned(), DEPLOYMENT.to_owned(), "marker".to_owned()],
-        "one NOTIFY for the new run, one for the first delivery, none for appends, the release or the coalesced delivery");
+    let (d, r) = (format!("d:{DEPLOYMENT}"), format!("r:{}", run.run_id));
+    assert_eq!(got, vec![d.clone(), r.clone(), d, r, "marker".to_owned()],
+        "a worker NOTIFY for the new run and for the first delivery, none for appends, the release \
+         or the coalesced delivery; a run NOTIFY for each delivery");
 }
 
 async fn terminate(conn: &mut PgConnection, app: &str) -> i64 {
@@ -288,6 +295,10 @@ async fn terminated_connections_lose_and_double_nothing() {
     let store = Arc::new(f.store().await);
     let app = store.schema().to_owned();
     let mut wake = store.subscribe().await.expect("subscribe");
+    let mut watch = store
+        .watch(&WatchKey::Session(SessionId::new("nobody-writes-here")))
+        .await
+        .expect("watch");
     const RUNS: usize = 8;
     const STEPS: u64 = 40;
     let mut runs = Vec::new();
@@ -370,6 +381,10 @@ async fn terminated_connections_lose_and_double_nothing() {
         .await
         .expect("a wake-up after the listener reconnects")
         .expect("alive");
+    tokio::time::timeout(Duration::from_secs(10), watch.changed())
+        .await
+        .expect("watchers are woken after the listener reconnects")
+        .expect("alive");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -447,4 +462,371 @@ async fn schemas_isolate_deployments_in_one_database() {
         Err(StoreError::NotFound { .. })
     ));
     let _ = (url, random_schema());
+}
+
+/// The limit on waiting for something that must happen; never a sleep.
+const LIMIT: Duration = Duration::from_secs(10);
+
+async fn claim_ids(
+    store: &dyn JournalStore,
+    lease: &Lease,
+    max: usize,
+    now: Timestamp,
+) -> Vec<RunId> {
+    store
+        .claim(lease, max, now)
+        .await
+        .expect("claim")
+        .into_iter()
+        .map(|r| r.run_id)
+        .collect()
+}
+
+/// A run claimed by a fresh worker (lease valid until `at(30_000)`) that has no work: its
+/// `RunStarted` processed by a step append at `at(1)`, no timer.
+async fn held_without_work(store: &dyn JournalStore, tag: &str) -> (RunId, Lease) {
+    let (run, lease) = started(store, new_run(tag), at(0)).await;
+    must_append(
+        store,
+        append(&run.run_id, 1, &lease, vec![step(1, "1")], at(1)),
+    )
+    .await;
+    (run.run_id, lease)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_superseded_epochs_run_is_claimable_at_once_by_the_new_epoch() {
+    let Some(url) = url_or_skip("a_superseded_epochs_run_is_claimable_at_once_by_the_new_epoch")
+    else {
+        return;
+    };
+    let f = PgFactory::from_env().expect("url");
+    let store = f.store().await;
+    let other = PostgresStore::connect_with(&url, options(store.schema()))
+        .await
+        .expect("open");
+    let (run, old) = held_without_work(&store, "superseded").await;
+    // Subscribed after the start committed: its NOTIFY does not reach this listener.
+    let mut wake = store.subscribe().await.expect("subscribe");
+    let dep = DeploymentId::new(DEPLOYMENT);
+    assert_eq!(
+        store.next_wake(&dep, at(2)).await.expect("next_wake"),
+        None,
+        "a held run without work has no wake time"
+    );
+    // The process restarts: the same worker id registers again (from another instance), long
+    // before the old lease (valid until 30 s) expires.
+    let new = other
+        .register_worker(&old.worker, &old.deployment, TTL, at(2))
+        .await
+        .expect("re-register");
+    assert_eq!(new.epoch, old.epoch + 1);
+    tokio::time::timeout(LIMIT, wake.notified())
+        .await
+        .expect("a re-registration that supersedes an epoch wakes idle workers")
+        .expect("alive");
+    assert_eq!(
+        store.next_wake(&dep, at(3)).await.expect("next_wake"),
+        Some(at(1)),
+        "an orphaned run without work wakes at its updated_at"
+    );
+    assert_eq!(
+        claim_ids(&store, &new, 10, at(3)).await,
+        vec![run.clone()],
+        "the new epoch takes the old epoch's run at once, with no timer or event"
+    );
+    assert_eq!(
+        record(&store, &run).await.owner,
+        Some((new.worker.clone(), new.epoch))
+    );
+    assert!(matches!(
+        store
+            .append(append(&run, 2, &old, vec![step(2, "2")], at(4)))
+            .await,
+        Err(StoreError::Fenced { .. })
+    ));
+    must_append(&store, append(&run, 2, &new, vec![step(2, "2")], at(4))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retired_workers_run_is_claimable_at_once() {
+    let Some(url) = url_or_skip("a_retired_workers_run_is_claimable_at_once") else {
+        return;
+    };
+    let f = PgFactory::from_env().expect("url");
+    let store = f.store().await;
+    let other = PostgresStore::connect_with(&url, options(store.schema()))
+        .await
+        .expect("open");
+    let (run, old) = held_without_work(&store, "retired").await;
+    let w2 = store
+        .register_worker(&WorkerId::new(unique("w2")), &old.deployment, TTL, at(1))
+        .await
+        .expect("register");
+    assert!(
+        claim_ids(&store, &w2, 10, at(2)).await.is_empty(),
+        "held under a valid lease"
+    );
+    let mut wake = store.subscribe().await.expect("subscribe");
+    other.retire_worker(&old, at(3)).await.expect("retire");
+    tokio::time::timeout(LIMIT, wake.notified())
+        .await
+        .expect("a retirement wakes idle workers")
+        .expect("alive");
+    assert_eq!(
+        record(&store, &run).await.owner,
+        Some((old.worker.clone(), old.epoch)),
+        "retiring leaves the run naming its owner (orphaned)"
+    );
+    assert_eq!(
+        claim_ids(&store, &w2, 10, at(3)).await,
+        vec![run.clone()],
+        "another worker takes the retired worker's run at once"
+    );
+    assert!(matches!(
+        store.release(&old, &run, 2, at(4)).await,
+        Err(StoreError::Fenced { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_owners_run_is_claimable_from_its_expiry_and_not_before() {
+    if url_or_skip("an_expired_owners_run_is_claimable_from_its_expiry_and_not_before").is_none() {
+        return;
+    }
+    let f = PgFactory::from_env().expect("url");
+    let store = f.store().await;
+    let (run, old) = held_without_work(&store, "expired").await;
+    assert_eq!(old.expires_at, at(30_000));
+    let w2 = store
+        .register_worker(
+            &WorkerId::new(unique("w2")),
+            &old.deployment,
+            TTL,
+            at(1_000),
+        )
+        .await
+        .expect("register");
+    let dep = DeploymentId::new(DEPLOYMENT);
+    assert!(
+        claim_ids(&store, &w2, 10, at(29_999)).await.is_empty(),
+        "not claimable while the owner's lease is valid"
+    );
+    assert_eq!(
+        store.next_wake(&dep, at(29_999)).await.expect("next_wake"),
+        None,
+        "a held run has no wake time"
+    );
+    assert_eq!(
+        store.next_wake(&dep, at(30_000)).await.expect("next_wake"),
+        Some(at(1)),
+        "from the expiry on, the orphaned run's key is its updated_at"
+    );
+    assert_eq!(
+        claim_ids(&store, &w2, 10, at(30_000)).await,
+        vec![run],
+        "claimable at now == expires_at"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphaned_runs_are_claimed_and_reported_by_claim_key() {
+    if url_or_skip("orphaned_runs_are_claimed_and_reported_by_claim_key").is_none() {
+        return;
+    }
+    let f = PgFactory::from_env().expect("url");
+    let store = f.store().await;
+    let dep = DeploymentId::new(DEPLOYMENT);
+    // x: a retry due at 500, appended at 1000: key min(500, 1000) = 500.
+    let (x, wx) = started(&store, new_run("x"), at(0)).await;
+    let retry = Event::StepFailed {
+        cmd: 1,
+        name: "s".into(),
+        attempt: 1,
+        error: "flaky".into(),
+        fatal: false,
+        retry_at: Some(at(500)),
+    };
+    must_append(&store, append(&x.run_id, 1, &wx, vec![retry], at(1_000))).await;
+    // y: no work, last written at 300: key 300.
+    let (y, wy) = started(&store, new_run("y"), at(0)).await;
+    must_append(
+        &store,
+        append(&y.run_id, 1, &wy, vec![step(1, "1")], at(300)),
+    )
+    .await;
+    // z: a sleep due far later, last written at 700: key 700.
+    let (z, wz) = started(&store, new_run("z"), at(0)).await;
+    must_append(
+        &store,
+        append(
+            &z.run_id,
+            1,
+            &wz,
+            vec![eve_conformance::fixtures::sleep(1, at(90_000))],
+            at(700),
+        ),
+    )
+    .await;
+    assert_eq!(
+        store.next_wake(&dep, at(2_000)).await.expect("next_wake"),
+        None,
+        "every run is held"
+    );
+    store.retire_worker(&wz, at(2_000)).await.expect("retire z");
+    assert_eq!(
+        store.next_wake(&dep, at(2_000)).await.expect("next_wake"),
+        Some(at(700)),
+        "an orphaned run with a later timer: its updated_at"
+    );
+    store.retire_worker(&wx, at(2_000)).await.expect("retire x");
+    store.retire_worker(&wy, at(2_000)).await.expect("retire y");
+    assert_eq!(
+        store.next_wake(&dep, at(2_000)).await.expect("next_wake"),
+        Some(at(300)),
+        "the smallest claim key"
+    );
+    let w = store
+        .register_worker(&WorkerId::new(unique("w")), &dep, TTL, at(2_000))
+        .await
+        .expect("register");
+    let mut order = Vec::new();
+    for _ in 0..3 {
+        order.extend(claim_ids(&store, &w, 1, at(2_000)).await);
+    }
+    assert_eq!(
+        order,
+        vec![y.run_id, x.run_id, z.run_id],
+        "claimed by claim key: 300 (updated_at), 500 (timer), 700 (updated_at)"
+    );
+    assert_eq!(
+        store.next_wake(&dep, at(2_000)).await.expect("next_wake"),
+        None,
+        "all held again"
+    );
+}
+
+/// Waits until `rx` changes, at most [`LIMIT`].
+async fn fired(rx: &mut tokio::sync::watch::Receiver<u64>, what: &str) {
+    tokio::time::timeout(LIMIT, rx.changed())
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no wake-up within {LIMIT:?}"))
+        .expect("alive");
+    rx.borrow_and_update();
+}
+
+/// Sends a NOTIFY for `marker` from `conn` and waits for it on `rx`: every notification
+/// committed before has then been dispatched too (one listener, in commit order).
+async fn barrier(
+    conn: &mut PgConnection,
+    channel: &str,
+    rx: &mut tokio::sync::watch::Receiver<u64>,
+    marker: &WatchKey,
+) {
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(channel)
+        .bind(marker.encode())
+        .execute(conn)
+        .await
+        .expect("marker");
+    fired(rx, "the marker").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_fire_on_writes_from_another_instance() {
+    let Some(url) = url_or_skip("watches_fire_on_writes_from_another_instance") else {
+        return;
+    };
+    let f = PgFactory::from_env().expect("url");
+    let store = f.store().await;
+    // Another instance on the same schema (another process) writes: every wake-up comes over
+    // NOTIFY.
+    let other = PostgresStore::connect_with(&url, options(store.schema()))
+        .await
+        .expect("open");
+    assert_eq!(store.store_id(), other.store_id(), "one store, one id");
+    let id = store.store_id();
+    assert!(
+        id.starts_with("postgres://")
+            && id.ends_with(&format!("#{}", store.schema()))
+            && !id.contains('@'),
+        "postgres://host:port/database#schema, no user: {id}"
+    );
+    let mut conn = raw(&url).await;
+    let marker = WatchKey::Run(RunId::new("marker"));
+    let mut mrx = store.watch(&marker).await.expect("watch");
+
+    // Session: a RunCompleted writes a session-log entry.
+    let (run, lease) = started(&other, new_run("watch-s"), at(0)).await;
+    let session = WatchKey::Session(run.session_id.clone());
+    let mut srx = store.watch(&session).await.expect("watch");
+    must_append(
+        &other,
+        append(&run.run_id, 1, &lease, vec![step(1, "1")], at(1)),
+    )
+    .await;
+    barrier(&mut conn, store.channel(), &mut mrx, &marker).await;
+    assert!(
+        !srx.has_changed().expect("alive"),
+        "an append that writes no session-log entry does not fire the session"
+    );
+    must_append(
+        &other,
+        append(&run.run_id, 2, &lease, vec![completed("2")], at(2)),
+    )
+    .await;
+    fired(&mut srx, "an append of RunCompleted (session log)").await;
+    assert_eq!(
+        store
+            .read_session(&run.session_id, 0, 10)
+            .await
+            .expect("read_session")
+            .len(),
+        1,
+        "the woken watcher reads the new entry"
+    );
+
+    // Run: deliveries fire it; the worker's own appends do not.
+    let (run, lease) = started(&other, new_run("watch-r"), at(0)).await;
+    let token = unique("token");
+    let (request, asked) = ask(&run.run_id, 2);
+    must_append(
+        &other,
+        append(&run.run_id, 1, &lease, vec![hook(1, &token), asked], at(1)),
+    )
+    .await;
+    let mut rrx = store
+        .watch(&WatchKey::Run(run.run_id.clone()))
+        .await
+        .expect("watch");
+    let mut srx = store
+        .watch(&WatchKey::Session(run.session_id.clone()))
+        .await
+        .expect("watch");
+    must_append(
+        &other,
+        append(&run.run_id, 3, &lease, vec![step(3, "3")], at(2)),
+    )
+    .await;
+    barrier(&mut conn, store.channel(), &mut mrx, &marker).await;
+    assert!(
+        !rrx.has_changed().expect("alive"),
+        "the worker's own append does not fire the run"
+    );
+    other
+        .deliver_hook(&token, json("{}"), None, at(3))
+        .await
+        .expect("deliver");
+    fired(&mut rrx, "a hook delivery").await;
+    other
+        .answer(&request, InputResponse::option("yes"), at(4))
+        .await
+        .expect("answer");
+    fired(&mut rrx, "an answer").await;
+    fired(&mut srx, "an answer (InputAnswered in the session log)").await;
+    other
+        .request_cancel(&run.run_id, "stop", at(5))
+        .await
+        .expect("cancel");
+    fired(&mut rrx, "a cancel request").await;
 }
