@@ -132,6 +132,14 @@ impl JournalStore for FaultyStore {
         self.inner.wakeups().await
     }
 
+    async fn watch(&self, key: &crate::WatchKey) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.inner.watch(key).await
+    }
+
+    fn store_id(&self) -> String {
+        self.inner.store_id()
+    }
+
     async fn create_run(&self, run: NewRun, now: Timestamp) -> Result<CreatedRun, StoreError> {
         self.call("create_run", self.inner.create_run(run, now))
             .await

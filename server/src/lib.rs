@@ -79,9 +79,11 @@ pub struct ServerConfig {
     /// `http://127.0.0.1:8787`). Workflows build their webhook URLs from it with
     /// [`ServerConfig::url`].
     pub base_url: String,
-    /// How often an SSE stream that has caught up re-reads the session log (default
-    /// [`DEFAULT_POLL_INTERVAL`]). Writes made through this server wake streams at once; a
-    /// worker's writes are seen within this interval.
+    /// How often an SSE stream that has caught up re-reads the session log when the store
+    /// cannot notify it that the log grew (DynamoDB; default [`DEFAULT_POLL_INTERVAL`]).
+    /// Where the store notifies (memory, SQLite, Postgres), streams wake at every write, a
+    /// worker's included, and re-read every 2 s at most (or this interval if longer) for
+    /// writes the notifications cannot see.
     pub poll_interval: Duration,
 }
 

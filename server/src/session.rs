@@ -10,6 +10,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use eve_core::wake::{Waiter, WatchKey};
 use eve_core::{
     CallId, CancelOutcome, Execution, InputResponse, RequestId, RunId, RunQuery, RunStatus,
     SessionEntry, SessionEvent, SessionId, StoreError, Timestamp,
@@ -105,11 +106,21 @@ pub(crate) async fn events(
         }
         None => q.from.unwrap_or(0),
     };
+    let session = SessionId::new(session);
+    // Subscribed before the first read, so nothing written after it is missed.
+    let watch = Waiter::new(
+        &*inner.store,
+        &WatchKey::Session(session.clone()),
+        inner.config.poll_interval.max(FALLBACK_POLL),
+        inner.config.poll_interval,
+    )
+    .await;
     let state = Follow {
         changed: inner.changed.subscribe(),
         shutdown: inner.shutdown.clone(),
+        watch,
         inner,
-        session: SessionId::new(session),
+        session,
         next: from,
         buf: VecDeque::new(),
         catching_up: true,
@@ -122,9 +133,15 @@ pub(crate) async fn events(
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 
+/// How often a caught-up stream re-reads the log anyway when the store notifies it.
+const FALLBACK_POLL: Duration = Duration::from_secs(2);
+
 struct Follow {
     inner: Arc<Inner>,
     changed: tokio::sync::watch::Receiver<u64>,
+    /// The store's notifications that this session's log grew (a worker's writes included),
+    /// with the poll interval as fallback.
+    watch: Waiter,
     shutdown: tokio::sync::watch::Receiver<bool>,
     session: SessionId,
     next: u64,
@@ -179,7 +196,7 @@ impl Follow {
                     tokio::select! {
                         _ = changed => {}
                         _ = shutdown => {}
-                        _ = tokio::time::sleep(self.inner.config.poll_interval) => {}
+                        _ = self.watch.wait() => {}
                     }
                 }
                 Ok(page) => {

@@ -295,4 +295,12 @@ impl JournalStore for Faults {
     async fn wakeups(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         self.inner.wakeups().await
     }
+
+    async fn watch(&self, key: &eve_core::WatchKey) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.inner.watch(key).await
+    }
+
+    fn store_id(&self) -> String {
+        self.inner.store_id()
+    }
 }
