@@ -40,6 +40,8 @@ pub struct FaultyStore {
     fault: Mutex<Fault>,
     /// Names of the calls seen, in order (for messages).
     log: Mutex<Vec<&'static str>>,
+    /// Journal events returned by `read` since the fault was set.
+    events_read: AtomicU64,
 }
 
 impl FaultyStore {
@@ -50,6 +52,7 @@ impl FaultyStore {
             calls: AtomicU64::new(0),
             fault: Mutex::new(Fault::None),
             log: Mutex::new(Vec::new()),
+            events_read: AtomicU64::new(0),
         })
     }
 
@@ -57,7 +60,13 @@ impl FaultyStore {
     pub fn set_fault(&self, fault: Fault) {
         *self.fault.lock().expect("fault lock") = fault;
         self.calls.store(0, Ordering::SeqCst);
+        self.events_read.store(0, Ordering::SeqCst);
         self.log.lock().expect("log lock").clear();
+    }
+
+    /// Journal events returned by `read` since the fault was set.
+    pub fn events_read(&self) -> u64 {
+        self.events_read.load(Ordering::SeqCst)
     }
 
     /// Removes the fault (a restarted process).
@@ -155,7 +164,12 @@ impl JournalStore for FaultyStore {
         from_seq: u64,
         max: usize,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        self.call("read", self.inner.read(run, from_seq, max)).await
+        let page = self
+            .call("read", self.inner.read(run, from_seq, max))
+            .await?;
+        self.events_read
+            .fetch_add(page.len() as u64, Ordering::SeqCst);
+        Ok(page)
     }
 
     async fn get_run(&self, run: &RunId) -> Result<RunRecord, StoreError> {

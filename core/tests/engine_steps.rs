@@ -185,6 +185,79 @@ mod step_then_hook {
     }
 }
 
+mod long_then_hook {
+    use super::*;
+
+    /// 300 steps, then a hook payload, then one more step.
+    pub async fn execute(
+        ctx: WorkflowCtx,
+        _input: serde_json::Value,
+    ) -> Result<u32, WorkflowError> {
+        for i in 0..300u32 {
+            ctx.step(format!("s{i}"), move |_| async move { Ok(i) })
+                .await?;
+        }
+        let hook = ctx.create_hook::<u32>("long-hook");
+        let n = hook.next().await?;
+        Ok(ctx.step("last", move |_| async move { Ok(n + 1) }).await?)
+    }
+
+    pub fn tool() -> eve_core::engine::WorkflowTool {
+        define_workflow_tool("300 steps, a hook, a step.", workflow!(execute))
+    }
+}
+
+/// A worker that still holds a suspended run's body resumes it from where it stopped: it reads
+/// only the events written since (the hook payload), not the 300 steps before; with no sticky
+/// bodies it replays the whole journal.
+async fn warm_resume_reads_only_new_events(env: Env) {
+    let reg = Registry::new("v1").with(long_then_hook::tool());
+    for (sticky, tag) in [(256, "warm"), (0, "cold")] {
+        let store = FaultyStore::new(env.store.clone());
+        let run = env
+            .start(
+                &reg,
+                &format!("long-{tag}"),
+                "long_then_hook",
+                serde_json::json!({}),
+            )
+            .await;
+        let w = eve_core::engine::Worker::new(
+            store.clone(),
+            reg.clone(),
+            env.clock.clone(),
+            eve_core::engine::WorkerConfig {
+                sticky_bodies: sticky,
+                ..env.config()
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(w.drain().await.unwrap()[0].1, ActivationEnd::Suspended);
+        store.set_fault(Fault::None);
+        eve_core::engine::resume_hook(
+            &*env.store,
+            "long-hook",
+            &41,
+            None,
+            eve_core::engine::Clock::now(&*env.clock),
+        )
+        .await
+        .unwrap();
+        assert_eq!(w.drain().await.unwrap()[0].1, ActivationEnd::Completed);
+        assert_eq!(env.output(&run).await, serde_json::json!(42));
+        let read = store.events_read();
+        if sticky > 0 {
+            assert!(read <= 2, "a warm resume read {read} events");
+        } else {
+            assert!(
+                read > 300,
+                "a cold resume replays the journal ({read} events read)"
+            );
+        }
+    }
+}
+
 /// A journal written by an older version, whose worker died mid-run with its guard timer set
 /// (`SleepScheduled` of `GUARD_CMD`, no `SleepFired`), still resumes at once (the run is
 /// orphaned): the new worker replays past the guard, and when the body parks it fires the
@@ -664,6 +737,7 @@ impl ClockExt for Arc<eve_core::engine::ManualClock> {
 
 on_both_stores!(
     journal_with_a_set_guard_timer_resumes,
+    warm_resume_reads_only_new_events,
     five_steps_complete_once,
     crash_at_every_store_call,
     ambiguous_commits,

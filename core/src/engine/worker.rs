@@ -11,7 +11,9 @@ use super::tool::Registry;
 use crate::error::StoreError;
 use crate::event::{Event, Payload, StoredEvent};
 use crate::ids::{AppendId, RunId, WorkerId};
-use crate::store::{Append, JournalStore, JournalStoreExt, Lease, RunQuery, RunRecord, RunStatus};
+use crate::store::{
+    Append, JournalStore, JournalStoreExt, Lease, RunQuery, RunRecord, RunStatus, READ_PAGE,
+};
 use crate::time::Timestamp;
 use crate::wake::{Waiter, WatchKey};
 use futures::FutureExt;
@@ -112,6 +114,11 @@ pub struct WorkerConfig {
     pub fallback_poll: Duration,
     /// Runs active at once (default 64).
     pub max_active_runs: usize,
+    /// Bodies of suspended runs kept in memory (default 256; 0 keeps none). When such a run is
+    /// claimed again by this worker, its body goes on from where it stopped: only the events
+    /// written since are read and delivered, so a resume costs the same whatever the journal's
+    /// length. Others are replayed from the journal (read page by page).
+    pub sticky_bodies: usize,
     /// A run claimed more than this many times without a successful append (its activations
     /// keep dying, even by crashing the process) is parked as poisoned (default 5).
     pub max_activations: u32,
@@ -127,6 +134,7 @@ impl Default for WorkerConfig {
             poll_interval: Duration::from_millis(50),
             fallback_poll: Duration::from_secs(2),
             max_active_runs: 64,
+            sticky_bodies: 256,
             max_activations: 5,
             store_retries: 3,
         }
@@ -198,7 +206,41 @@ struct Inner {
     clock: Arc<dyn Clock>,
     config: WorkerConfig,
     lease: Mutex<Lease>,
+    /// Bodies of suspended runs kept in memory (see [`WorkerConfig::sticky_bodies`]).
+    sticky: Sticky,
     _ordinal: Ordinal,
+}
+
+/// A bounded cache of suspended bodies: the least recently suspended is evicted first.
+struct Sticky {
+    cap: usize,
+    bodies: Mutex<(u64, HashMap<RunId, (u64, Executor)>)>,
+}
+
+impl Sticky {
+    fn take(&self, run: &RunId) -> Option<Executor> {
+        let mut g = self.bodies.lock().unwrap_or_else(|e| e.into_inner());
+        g.1.remove(run).map(|(_, e)| e)
+    }
+
+    fn put(&self, run: RunId, exec: Executor) {
+        if self.cap == 0 {
+            return;
+        }
+        let mut g = self.bodies.lock().unwrap_or_else(|e| e.into_inner());
+        let (tick, bodies) = &mut *g;
+        *tick += 1;
+        bodies.insert(run, (*tick, exec));
+        if bodies.len() > self.cap {
+            if let Some(oldest) = bodies
+                .iter()
+                .min_by_key(|(_, (t, _))| *t)
+                .map(|(r, _)| r.clone())
+            {
+                bodies.remove(&oldest);
+            }
+        }
+    }
 }
 
 /// The default-id ordinal a worker holds (see [`take_ordinal`]), given back when dropped.
@@ -269,6 +311,10 @@ impl Worker {
         }
         Ok(Self {
             inner: Arc::new(Inner {
+                sticky: Sticky {
+                    cap: config.sticky_bodies,
+                    bodies: Mutex::new((0, HashMap::new())),
+                },
                 store,
                 registry: Arc::new(registry),
                 clock,
@@ -781,13 +827,14 @@ impl Inner {
         Ok(ActivationEnd::Blocked(reason))
     }
 
+    /// One page of the journal from `from`.
+    async fn read_page(&self, run: &RunId, from: u64) -> Result<Vec<StoredEvent>, StoreError> {
+        self.retrying(|| self.store.read(run, from, READ_PAGE))
+            .await
+    }
+
     async fn activate_inner(&self, rec: &RunRecord) -> Result<ActivationEnd, StoreError> {
         let run = &rec.run_id;
-        // The claim's record says where the journal ends: no round trip to find the end.
-        let events = self
-            .retrying(|| self.store.read_known(run, 0, rec.next_seq))
-            .await?;
-        let next_seq = events.len() as u64;
         if rec.status != RunStatus::Running {
             return Ok(ActivationEnd::Dropped(format!(
                 "run is {}",
@@ -798,7 +845,7 @@ impl Inner {
             return self
                 .block(
                     run,
-                    next_seq,
+                    rec.next_seq,
                     format!(
                         "[{CODE_POISON}] run {run} was claimed {} times without progress (its activations keep failing or crashing the worker); inspect it, deploy a fix, and resume it",
                         rec.activations
@@ -806,9 +853,6 @@ impl Inner {
                 )
                 .await;
         }
-        let Some(first) = events.first() else {
-            return Ok(ActivationEnd::Dropped("empty journal".into()));
-        };
         let Some(tool) = self.registry.get(&rec.workflow_id) else {
             let error = format!(
                 "[{CODE_MISSING_WORKFLOW}] workflow {} is not in the registry of deployment {}; the run was started by deployment {} and can only run where its workflow exists",
@@ -818,7 +862,7 @@ impl Inner {
             );
             self.append_final(
                 run,
-                next_seq,
+                rec.next_seq,
                 Event::RunFailed {
                     error: error.clone(),
                 },
@@ -826,33 +870,67 @@ impl Inner {
             .await?;
             return Ok(ActivationEnd::Failed(error));
         };
-        let mut exec = match Executor::new(run.clone(), tool, first) {
-            Ok(e) => e,
-            Err(error) => {
-                self.append_final(
-                    run,
-                    next_seq,
-                    Event::RunFailed {
-                        error: error.clone(),
-                    },
-                )
-                .await?;
-                return Ok(ActivationEnd::Failed(error));
+        // A body this worker still holds from an earlier activation goes on from where it
+        // stopped: only the events written since are read and delivered. The journal is
+        // append-only, so whoever wrote them, this is what a replay from seq 0 would reach.
+        let cached = self.sticky.take(run).filter(|e| e.next_seq <= rec.next_seq);
+        let from = cached.as_ref().map_or(0, |e| e.next_seq);
+        let mut page = self.read_page(run, from).await?;
+        let mut exec = match cached {
+            Some(exec) => exec,
+            None => {
+                let Some(first) = page.first() else {
+                    return Ok(ActivationEnd::Dropped("empty journal".into()));
+                };
+                match Executor::new(run.clone(), tool, first) {
+                    Ok(e) => e,
+                    Err(error) => {
+                        self.append_final(
+                            run,
+                            rec.next_seq,
+                            Event::RunFailed {
+                                error: error.clone(),
+                            },
+                        )
+                        .await?;
+                        return Ok(ActivationEnd::Failed(error));
+                    }
+                }
             }
         };
-        exec.prescan(&events);
-        for ev in &events {
-            if let Err(stop) = exec.deliver(ev) {
-                return self.block(run, next_seq, stop.reason()).await;
+        // Page by page up to the end the claim's record names (no round trip to find the
+        // end), one page read ahead for what the body must get back at the call (webhook
+        // tokens); events past that end arrive in the live part like any delivery.
+        exec.prescan(&page);
+        loop {
+            let end = page.last().map_or(from, |e| e.seq + 1);
+            let ahead = if !page.is_empty() && end < rec.next_seq {
+                self.read_page(run, end).await?
+            } else {
+                Vec::new()
+            };
+            exec.prescan(&ahead);
+            for ev in &page {
+                if let Err(stop) = exec.deliver(ev) {
+                    return self
+                        .block(run, rec.next_seq.max(exec.next_seq), stop.reason())
+                        .await;
+                }
             }
+            if ahead.is_empty() {
+                break;
+            }
+            page = ahead;
         }
         if exec.ended {
             return Ok(ActivationEnd::Dropped("run has ended".into()));
         }
-        debug!(events = events.len(), "replayed");
-        drop(events);
-        let grace = tool.grace_period();
-        self.live(run, &mut exec, grace).await
+        debug!(events = exec.next_seq - from, warm = from > 0, "replayed");
+        let end = self.live(run, &mut exec, tool.grace_period()).await?;
+        if end == ActivationEnd::Suspended {
+            self.sticky.put(run.clone(), exec);
+        }
+        Ok(end)
     }
 
     /// Renews the lease when it is past half-life and, when it had lapsed (a long step, a
