@@ -43,6 +43,63 @@ impl MemoryStore {
         Self::default()
     }
 
+    /// `create_run`, claiming the new run under `lease` when it is valid.
+    fn create(
+        &self,
+        new: NewRun,
+        lease: Option<&Lease>,
+        now: Timestamp,
+    ) -> Result<CreatedRun, StoreError> {
+        new.validate()?;
+        let key = new.key();
+        let mut st = self.state.lock().expect("memory store lock");
+        if let Some(existing) = st.keys.get(&key) {
+            let run = st.run(existing)?;
+            if !new.matches(&run.events[0].event) {
+                return Err(StoreError::IdempotencyMismatch {
+                    key,
+                    existing: existing.clone(),
+                });
+            }
+            return Ok(CreatedRun {
+                run: run.record.clone(),
+                created: false,
+            });
+        }
+        if st.runs.contains_key(&new.run_id) {
+            return Err(StoreError::AlreadyExists {
+                what: "run",
+                id: new.run_id.to_string(),
+                hint: "run ids are unique; use a fresh id",
+            });
+        }
+        let mut record = new.record(now);
+        if let Some(l) = lease.filter(|l| st.lease_valid(l, now)) {
+            record.owner = Some((l.worker.clone(), l.epoch));
+            record.activations = 1;
+        }
+        let run = MemRun {
+            record: record.clone(),
+            events: vec![StoredEvent {
+                seq: 0,
+                at: now,
+                event: new.started_event(),
+            }],
+            append_ids: HashMap::new(),
+            timers: BTreeMap::new(),
+        };
+        st.runs.insert(new.run_id.clone(), run);
+        st.order.push(new.run_id.clone());
+        st.keys.insert(key, new.run_id);
+        if record.owner.is_none() {
+            self.wake.wake();
+        }
+        Ok(CreatedRun {
+            run: record,
+            created: true,
+        })
+    }
+
     /// An external delivery reached `run`: wake idle workers and the run's own worker.
     fn delivered(&self, st: &State, run: &RunId) {
         self.wake.wake();
@@ -245,6 +302,13 @@ impl State {
         Ok((first, next))
     }
 
+    /// Whether `lease` is valid at `now`: its worker's current, unretired, unexpired epoch.
+    fn lease_valid(&self, lease: &Lease, now: Timestamp) -> bool {
+        self.workers
+            .get(&lease.worker)
+            .is_some_and(|w| !w.retired && w.lease.epoch == lease.epoch && w.lease.expires_at > now)
+    }
+
     fn check_lease_current(&self, lease: &Lease, run: &str) -> Result<(), StoreError> {
         match self.workers.get(&lease.worker) {
             Some(w) if !w.retired && w.lease.epoch == lease.epoch => Ok(()),
@@ -268,48 +332,16 @@ impl JournalStore for MemoryStore {
     }
 
     async fn create_run(&self, new: NewRun, now: Timestamp) -> Result<CreatedRun, StoreError> {
-        new.validate()?;
-        let key = new.key();
-        let mut st = self.state.lock().expect("memory store lock");
-        if let Some(existing) = st.keys.get(&key) {
-            let run = st.run(existing)?;
-            if !new.matches(&run.events[0].event) {
-                return Err(StoreError::IdempotencyMismatch {
-                    key,
-                    existing: existing.clone(),
-                });
-            }
-            return Ok(CreatedRun {
-                run: run.record.clone(),
-                created: false,
-            });
-        }
-        if st.runs.contains_key(&new.run_id) {
-            return Err(StoreError::AlreadyExists {
-                what: "run",
-                id: new.run_id.to_string(),
-                hint: "run ids are unique; use a fresh id",
-            });
-        }
-        let record = new.record(now);
-        let run = MemRun {
-            record: record.clone(),
-            events: vec![StoredEvent {
-                seq: 0,
-                at: now,
-                event: new.started_event(),
-            }],
-            append_ids: HashMap::new(),
-            timers: BTreeMap::new(),
-        };
-        st.runs.insert(new.run_id.clone(), run);
-        st.order.push(new.run_id.clone());
-        st.keys.insert(key, new.run_id);
-        self.wake.wake();
-        Ok(CreatedRun {
-            run: record,
-            created: true,
-        })
+        self.create(new, None, now)
+    }
+
+    async fn create_run_claimed(
+        &self,
+        new: NewRun,
+        lease: &Lease,
+        now: Timestamp,
+    ) -> Result<CreatedRun, StoreError> {
+        self.create(new, Some(lease), now)
     }
 
     async fn append(&self, a: Append) -> Result<Appended, StoreError> {

@@ -640,6 +640,25 @@ pub trait JournalStore: Debug + Send + Sync + 'static {
     /// `AlreadyExists` (the run id exists under another key).
     async fn create_run(&self, run: NewRun, now: Timestamp) -> Result<CreatedRun, StoreError>;
 
+    /// Eager start: [`create_run`](Self::create_run) and, in the same commit, a claim of the new
+    /// run under `lease` when the lease is valid at `now` (the record then names the lease as
+    /// owner and counts one activation), so the creating process runs the body at once with no
+    /// claim round trip and no read (its journal is the `RunStarted` just written). A repeated
+    /// key returns the existing run as `create_run` does, claiming nothing; an invalid lease
+    /// claims nothing. The default claims nothing: workers claim the run as usual.
+    ///
+    /// # Errors
+    /// As [`create_run`](Self::create_run).
+    async fn create_run_claimed(
+        &self,
+        run: NewRun,
+        lease: &Lease,
+        now: Timestamp,
+    ) -> Result<CreatedRun, StoreError> {
+        let _ = lease;
+        self.create_run(run, now).await
+    }
+
     /// The conditional, fenced append of guarantee 1. Applies the [`Effects`] of its events in
     /// the same transaction. A successful append also sets `processed_seq` to the new next seq
     /// (the writer has seen its own events) and resets `activations`.

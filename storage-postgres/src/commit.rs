@@ -8,7 +8,7 @@ use crate::wake::{deployment_payload, key_payload};
 use crate::Db;
 use eve_core::codec::{encode_batch, FORMAT_VERSION};
 use eve_core::{
-    check_limits, Append, Appended, CreatedRun, Effects, Event, Execution, NewRun, RunId,
+    check_limits, Append, Appended, CreatedRun, Effects, Event, Execution, Lease, NewRun, RunId,
     RunRecord, RunStatus, StoreError, Timestamp, WatchKey,
 };
 use sqlx::{PgConnection, Row};
@@ -62,9 +62,12 @@ pub(crate) struct Locked {
 /// Starts, run row locks and the append protocol (`JournalStore::create_run` delegates here;
 /// appends go through [`submit`] and the writers).
 impl Db {
+    /// `create_run`; with `lease` (eager start) the new run is claimed under it in the same
+    /// statement when the lease is valid at `now`.
     pub(crate) async fn create_run(
         &self,
         new: NewRun,
+        lease: Option<&Lease>,
         now: Timestamp,
     ) -> Result<CreatedRun, StoreError> {
         new.validate()?;
@@ -72,12 +75,15 @@ impl Db {
         let started = new.started_event();
         let body = encode_batch(std::slice::from_ref(&started))?;
         let mut tx = self.begin().await?;
-        let inserted: Option<i64> = sqlx::query_scalar(self.sql(
+        let inserted: Option<(i64, bool)> = sqlx::query_as(self.sql(
             "INSERT INTO {s}.runs (run_id, idempotency_key, workflow_id, deployment_id, tool, \
                session_id, call_id, execution, status, next_seq, processed_seq, pending_at, \
-               created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'running', 1, 0, $9, $9, $9) \
-             ON CONFLICT DO NOTHING RETURNING ord",
+               created_at, updated_at, owner_worker, owner_epoch, activations) \
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'running', 1, 0, $9, $9, $9, \
+               w.worker_id, w.epoch, CASE WHEN w.worker_id IS NULL THEN 0 ELSE 1 END \
+             FROM (SELECT 1) one LEFT JOIN {s}.workers w ON w.worker_id = $10 \
+               AND w.epoch = $11 AND NOT w.retired AND w.expires_at > $9 \
+             ON CONFLICT DO NOTHING RETURNING ord, owner_worker IS NOT NULL",
         ))
         .bind(new.run_id.as_str())
         .bind(&key)
@@ -88,10 +94,12 @@ impl Db {
         .bind(new.call_id.as_str())
         .bind(execution_str(new.execution))
         .bind(now.0)
+        .bind(lease.map(|l| l.worker.as_str()))
+        .bind(lease.map(|l| i64_of(l.epoch, "epoch")).transpose()?)
         .fetch_optional(&mut *tx)
         .await
         .map_err(map_err)?;
-        if inserted.is_some() {
+        if let Some((_, claimed)) = inserted {
             sqlx::query(self.sql(
                 "INSERT INTO {s}.events (run_id, first_seq, count, at, version, body) \
                  VALUES ($1, 0, 1, $2, $3, $4)",
@@ -103,12 +111,16 @@ impl Db {
             .execute(&mut *tx)
             .await
             .map_err(map_err)?;
-            self.notify(&mut tx, &new.deployment_id).await?;
+            let mut run = new.record(now);
+            match lease.filter(|_| claimed) {
+                Some(l) => {
+                    run.owner = Some((l.worker.clone(), l.epoch));
+                    run.activations = 1;
+                }
+                None => self.notify(&mut tx, &new.deployment_id).await?,
+            }
             tx.commit().await.map_err(map_err)?;
-            return Ok(CreatedRun {
-                run: new.record(now),
-                created: true,
-            });
+            return Ok(CreatedRun { run, created: true });
         }
         tx.rollback().await.map_err(map_err)?;
         // Lost to an existing row: the key's run (re-read after the winner committed), or the

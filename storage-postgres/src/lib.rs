@@ -255,7 +255,16 @@ impl JournalStore for PostgresStore {
     }
 
     async fn create_run(&self, new: NewRun, now: Timestamp) -> Result<CreatedRun, StoreError> {
-        self.db().create_run(new, now).await
+        self.db().create_run(new, None, now).await
+    }
+
+    async fn create_run_claimed(
+        &self,
+        new: NewRun,
+        lease: &Lease,
+        now: Timestamp,
+    ) -> Result<CreatedRun, StoreError> {
+        self.db().create_run(new, Some(lease), now).await
     }
 
     async fn append(&self, a: Append) -> Result<Appended, StoreError> {

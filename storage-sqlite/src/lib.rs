@@ -397,8 +397,27 @@ impl JournalStore for SqliteStore {
 
     async fn create_run(&self, run: NewRun, now: Timestamp) -> Result<CreatedRun, StoreError> {
         run.validate()?;
-        let created = self.call(|r| Op::CreateRun(Box::new(run), now, r)).await?;
+        let created = self
+            .call(|r| Op::CreateRun(Box::new(run), None, now, r))
+            .await?;
         self.wake.wake();
+        Ok(created)
+    }
+
+    async fn create_run_claimed(
+        &self,
+        run: NewRun,
+        lease: &Lease,
+        now: Timestamp,
+    ) -> Result<CreatedRun, StoreError> {
+        run.validate()?;
+        let lease = lease.clone();
+        let created = self
+            .call(|r| Op::CreateRun(Box::new(run), Some(lease), now, r))
+            .await?;
+        if created.run.owner.is_none() {
+            self.wake.wake();
+        }
         Ok(created)
     }
 

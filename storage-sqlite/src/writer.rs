@@ -30,7 +30,7 @@ pub(crate) type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 /// One write op, with where to send its answer.
 #[derive(Debug)]
 pub(crate) enum Op {
-    CreateRun(Box<NewRun>, Timestamp, Reply<CreatedRun>),
+    CreateRun(Box<NewRun>, Option<Lease>, Timestamp, Reply<CreatedRun>),
     Append(Box<Append>, Reply<Appended>),
     Answer(RequestId, InputResponse, Timestamp, Reply<Delivered>),
     DeliverHook {
@@ -53,7 +53,7 @@ impl Op {
     /// Answers the op with `err` without running it.
     fn reject(self, err: StoreError) {
         match self {
-            Op::CreateRun(_, _, r) => drop(r.send(Err(err))),
+            Op::CreateRun(_, _, _, r) => drop(r.send(Err(err))),
             Op::Append(_, r) => drop(r.send(Err(err))),
             Op::Answer(_, _, _, r) => drop(r.send(Err(err))),
             Op::DeliverHook { reply, .. } => drop(reply.send(Err(err))),
@@ -243,7 +243,7 @@ async fn run_op(
     pre: Option<SqliteRow>,
 ) -> (Answer, Option<StoreError>) {
     match op {
-        Op::CreateRun(new, now, r) => answer(r, create_run(conn, *new, now).await),
+        Op::CreateRun(new, lease, now, r) => answer(r, create_run(conn, *new, lease, now).await),
         Op::Append(a, r) => answer(r, append(conn, *a, pre).await),
         Op::Answer(req, resp, now, r) => answer(r, answer_request(conn, &req, resp, now).await),
         Op::DeliverHook {
@@ -566,9 +566,12 @@ async fn write(
 // ---------------------------------------------------------------------------------------------
 // The ops. Each checks its preconditions in the order MemoryStore does, then applies one plan.
 
+/// `create_run`, and with `lease` (eager start) a claim of the new run under it when it is
+/// valid, in the same savepoint.
 async fn create_run(
     conn: &mut SqliteConnection,
     new: NewRun,
+    lease: Option<Lease>,
     now: Timestamp,
 ) -> Result<CreatedRun, StoreError> {
     let key = new.key();
@@ -640,9 +643,29 @@ async fn create_run(
             Arg::Blob(body),
         ],
     );
+    let mut record = new.record(now);
+    if let Some(lease) = lease {
+        let valid = matches!(
+            fetch_worker(conn, &lease.worker).await?,
+            Some((_, epoch, expires_at, false)) if epoch == lease.epoch && expires_at > now.0
+        );
+        if valid {
+            plan.push(
+                "UPDATE runs SET owner_worker = ?, owner_epoch = ?, activations = 1 \
+                 WHERE run_id = ?",
+                [
+                    txt(lease.worker.as_str()),
+                    int(lease.epoch),
+                    txt(new.run_id.as_str()),
+                ],
+            );
+            record.owner = Some((lease.worker, lease.epoch));
+            record.activations = 1;
+        }
+    }
     apply(conn, plan).await?;
     Ok(CreatedRun {
-        run: new.record(now),
+        run: record,
         created: true,
     })
 }

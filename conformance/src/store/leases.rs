@@ -410,3 +410,64 @@ pub async fn orphans_and_due_work_in_claim_key_order(factory: &dyn StoreFactory)
     }
     assert_eq!(order, vec![early, orphan.run_id, late], "claim key order");
 }
+
+/// Eager start: `create_run_claimed` creates the run and claims it for a valid lease in one
+/// commit (owner set, one activation, not claimable by others, appendable at once); a repeated
+/// key returns the existing run and claims nothing; an expired lease claims nothing. A store
+/// that keeps the trait's default (no eager start) must leave the run claimable instead.
+pub async fn eager_start_claims_the_new_run(factory: &dyn StoreFactory) {
+    let s = fresh(factory).await;
+    let st = &*s.store;
+    let w = worker(st, at(0)).await;
+    let new = new_run("eager");
+    let created = st
+        .create_run_claimed(new.clone(), &w, at(10))
+        .await
+        .expect("create_run_claimed");
+    assert!(created.created);
+    let id = created.run.run_id.clone();
+    if created.run.owner.is_none() {
+        eprintln!(
+            "{}: no eager start (the trait's default); the run must be claimable",
+            st.backend()
+        );
+        claim_run(st, &w, &id, at(10)).await;
+        return;
+    }
+    let own = Some((w.worker.clone(), w.epoch));
+    assert_eq!(created.run.owner, own, "the answer names the claimer");
+    assert_eq!(created.run.activations, 1);
+    let rec = record(st, &id).await;
+    assert_eq!((rec.owner.clone(), rec.activations), (own.clone(), 1));
+    let other = worker(st, at(20)).await;
+    assert!(
+        st.claim(&other, 10, at(20))
+            .await
+            .expect("claim")
+            .is_empty(),
+        "an eagerly claimed run is held"
+    );
+    must_append(st, append(&id, 1, &w, vec![step(1, "1")], at(30))).await;
+    let again = st
+        .create_run_claimed(new, &other, at(40))
+        .await
+        .expect("repeated key");
+    assert!(!again.created);
+    assert_eq!(again.run.run_id, id);
+    assert_eq!(
+        record(st, &id).await.owner,
+        own,
+        "a repeated key claims nothing"
+    );
+
+    // An expired lease claims nothing: the run is created for any worker to claim.
+    let late = st
+        .create_run_claimed(new_run("eager-expired"), &w, w.expires_at)
+        .await
+        .expect("create_run_claimed");
+    assert!(late.created);
+    assert_eq!(late.run.owner, None);
+    assert_eq!(record(st, &late.run.run_id).await.owner, None);
+    let fresh_worker = worker(st, w.expires_at).await;
+    claim_run(st, &fresh_worker, &late.run.run_id, w.expires_at).await;
+}
