@@ -455,3 +455,91 @@ async fn deliveries_wake_a_running_activation_on_sqlite() {
     let env = common::sqlite().await;
     deliveries_wake_a_running_activation(env.store.clone()).await;
 }
+
+mod two_steps {
+    use super::*;
+
+    /// Two no-op steps.
+    pub async fn execute(
+        ctx: WorkflowCtx,
+        _input: serde_json::Value,
+    ) -> Result<u32, WorkflowError> {
+        let a: u32 = ctx.step("a", |_| async { Ok(1) }).await?;
+        let b: u32 = ctx.step("b", move |_| async move { Ok(a + 1) }).await?;
+        Ok(b)
+    }
+
+    pub fn tool() -> WorkflowTool {
+        define_workflow_tool("Two steps.", eve_core::workflow!(execute))
+    }
+}
+
+/// Eager start: a session whose calls go through a running worker creates and claims the run
+/// in one commit, and the body runs without a claim and without reading its journal.
+async fn eager_start_runs_without_claim_or_read(store: Arc<dyn JournalStore>) {
+    use eve_core::engine::Session;
+    use eve_core::testing::{Fault, FaultyStore};
+    let faulty = FaultyStore::new(store);
+    let reg = Registry::new("v1").with(two_steps::tool());
+    let worker = Worker::new(
+        faulty.clone(),
+        reg.clone(),
+        Arc::new(SystemClock),
+        WorkerConfig {
+            poll_interval: Duration::from_secs(3600),
+            fallback_poll: Duration::from_secs(3600),
+            ..WorkerConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let h = worker.clone().spawn();
+    let s = Session::new(
+        faulty.clone(),
+        Arc::new(reg),
+        Arc::new(SystemClock),
+        SessionId::new("eager"),
+    )
+    .with_worker(worker);
+    // Let the loop finish its first round (a claim that finds nothing) before measuring.
+    while !faulty.call_log().contains(&"next_wake") {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    faulty.set_fault(Fault::None);
+    s.call_tool("c1", "two_steps", serde_json::json!({}))
+        .await
+        .unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(20), s.wait_settled(&CallId::new("c1")))
+        .await
+        .expect("settled")
+        .unwrap();
+    assert_eq!(
+        r,
+        eve_core::ToolResult::Completed {
+            output: eve_core::Payload::from_value(&2).unwrap()
+        }
+    );
+    let log = faulty.call_log();
+    assert_eq!(log.first(), Some(&"create_run_claimed"), "{log:?}");
+    assert!(
+        !log.contains(&"read"),
+        "the body started without reading its journal: {log:?}"
+    );
+    let first_append = log.iter().position(|c| *c == "append").expect("appends");
+    assert!(
+        !log[..first_append].contains(&"claim"),
+        "no claim between the start and the first step's append: {log:?}"
+    );
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eager_start_runs_without_claim_or_read_on_memory() {
+    eager_start_runs_without_claim_or_read(Arc::new(MemoryStore::new())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eager_start_runs_without_claim_or_read_on_sqlite() {
+    let env = common::sqlite().await;
+    eager_start_runs_without_claim_or_read(env.store.clone()).await;
+}

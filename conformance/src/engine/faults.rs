@@ -139,6 +139,19 @@ impl JournalStore for Faults {
             .await
     }
 
+    async fn create_run_claimed(
+        &self,
+        run: NewRun,
+        lease: &Lease,
+        now: Timestamp,
+    ) -> Result<CreatedRun, StoreError> {
+        self.call(
+            "create_run_claimed",
+            self.inner.create_run_claimed(run, lease, now),
+        )
+        .await
+    }
+
     async fn append(&self, append: Append) -> Result<Appended, StoreError> {
         self.call("append", self.inner.append(append)).await
     }

@@ -76,6 +76,15 @@ impl JournalStore for Recorder {
         self.inner.create_run(run, now).await
     }
 
+    async fn create_run_claimed(
+        &self,
+        run: NewRun,
+        lease: &Lease,
+        now: Timestamp,
+    ) -> Result<CreatedRun, StoreError> {
+        self.inner.create_run_claimed(run, lease, now).await
+    }
+
     async fn append(&self, append: Append) -> Result<Appended, StoreError> {
         let run = append.run.clone();
         let events = append.events.clone();

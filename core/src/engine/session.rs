@@ -22,8 +22,8 @@
 //!   [`Session::task_cancel`] cancels one; [`Session::end`] cancels them all.
 
 use super::error::EngineError;
-use super::tool::{start_tool_call, Registry};
-use super::worker::Clock;
+use super::tool::{tool_call_run, Registry};
+use super::worker::{Clock, Worker};
 use crate::error::StoreError;
 use crate::event::{Execution, InputResponse};
 use crate::ids::{CallId, RequestId, RunId, SessionId};
@@ -306,6 +306,8 @@ pub struct Session {
     id: SessionId,
     /// Set by [`Session::with_poll_interval`]; `None`: the defaults.
     poll: Option<Duration>,
+    /// Set by [`Session::with_worker`]: starts calls eagerly.
+    worker: Option<Worker>,
     index: tokio::sync::Mutex<LogIndex>,
     ended: AtomicBool,
 }
@@ -336,6 +338,7 @@ impl Session {
             clock,
             id,
             poll: None,
+            worker: None,
             index: tokio::sync::Mutex::new(LogIndex::default()),
             ended: AtomicBool::new(false),
         }
@@ -349,6 +352,14 @@ impl Session {
     /// follower.
     pub fn with_poll_interval(mut self, every: Duration) -> Self {
         self.poll = Some(every.max(Duration::from_millis(1)));
+        self
+    }
+
+    /// Starts this session's calls through `worker` (a worker of the same store and
+    /// deployment, running in this process): when it has room, a call's run is created and
+    /// claimed in one commit and its body starts at once (see [`Worker::start`]).
+    pub fn with_worker(mut self, worker: Worker) -> Self {
+        self.worker = Some(worker);
         self
     }
 
@@ -368,7 +379,7 @@ impl Session {
         &self.id
     }
 
-    /// Starts the run of a tool call (see [`start_tool_call`]): validates the input, then
+    /// Starts the run of a tool call (see [`start_tool_call`](super::start_tool_call)): validates the input, then
     /// creates the run. Idempotent by call id: calling again with the same call id and input
     /// returns the same receipt and starts nothing.
     ///
@@ -387,16 +398,11 @@ impl Session {
             });
         }
         let call_id = call_id.into();
-        let created = start_tool_call(
-            &*self.store,
-            &self.registry,
-            &self.id,
-            &call_id,
-            tool_name,
-            input,
-            self.clock.now(),
-        )
-        .await?;
+        let new = tool_call_run(&self.registry, &self.id, &call_id, tool_name, input)?;
+        let created = match &self.worker {
+            Some(w) => w.start(new).await?,
+            None => self.store.create_run(new, self.clock.now()).await?,
+        };
         let run = created.run;
         Ok(match run.execution {
             Execution::Default => ToolCallStart::Parked { run_id: run.run_id },

@@ -406,29 +406,39 @@ pub async fn start_tool_call(
     input: serde_json::Value,
     now: Timestamp,
 ) -> Result<CreatedRun, EngineError> {
+    let new = tool_call_run(registry, session, call, tool, input)?;
+    Ok(store.create_run(new, now).await?)
+}
+
+/// The start request of a tool call: looks the tool up by name and validates `input` against
+/// its schema, as [`start_tool_call`] does, without starting anything.
+///
+/// # Errors
+/// `UnknownTool`, `InvalidInput`.
+pub fn tool_call_run(
+    registry: &Registry,
+    session: &SessionId,
+    call: &CallId,
+    tool: &str,
+    input: serde_json::Value,
+) -> Result<NewRun, EngineError> {
     let t = registry
         .by_name(tool)
         .ok_or_else(|| EngineError::UnknownTool {
             name: tool.to_owned(),
         })?;
     t.validate(&input)?;
-    let created = store
-        .create_run(
-            NewRun {
-                run_id: RunId::random(),
-                idempotency_key: None,
-                workflow_id: t.workflow_id.clone(),
-                deployment_id: registry.deployment.clone(),
-                tool: t.name.clone(),
-                input: Payload::from(input),
-                session_id: session.clone(),
-                call_id: call.clone(),
-                execution: t.execution,
-            },
-            now,
-        )
-        .await?;
-    Ok(created)
+    Ok(NewRun {
+        run_id: RunId::random(),
+        idempotency_key: None,
+        workflow_id: t.workflow_id.clone(),
+        deployment_id: registry.deployment.clone(),
+        tool: t.name.clone(),
+        input: Payload::from(input),
+        session_id: session.clone(),
+        call_id: call.clone(),
+        execution: t.execution,
+    })
 }
 
 /// Delivers `payload` to the live hook of `token`, from any process. With a `dedupe_key` (an

@@ -12,7 +12,8 @@ use crate::error::StoreError;
 use crate::event::{Event, Payload, StoredEvent};
 use crate::ids::{AppendId, RunId, WorkerId};
 use crate::store::{
-    Append, JournalStore, JournalStoreExt, Lease, RunQuery, RunRecord, RunStatus, READ_PAGE,
+    Append, CreatedRun, JournalStore, JournalStoreExt, Lease, NewRun, RunQuery, RunRecord,
+    RunStatus, READ_PAGE,
 };
 use crate::time::Timestamp;
 use crate::wake::{Waiter, WatchKey};
@@ -20,6 +21,7 @@ use futures::FutureExt;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
@@ -208,6 +210,10 @@ struct Inner {
     lease: Mutex<Lease>,
     /// Bodies of suspended runs kept in memory (see [`WorkerConfig::sticky_bodies`]).
     sticky: Sticky,
+    /// Where [`Worker::start`] hands eagerly claimed runs to the run loop, while it runs.
+    eager: Mutex<Option<mpsc::UnboundedSender<(RunRecord, StoredEvent)>>>,
+    /// Activations in flight in the run loop.
+    running: AtomicUsize,
     _ordinal: Ordinal,
 }
 
@@ -315,6 +321,8 @@ impl Worker {
                     cap: config.sticky_bodies,
                     bodies: Mutex::new((0, HashMap::new())),
                 },
+                eager: Mutex::new(None),
+                running: AtomicUsize::new(0),
                 store,
                 registry: Arc::new(registry),
                 clock,
@@ -323,6 +331,41 @@ impl Worker {
                 _ordinal: ordinal,
             }),
         })
+    }
+
+    /// Starts a run, eagerly when this worker runs in the background ([`Worker::spawn`]) with
+    /// room for another activation: the store creates the run and claims it for this worker in
+    /// one commit ([`JournalStore::create_run_claimed`]), and the body starts at once without a
+    /// claim or a read. Otherwise (or on a store without eager start) it is a plain
+    /// `create_run`, and a worker claims the run as usual. Idempotent like `create_run`.
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn start(&self, new: NewRun) -> Result<CreatedRun, StoreError> {
+        let inner = &self.inner;
+        let now = inner.clock.now();
+        let tx = inner
+            .eager
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let room = inner.running.load(Ordering::SeqCst) < inner.config.max_active_runs;
+        let Some(tx) = tx.filter(|_| room) else {
+            return inner.store.create_run(new, now).await;
+        };
+        let lease = inner.lease();
+        let first = StoredEvent {
+            seq: 0,
+            at: now,
+            event: new.started_event(),
+        };
+        let created = inner.store.create_run_claimed(new, &lease, now).await?;
+        if created.created && created.run.owner == Some((lease.worker, lease.epoch)) {
+            // If the loop stopped meanwhile the run is orphaned (this worker retired or was
+            // fenced), so another worker claims it.
+            let _ = tx.send((created.run.clone(), first));
+        }
+        Ok(created)
     }
 
     /// The worker's id.
@@ -353,7 +396,10 @@ impl Worker {
             .map(|rec| {
                 let inner = self.inner.clone();
                 let id = rec.run_id.clone();
-                (id, tokio::spawn(async move { inner.activate(rec).await }))
+                (
+                    id,
+                    tokio::spawn(async move { inner.activate(rec, None).await }),
+                )
             })
             .collect();
         let mut out = Vec::with_capacity(handles.len());
@@ -388,8 +434,11 @@ impl Worker {
     /// deliveries), heartbeats its lease, and never dies of a run's failure.
     pub fn spawn(self) -> WorkerHandle {
         let (stop_tx, stop_rx) = watch::channel(false);
+        // Installed before the loop runs, so a start right after `spawn` is eager already.
+        let (eager_tx, eager_rx) = mpsc::unbounded_channel();
+        *self.inner.eager.lock().unwrap_or_else(|e| e.into_inner()) = Some(eager_tx);
         let inner = self.inner.clone();
-        let join = tokio::spawn(async move { inner.run_loop(stop_rx).await });
+        let join = tokio::spawn(async move { inner.run_loop(stop_rx, eager_rx).await });
         WorkerHandle {
             stop: stop_tx,
             join,
@@ -545,9 +594,32 @@ impl Inner {
         Ok(())
     }
 
+    /// Spawns the activation of a claimed run in the run loop's task set.
+    fn spawn_activation(
+        self: &Arc<Self>,
+        tasks: &mut tokio::task::JoinSet<RunId>,
+        active: &mut HashSet<RunId>,
+        rec: RunRecord,
+        journal: Option<Vec<StoredEvent>>,
+    ) {
+        let inner = self.clone();
+        active.insert(rec.run_id.clone());
+        self.running.fetch_add(1, Ordering::SeqCst);
+        tasks.spawn(async move {
+            let id = rec.run_id.clone();
+            inner.clone().activate(rec, journal).await;
+            inner.running.fetch_sub(1, Ordering::SeqCst);
+            id
+        });
+    }
+
     /// Claims, activates and heartbeats until stopped; see [`Worker::spawn`]. Ends with
     /// `Fenced` when another process registered this worker id.
-    async fn run_loop(self: Arc<Self>, mut stop: watch::Receiver<bool>) -> Result<(), StoreError> {
+    async fn run_loop(
+        self: Arc<Self>,
+        mut stop: watch::Receiver<bool>,
+        mut eager: mpsc::UnboundedReceiver<(RunRecord, StoredEvent)>,
+    ) -> Result<(), StoreError> {
         let mut tasks = tokio::task::JoinSet::new();
         let mut active: HashSet<RunId> = HashSet::new();
         // New work and deliveries wake an idle worker at once where the store can tell; a slow
@@ -559,6 +631,10 @@ impl Inner {
         } else {
             self.config.poll_interval
         };
+        // Whether to look for work (claim, then ask when the next work is due) this round:
+        // not after handing over an eagerly started run, which brings no other work.
+        let mut look = true;
+        let mut wake = self.renew_at();
         let fenced = loop {
             if *stop.borrow() {
                 break None;
@@ -574,42 +650,42 @@ impl Inner {
                 Err(e) => warn!(error = %e, "heartbeat failed"),
             }
             let free = self.config.max_active_runs.saturating_sub(tasks.len());
-            let mut claimed = 0;
-            if free > 0 {
-                match self.claim(free, &active).await {
-                    // Fenced with a lease that is not due for renewal: superseded or retired
-                    // by another process, unless the lease lapsed (a stall); a heartbeat now
-                    // tells which.
-                    Err(StoreError::Fenced { .. }) => match self.renew().await {
-                        Err(e @ StoreError::Fenced { .. }) => break Some(e),
-                        Err(e) => warn!(error = %e, "heartbeat failed"),
-                        Ok(()) => {}
-                    },
-                    Ok(runs) => {
-                        claimed = runs.len();
-                        for rec in runs {
-                            let inner = self.clone();
-                            active.insert(rec.run_id.clone());
-                            tasks.spawn(async move {
-                                let id = rec.run_id.clone();
-                                inner.activate(rec).await;
-                                id
-                            });
+            if look {
+                let mut claimed = 0;
+                if free > 0 {
+                    match self.claim(free, &active).await {
+                        // Fenced with a lease that is not due for renewal: superseded or
+                        // retired by another process, unless the lease lapsed (a stall); a
+                        // heartbeat now tells which.
+                        Err(StoreError::Fenced { .. }) => match self.renew().await {
+                            Err(e @ StoreError::Fenced { .. }) => break Some(e),
+                            Err(e) => warn!(error = %e, "heartbeat failed"),
+                            Ok(()) => {}
+                        },
+                        Ok(runs) => {
+                            claimed = runs.len();
+                            for rec in runs {
+                                self.spawn_activation(&mut tasks, &mut active, rec, None);
+                            }
                         }
+                        Err(e) => warn!(error = %e, "claim failed"),
                     }
-                    Err(e) => warn!(error = %e, "claim failed"),
+                }
+                if claimed > 0 && claimed == free {
+                    continue;
+                }
+                let now = self.clock.now();
+                wake = self.renew_at();
+                if free > 0 {
+                    if let Ok(Some(at)) =
+                        self.store.next_wake(self.registry.deployment(), now).await
+                    {
+                        wake = wake.min(at.max(now));
+                    }
                 }
             }
-            if claimed > 0 && claimed == free {
-                continue;
-            }
-            let now = self.clock.now();
-            let mut wake = self.renew_at();
-            if free > 0 {
-                if let Ok(Some(at)) = self.store.next_wake(self.registry.deployment(), now).await {
-                    wake = wake.min(at.max(now));
-                }
-            }
+            wake = wake.min(self.renew_at());
+            look = true;
             let until = self.clock.sleep_until(wake);
             let woken = async {
                 match wakeups.as_mut() {
@@ -622,6 +698,10 @@ impl Inner {
                 _ = until => {}
                 _ = tokio::time::sleep(poll) => {}
                 Ok(()) = woken => {}
+                Some((rec, first)) = eager.recv() => {
+                    self.spawn_activation(&mut tasks, &mut active, rec, Some(vec![first]));
+                    look = false;
+                }
                 Some(done) = tasks.join_next(), if !tasks.is_empty() => {
                     if let Ok(id) = done {
                         active.remove(&id);
@@ -629,8 +709,11 @@ impl Inner {
                 }
             }
         };
+        // Runs started eagerly from now on are left to the store's claims.
+        self.eager.lock().unwrap_or_else(|e| e.into_inner()).take();
         tasks.abort_all();
         while tasks.join_next().await.is_some() {}
+        self.running.store(0, Ordering::SeqCst);
         if let Some(e) = fenced {
             let lease = self.lease();
             error!(worker = %lease.worker, epoch = lease.epoch, error = %e, "worker fenced: another process registered the same worker id, so this one stops; give each live process its own worker id (WorkerConfig::id)");
@@ -703,10 +786,16 @@ impl Inner {
         }
     }
 
-    async fn activate(self: Arc<Self>, rec: RunRecord) -> ActivationEnd {
+    /// Runs one activation of a claimed run; `journal` is its journal when the caller already
+    /// has it (an eager start: the `RunStarted` just written), else it is read.
+    async fn activate(
+        self: Arc<Self>,
+        rec: RunRecord,
+        journal: Option<Vec<StoredEvent>>,
+    ) -> ActivationEnd {
         let span = info_span!("activation", run_id = %rec.run_id, activations = rec.activations);
         let run = rec.run_id.clone();
-        let end = self.activate_inner(&rec).instrument(span).await;
+        let end = self.activate_inner(&rec, journal).instrument(span).await;
         match end {
             Ok(end) => end,
             Err(e) => {
@@ -833,7 +922,11 @@ impl Inner {
             .await
     }
 
-    async fn activate_inner(&self, rec: &RunRecord) -> Result<ActivationEnd, StoreError> {
+    async fn activate_inner(
+        &self,
+        rec: &RunRecord,
+        journal: Option<Vec<StoredEvent>>,
+    ) -> Result<ActivationEnd, StoreError> {
         let run = &rec.run_id;
         if rec.status != RunStatus::Running {
             return Ok(ActivationEnd::Dropped(format!(
@@ -875,7 +968,10 @@ impl Inner {
         // append-only, so whoever wrote them, this is what a replay from seq 0 would reach.
         let cached = self.sticky.take(run).filter(|e| e.next_seq <= rec.next_seq);
         let from = cached.as_ref().map_or(0, |e| e.next_seq);
-        let mut page = self.read_page(run, from).await?;
+        let mut page = match journal {
+            Some(events) if cached.is_none() => events,
+            _ => self.read_page(run, from).await?,
+        };
         let mut exec = match cached {
             Some(exec) => exec,
             None => {
