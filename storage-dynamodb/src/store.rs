@@ -34,6 +34,11 @@ const MAX_TX_ITEMS: usize = 100;
 const TX_INLINE_BUDGET: usize = 3_000_000;
 /// Headers cached per handle before the cache is cleared.
 const CACHE_MAX: usize = 10_000;
+/// How long after a lease became invalid (its expiry, retirement or supersession, in the
+/// callers' time) a claim may drop its lapse entry once no run is indexed under it: a margin for
+/// `gsi4` to catch up with claims that committed just before the lease lapsed, so a late index
+/// entry is never lost with the lapse entry that leads to it.
+const LAPSE_SETTLE_MS: i64 = 60_000;
 
 /// A [`JournalStore`] on one DynamoDB table (see the crate docs for the design).
 ///
@@ -47,6 +52,8 @@ pub struct DynamoStore {
     /// The header this handle last wrote or read for a run: the optimistic base of the next
     /// append (a stale one only costs a failed condition and a re-read).
     cache: Mutex<HashMap<RunId, Header>>,
+    /// Where the table lives for [`JournalStore::store_id`]: the endpoint, else the region.
+    location: String,
 }
 
 impl std::fmt::Debug for DynamoStore {
@@ -134,6 +141,19 @@ fn values(
     (!pairs.is_empty()).then(|| pairs.into_iter().map(|(a, v)| (a.to_owned(), v)).collect())
 }
 
+/// An endpoint URL as [`JournalStore::store_id`] names it: without scheme and trailing slash,
+/// the host in lower case.
+fn normalize_endpoint(url: &str) -> String {
+    let rest = url
+        .split_once("://")
+        .map_or(url, |(_, rest)| rest)
+        .trim_end_matches('/');
+    match rest.split_once('/') {
+        Some((host, path)) => format!("{}/{path}", host.to_ascii_lowercase()),
+        None => rest.to_ascii_lowercase(),
+    }
+}
+
 fn build_err(e: impl std::fmt::Display) -> StoreError {
     StoreError::Other {
         backend: BACKEND,
@@ -164,6 +184,42 @@ struct WorkerInfo {
     retired: bool,
     expires_at: i64,
     deployment: String,
+    /// When it was retired (ms), if it was.
+    retired_at: Option<i64>,
+    /// The epoch whose lapse entry a claim dropped (no run was indexed under it any more).
+    clean: Option<u64>,
+}
+
+impl WorkerInfo {
+    /// Whether the lease of `epoch` is valid at `now` (contract: not retired, the current
+    /// epoch, not expired).
+    fn valid(&self, epoch: u64, now: Timestamp) -> bool {
+        !self.retired && self.epoch == epoch && self.expires_at > now.millis()
+    }
+
+    /// When the current epoch's lease stopped being valid: its retirement or its expiry.
+    fn lapsed_at(&self) -> i64 {
+        match (self.retired, self.retired_at) {
+            (true, Some(at)) => at,
+            _ => self.expires_at,
+        }
+    }
+}
+
+/// The worker item of `worker` as written by a registration: its lapse entry sorts at the
+/// lease's expiry.
+fn worker_item(worker: &WorkerId, deployment: &DeploymentId, epoch: u64, expires_at: i64) -> Item {
+    let mut it = key(worker_pk(worker.as_str()), ONE);
+    it.insert("epoch".into(), n(epoch));
+    it.insert("dep".into(), s(deployment.as_str()));
+    it.insert("exp".into(), n(expires_at));
+    it.insert(
+        "ret".into(),
+        aws_sdk_dynamodb::types::AttributeValue::Bool(false),
+    );
+    it.insert("g4pk".into(), s(lapse_pk(deployment.as_str())));
+    it.insert("g4sk".into(), s(lapse_sk(expires_at, worker.as_str())));
+    it
 }
 
 impl DynamoStore {
@@ -182,15 +238,25 @@ impl DynamoStore {
         let client = config.sdk_client();
         let mut store = Self::from_client(client, config.table.clone());
         store.shards = config.wake_shards.max(1);
+        store.location = match &config.endpoint_url {
+            Some(url) => normalize_endpoint(url),
+            None => config.region.clone(),
+        };
         store.caller = Caller::new(config.max_attempts, config.base_backoff);
         Ok(store)
     }
 
     /// A store on `table` through a client you configured (credentials, endpoint, retries).
     /// Consider disabling the SDK's own retries: the store retries throttling and transient
-    /// faults itself.
+    /// faults itself. Its [`store_id`](JournalStore::store_id) names the client's region (the
+    /// client does not show its endpoint).
     pub fn from_client(client: Client, table: impl Into<String>) -> Self {
+        let location = client
+            .config()
+            .region()
+            .map_or_else(|| "aws".to_owned(), |r| r.as_ref().to_owned());
         Self {
+            location,
             client,
             table: table.into(),
             shards: 4,
@@ -724,6 +790,7 @@ impl DynamoStore {
         Ok(h)
     }
 
+    /// The worker item, strongly consistent.
     async fn worker(&self, worker: &str) -> Result<Option<WorkerInfo>, StoreError> {
         Ok(self
             .get(worker_pk(worker), ONE)
@@ -736,7 +803,22 @@ impl DynamoStore {
                 ),
                 expires_at: get_n(&it, "exp").unwrap_or(i64::MIN),
                 deployment: get_s(&it, "dep").unwrap_or("").to_owned(),
+                retired_at: get_n(&it, "rat"),
+                clean: get_n(&it, "cln"),
             }))
+    }
+
+    /// The worker item through a per-call cache (one read per worker per claim).
+    async fn worker_cached(
+        &self,
+        worker: &str,
+        workers: &mut HashMap<String, Option<WorkerInfo>>,
+    ) -> Result<Option<WorkerInfo>, StoreError> {
+        if !workers.contains_key(worker) {
+            let info = self.worker(worker).await?;
+            workers.insert(worker.to_owned(), info);
+        }
+        Ok(workers[worker].clone())
     }
 
     /// Whether a valid lease holds the run at `now` (as MemoryStore's `held`), with a per-call
@@ -750,13 +832,164 @@ impl DynamoStore {
         let Some((w, e)) = &h.rec.owner else {
             return Ok(false);
         };
-        if !workers.contains_key(w.as_str()) {
-            let info = self.worker(w.as_str()).await?;
-            workers.insert(w.to_string(), info);
+        Ok(self
+            .worker_cached(w.as_str(), workers)
+            .await?
+            .is_some_and(|i| i.valid(*e, now)))
+    }
+
+    /// The run's claim key (ms) if no valid lease holds it at `now`, as MemoryStore's
+    /// `claim_key` (contract clause 5): when its work is due, and for an orphaned run (it names
+    /// an owner whose lease is not valid) the earlier of that and its `updated_at`. `None`: not
+    /// claimable at any time without a new event.
+    async fn claim_key(
+        &self,
+        h: &Header,
+        now: Timestamp,
+        workers: &mut HashMap<String, Option<WorkerInfo>>,
+    ) -> Result<Option<i64>, StoreError> {
+        if h.rec.status != RunStatus::Running || self.held(h, now, workers).await? {
+            return Ok(None);
         }
-        Ok(workers[w.as_str()]
-            .as_ref()
-            .is_some_and(|i| !i.retired && i.epoch == *e && i.expires_at > now.millis()))
+        let work = h.work_at();
+        let updated = h.rec.updated_at.millis();
+        Ok(if h.rec.owner.is_some() {
+            Some(work.map_or(updated, |w| w.min(updated)))
+        } else {
+            work
+        })
+    }
+
+    /// The orphaned runs of `deployment` at `now`, headers strongly consistent: the deployment's
+    /// lapse entries due by `now` (`gsi4`) name the workers whose current lease is not valid and
+    /// the superseded epochs; each leads to the runs it still holds (`gsi4` again). Costs one
+    /// query, plus a worker read and a query per lapsed lease and a read per run it holds, never
+    /// anything per parked run. With `clean`, drops lapse entries under which no run is indexed
+    /// any more, once the index had [`LAPSE_SETTLE_MS`] to catch up.
+    async fn orphans(
+        &self,
+        deployment: &DeploymentId,
+        now: Timestamp,
+        workers: &mut HashMap<String, Option<WorkerInfo>>,
+        clean: bool,
+    ) -> Result<Vec<Header>, StoreError> {
+        let entries = self
+            .query_all(
+                Some("gsi4"),
+                "#p = :p AND #s < :hi",
+                &[("#p", "g4pk"), ("#s", "g4sk")],
+                vec![
+                    (":p", s(lapse_pk(deployment.as_str()))),
+                    (":hi", s(format!("{}$", enc_time(now.millis())))),
+                ],
+            )
+            .await?;
+        let mut out = Vec::new();
+        for entry in entries {
+            let (Some(w), Some(sk)) = (
+                get_s(&entry, "pk").and_then(|p| p.strip_prefix("WORKER#")),
+                get_s(&entry, "sk"),
+            ) else {
+                continue;
+            };
+            let Some(info) = self.worker_cached(w, workers).await? else {
+                continue;
+            };
+            // The epoch whose runs are orphaned, and since when (for dropping the entry).
+            let (epoch, lapsed_at) = if sk == ONE {
+                if info.valid(info.epoch, now) {
+                    continue; // renewed since the index entry was written
+                }
+                (info.epoch, info.lapsed_at())
+            } else {
+                match parse_old_sk(sk) {
+                    Some(found) => found,
+                    None => continue,
+                }
+            };
+            let owned = self
+                .query_all(
+                    Some("gsi4"),
+                    "#p = :p",
+                    &[("#p", "g4pk")],
+                    vec![(":p", s(own_pk(w, epoch)))],
+                )
+                .await?;
+            if owned.is_empty() {
+                if clean && now.millis() >= lapsed_at.saturating_add(LAPSE_SETTLE_MS) {
+                    self.drop_lapse(w, sk, &info).await;
+                }
+                continue;
+            }
+            let owner = Some((WorkerId::new(w), epoch));
+            for it in owned {
+                let run = RunId::new(get_s(&it, "g4sk").unwrap_or(""));
+                let h = match self.header(&run).await {
+                    Ok(h) => h,
+                    Err(StoreError::NotFound { .. }) => continue,
+                    Err(e) => return Err(e),
+                };
+                // A stale index entry (the run was released or taken since) is skipped.
+                if h.rec.owner == owner && &h.rec.deployment_id == deployment {
+                    out.push(h);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Drops a lapse entry no run is indexed under (best effort: a failure only leaves it for
+    /// the next claim). A worker item keeps its lease and loses only its index keys, on the
+    /// condition that it did not change since it was read; a superseded epoch's item goes.
+    async fn drop_lapse(&self, worker: &str, sk: &str, info: &WorkerInfo) {
+        let res = if sk == ONE {
+            let req = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(key(worker_pk(worker), ONE)))
+                .update_expression("SET #cln = :e REMOVE #g4pk, #g4sk")
+                .condition_expression("#epoch = :e AND #exp = :x AND #ret = :r")
+                .set_expression_attribute_names(names(&[
+                    ("#cln", "cln"),
+                    ("#g4pk", "g4pk"),
+                    ("#g4sk", "g4sk"),
+                    ("#epoch", "epoch"),
+                    ("#exp", "exp"),
+                    ("#ret", "ret"),
+                ]))
+                .set_expression_attribute_values(values(vec![
+                    (":e", n(info.epoch)),
+                    (":x", n(info.expires_at)),
+                    (
+                        ":r",
+                        aws_sdk_dynamodb::types::AttributeValue::Bool(info.retired),
+                    ),
+                ]));
+            match self
+                .caller
+                .call("UpdateItem", |_| false, || req.clone().send())
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(CallError::Service(e)) if e.is_conditional_check_failed_exception() => Ok(()),
+                Err(e) => Err(self.map("UpdateItem", e)),
+            }
+        } else {
+            let req = self
+                .client
+                .delete_item()
+                .table_name(&self.table)
+                .set_key(Some(key(worker_pk(worker), sk)));
+            self.caller
+                .call("DeleteItem", |_| false, || req.clone().send())
+                .await
+                .map(|_| ())
+                .map_err(|e| self.map("DeleteItem", e))
+        };
+        if let Err(error) = res {
+            tracing::warn!(%error, worker, sk, "could not drop a lapse entry; the next claim retries");
+        }
     }
 
     /// The session log's next seq (0 when the session has none).
@@ -1128,7 +1361,9 @@ impl DynamoStore {
         Ok(())
     }
 
-    /// Claims one candidate run (its header from the wake index) for `lease`.
+    /// Claims one candidate run (its header from an index, possibly stale) for `lease`: only
+    /// while it is claimable at `now`, and only by a `Put` conditioned on the `ver` it read, so
+    /// a stale candidate is skipped, never claimed twice.
     async fn try_claim(
         &self,
         mut h: Header,
@@ -1153,8 +1388,10 @@ impl DynamoStore {
                 }
             }
             if h.rec.deployment_id != lease.deployment
-                || h.work_at().is_none_or(|at| at > now.millis())
-                || self.held(&h, now, workers).await?
+                || self
+                    .claim_key(&h, now, workers)
+                    .await?
+                    .is_none_or(|at| at > now.millis())
             {
                 return Ok(None);
             }
@@ -1203,39 +1440,30 @@ impl DynamoStore {
         }
     }
 
-    /// Candidates of the wake index of `deployment`, in wake order, due by `due_by` if given.
-    async fn wake_candidates(
+    /// The runs of `deployment` whose work is due by `now` (`gsi1`, every shard), headers as
+    /// the index holds them.
+    async fn due_runs(
         &self,
         deployment: &DeploymentId,
-        due_by: Option<Timestamp>,
-    ) -> Result<Vec<(String, Item)>, StoreError> {
+        now: Timestamp,
+    ) -> Result<Vec<Header>, StoreError> {
         let mut all = Vec::new();
         for shard in 0..self.shards {
-            let pk = s(format!("WAKE#{deployment}#{shard}"));
-            let items = match due_by {
-                Some(now) => {
-                    self.query_all(
-                        Some("gsi1"),
-                        "#p = :p AND #s < :hi",
-                        &[("#p", "g1pk"), ("#s", "g1sk")],
-                        vec![
-                            (":p", pk),
-                            (":hi", s(format!("{}$", enc_time(now.millis())))),
-                        ],
-                    )
-                    .await?
-                }
-                None => {
-                    self.query_all(Some("gsi1"), "#p = :p", &[("#p", "g1pk")], vec![(":p", pk)])
-                        .await?
-                }
-            };
-            for it in items {
-                let sk = get_s(&it, "g1sk").unwrap_or("").to_owned();
-                all.push((sk, it));
+            let items = self
+                .query_all(
+                    Some("gsi1"),
+                    "#p = :p AND #s < :hi",
+                    &[("#p", "g1pk"), ("#s", "g1sk")],
+                    vec![
+                        (":p", s(format!("WAKE#{deployment}#{shard}"))),
+                        (":hi", s(format!("{}$", enc_time(now.millis())))),
+                    ],
+                )
+                .await?;
+            for it in &items {
+                all.push(Header::from_item(it)?);
             }
         }
-        all.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(all)
     }
 }
@@ -1853,40 +2081,52 @@ impl JournalStore for DynamoStore {
     ) -> Result<Lease, StoreError> {
         eve_core::store::check_worker_ids(worker, deployment)?;
         let expires_at = now.plus(ttl);
-        let req = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(key(worker_pk(worker.as_str()), ONE)))
-            .update_expression("SET #dep = :d, #exp = :x, #ret = :f ADD #epoch :one")
-            .set_expression_attribute_names(names(&[
-                ("#dep", "dep"),
-                ("#exp", "exp"),
-                ("#ret", "ret"),
-                ("#epoch", "epoch"),
-            ]))
-            .set_expression_attribute_values(values(vec![
-                (":d", s(deployment.as_str())),
-                (":x", n(expires_at.millis())),
-                (":f", aws_sdk_dynamodb::types::AttributeValue::Bool(false)),
-                (":one", n(1)),
-            ]))
-            .return_values(ReturnValue::AllNew);
-        let out = self
-            .caller
-            .call("UpdateItem", |_| false, || req.clone().send())
-            .await
-            .map_err(|e| self.map("UpdateItem", e))?;
-        let epoch = out
-            .attributes()
-            .and_then(|a| get_n(a, "epoch"))
-            .ok_or_else(|| build_err("UpdateItem returned no epoch"))?;
-        Ok(Lease {
-            worker: worker.clone(),
-            deployment: deployment.clone(),
-            epoch,
-            expires_at,
-        })
+        for _ in 0..MAX_ROUNDS {
+            let old = self.worker(worker.as_str()).await?;
+            let epoch = old.as_ref().map_or(1, |o| o.epoch + 1);
+            let item = worker_item(worker, deployment, epoch, expires_at.millis());
+            let mut tx = Tx::new();
+            match &old {
+                None => tx.push(self.tx_put_new(item)?, Role::Worker),
+                Some(o) => {
+                    tx.push(
+                        self.tx_put(
+                            item,
+                            Some("#epoch = :e"),
+                            &[("#epoch", "epoch")],
+                            vec![(":e", n(o.epoch))],
+                        )?,
+                        Role::Worker,
+                    );
+                    // The superseded epoch's runs are orphaned at once: its lapse entry sorts
+                    // first. Skipped when a claim found it holding nothing and dropped it.
+                    if o.clean != Some(o.epoch) {
+                        let mut it = key(worker_pk(worker.as_str()), old_sk(o.epoch, now.millis()));
+                        let dep = match o.deployment.as_str() {
+                            "" => deployment.as_str(),
+                            dep => dep,
+                        };
+                        it.insert("g4pk".into(), s(lapse_pk(dep)));
+                        it.insert("g4sk".into(), s(lapse_sk(i64::MIN, worker.as_str())));
+                        tx.push(self.tx_put(it, None, &[], vec![])?, Role::Other);
+                    }
+                }
+            }
+            let done = if tx.items.len() == 1 {
+                self.transact_one(tx).await?
+            } else {
+                self.transact(tx).await?.is_ok()
+            };
+            if done {
+                return Ok(Lease {
+                    worker: worker.clone(),
+                    deployment: deployment.clone(),
+                    epoch,
+                    expires_at,
+                });
+            }
+        }
+        Err(contention("register_worker"))
     }
 
     async fn heartbeat(
@@ -1901,18 +2141,32 @@ impl JournalStore for DynamoStore {
             .update_item()
             .table_name(&self.table)
             .set_key(Some(key(worker_pk(lease.worker.as_str()), ONE)))
-            .update_expression("SET #exp = :x")
-            .condition_expression("attribute_exists(#pk) AND #epoch = :e AND #ret = :f")
+            // The lapse entry moves to the new expiry (and comes back if a claim dropped it
+            // while the lease was expired).
+            .update_expression("SET #exp = :x, #g4pk = :gp, #g4sk = :gs REMOVE #cln")
+            .condition_expression(
+                "attribute_exists(#pk) AND #epoch = :e AND #ret = :f AND #dep = :d",
+            )
             .set_expression_attribute_names(names(&[
                 ("#exp", "exp"),
                 ("#pk", "pk"),
                 ("#epoch", "epoch"),
                 ("#ret", "ret"),
+                ("#dep", "dep"),
+                ("#g4pk", "g4pk"),
+                ("#g4sk", "g4sk"),
+                ("#cln", "cln"),
             ]))
             .set_expression_attribute_values(values(vec![
                 (":x", n(expires_at.millis())),
                 (":e", n(lease.epoch)),
                 (":f", aws_sdk_dynamodb::types::AttributeValue::Bool(false)),
+                (":d", s(lease.deployment.as_str())),
+                (":gp", s(lapse_pk(lease.deployment.as_str()))),
+                (
+                    ":gs",
+                    s(lapse_sk(expires_at.millis(), lease.worker.as_str())),
+                ),
             ]))
             .return_values(ReturnValue::AllNew)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
@@ -1954,22 +2208,42 @@ impl JournalStore for DynamoStore {
         max: usize,
         now: Timestamp,
     ) -> Result<Vec<RunRecord>, StoreError> {
-        match self.worker(lease.worker.as_str()).await? {
-            Some(w) if !w.retired && w.epoch == lease.epoch && w.expires_at > now.millis() => {
-                let _ = w.deployment;
-            }
-            _ => return Err(fenced(lease, "")),
+        let me = self.worker(lease.worker.as_str()).await?;
+        if !me.as_ref().is_some_and(|w| w.valid(lease.epoch, now)) {
+            return Err(fenced(lease, ""));
         }
         let mut out = Vec::new();
         if max == 0 {
             return Ok(out);
         }
-        let mut workers = HashMap::new();
-        for (_, it) in self.wake_candidates(&lease.deployment, Some(now)).await? {
+        let mut workers = HashMap::from([(lease.worker.to_string(), me)]);
+        // Candidates: runs with work due (`gsi1`) and orphaned runs (the lapse entries), each
+        // run once, the fresher header winning; then in claim-key order.
+        let mut found: HashMap<RunId, Header> = HashMap::new();
+        for h in self.due_runs(&lease.deployment, now).await? {
+            found.entry(h.rec.run_id.clone()).or_insert(h);
+        }
+        for h in self
+            .orphans(&lease.deployment, now, &mut workers, true)
+            .await?
+        {
+            found.insert(h.rec.run_id.clone(), h);
+        }
+        let mut ready = Vec::new();
+        for h in found.into_values() {
+            if let Some(at) = self.claim_key(&h, now, &mut workers).await? {
+                if at <= now.millis() {
+                    ready.push((at, h));
+                }
+            }
+        }
+        ready.sort_by(|(a, x), (b, y)| {
+            (a, x.rec.created_at, &x.rec.run_id).cmp(&(b, y.rec.created_at, &y.rec.run_id))
+        });
+        for (_, h) in ready {
             if out.len() >= max {
                 break;
             }
-            let h = Header::from_item(&it)?;
             if let Some(rec) = self.try_claim(h, lease, now, &mut workers).await? {
                 out.push(rec);
             }
@@ -2027,64 +2301,39 @@ impl JournalStore for DynamoStore {
     }
 
     async fn retire_worker(&self, lease: &Lease, now: Timestamp) -> Result<(), StoreError> {
+        // The runs it still holds keep naming it: orphaned, they are claimable at once, found
+        // through its lapse entry, which now sorts first.
         let req = self
             .client
             .update_item()
             .table_name(&self.table)
             .set_key(Some(key(worker_pk(lease.worker.as_str()), ONE)))
-            .update_expression("SET #ret = :t")
+            .update_expression("SET #ret = :t, #rat = :now, #g4sk = :gs")
             .condition_expression("#epoch = :e AND #ret = :f")
-            .set_expression_attribute_names(names(&[("#ret", "ret"), ("#epoch", "epoch")]))
+            .set_expression_attribute_names(names(&[
+                ("#ret", "ret"),
+                ("#rat", "rat"),
+                ("#g4sk", "g4sk"),
+                ("#epoch", "epoch"),
+            ]))
             .set_expression_attribute_values(values(vec![
                 (":t", aws_sdk_dynamodb::types::AttributeValue::Bool(true)),
                 (":f", aws_sdk_dynamodb::types::AttributeValue::Bool(false)),
                 (":e", n(lease.epoch)),
+                (":now", n(now.millis())),
+                (":gs", s(lapse_sk(i64::MIN, lease.worker.as_str()))),
             ]));
         match self
             .caller
             .call("UpdateItem", |_| false, || req.clone().send())
             .await
         {
-            Ok(_) => {}
+            Ok(_) => Ok(()),
             Err(CallError::Service(e)) if e.is_conditional_check_failed_exception() => {
-                return Err(fenced(lease, ""))
+                Err(fenced(lease, ""))
             }
-            Err(e) => return Err(self.map("UpdateItem", e)),
+            Err(e) => Err(self.map("UpdateItem", e)),
         }
-        // Give back every run the lease held (found through the sparse owner index).
-        let owned = self
-            .query_all(
-                Some("gsi4"),
-                "#p = :p",
-                &[("#p", "g4pk")],
-                vec![(":p", s(format!("OWN#{}#{}", lease.worker, lease.epoch)))],
-            )
-            .await?;
-        let me = Some((lease.worker.clone(), lease.epoch));
-        for it in owned {
-            let run = RunId::new(get_s(&it, "g4sk").unwrap_or(""));
-            for _ in 0..MAX_ROUNDS {
-                let h = match self.header(&run).await {
-                    Ok(h) => h,
-                    Err(StoreError::NotFound { .. }) => break,
-                    Err(e) => return Err(e),
-                };
-                if h.rec.owner != me {
-                    break;
-                }
-                let mut nh = h.clone();
-                nh.ver += 1;
-                nh.rec.owner = None;
-                nh.touch(now);
-                let mut tx = Tx::new();
-                tx.push(self.header_put(&nh, Some(h.ver))?, Role::Header);
-                if self.transact_one(tx).await? {
-                    self.cache_put(&nh);
-                    break;
-                }
-            }
-        }
-        Ok(())
     }
 
     async fn next_wake(
@@ -2093,12 +2342,44 @@ impl JournalStore for DynamoStore {
         now: Timestamp,
     ) -> Result<Option<Timestamp>, StoreError> {
         let mut workers = HashMap::new();
-        for (_, it) in self.wake_candidates(deployment, None).await? {
-            let h = Header::from_item(&it)?;
-            if !self.held(&h, now, &mut workers).await? {
-                return Ok(h.work_at().map(Timestamp));
+        let mut best: Option<i64> = None;
+        // Each wake shard in work order, up to its first run no valid lease holds: a later one
+        // without an owner has no earlier key, and orphaned runs come from the lapse entries.
+        for shard in 0..self.shards {
+            let mut start = None;
+            'shard: loop {
+                let (items, next) = self
+                    .query_page(
+                        Some("gsi1"),
+                        "#p = :p",
+                        &[("#p", "g1pk")],
+                        vec![(":p", s(format!("WAKE#{deployment}#{shard}")))],
+                        100,
+                        start,
+                    )
+                    .await?;
+                for it in &items {
+                    let h = Header::from_item(it)?;
+                    if let Some(at) = self.claim_key(&h, now, &mut workers).await? {
+                        best = Some(best.map_or(at, |b| b.min(at)));
+                        break 'shard;
+                    }
+                }
+                match next {
+                    Some(k) => start = Some(k),
+                    None => break,
+                }
             }
         }
-        Ok(None)
+        for h in self.orphans(deployment, now, &mut workers, false).await? {
+            if let Some(at) = self.claim_key(&h, now, &mut workers).await? {
+                best = Some(best.map_or(at, |b| b.min(at)));
+            }
+        }
+        Ok(best.map(Timestamp))
+    }
+
+    fn store_id(&self) -> String {
+        format!("dynamodb://{}/{}", self.location, self.table)
     }
 }
