@@ -1,7 +1,9 @@
 //! DynamoDB-specific behaviour beyond the shared suite: throttling and contention retried then
 //! surfaced as `Unavailable` (with injected faults: DynamoDB Local never throttles), the
 //! transaction item limit refused cleanly, large bodies chunked in the journal and the session
-//! log at once, and the DynamoDB calls each operation costs.
+//! log at once, the DynamoDB calls each operation costs, and orphaned runs (contract clause 5:
+//! superseded, retired and expired owners, `next_wake`, claim order, claim cost) through the
+//! lapse entries of `gsi4`.
 //!
 //! Needs `EVE_TEST_DYNAMODB_ENDPOINT` (see `.ci/dynamodb-local.sh`); without it each test prints
 //! that it was skipped and why, and passes.
