@@ -48,10 +48,36 @@ pub(crate) fn log_sk(last_seq: u64) -> String {
 pub(crate) fn worker_pk(worker: &str) -> String {
     format!("WORKER#{worker}")
 }
+/// Sort key of a superseded epoch's lapse item, beside its worker item: the epoch and the time
+/// (ms) it was superseded.
+pub(crate) fn old_sk(epoch: u64, superseded_at: i64) -> String {
+    format!("OLD#{epoch:020}#{}", enc_time(superseded_at))
+}
+/// Parses [`old_sk`] into the epoch and the time it was superseded.
+pub(crate) fn parse_old_sk(sk: &str) -> Option<(u64, i64)> {
+    let (epoch, at) = sk.strip_prefix("OLD#")?.split_once('#')?;
+    Some((epoch.parse().ok()?, dec_time(at)?))
+}
+/// `gsi4` partition of a deployment's lapse entries (worker items and superseded epochs).
+pub(crate) fn lapse_pk(deployment: &str) -> String {
+    format!("LAPSE#{deployment}")
+}
+/// `gsi4` sort key of a lapse entry: from `lapse` (ms) on, the runs it names may be orphaned.
+pub(crate) fn lapse_sk(lapse: i64, worker: &str) -> String {
+    format!("{}#{worker}", enc_time(lapse))
+}
+/// `gsi4` partition of the running runs one epoch of a worker holds.
+pub(crate) fn own_pk(worker: &str, epoch: u64) -> String {
+    format!("OWN#{worker}#{epoch}")
+}
 
 /// A time as a sortable string: the sign bit flipped, zero-padded.
 pub(crate) fn enc_time(t: i64) -> String {
     format!("{:020}", (t as u64) ^ (1u64 << 63))
+}
+/// Parses [`enc_time`].
+pub(crate) fn dec_time(s: &str) -> Option<i64> {
+    s.parse::<u64>().ok().map(|v| (v ^ (1u64 << 63)) as i64)
 }
 
 pub(crate) fn s(v: impl Into<String>) -> AttributeValue {
@@ -152,8 +178,10 @@ impl Header {
         it.insert("g2sk".into(), s(order.clone()));
         it.insert("g3pk".into(), s(format!("RUNS#{}", rec.status.as_str())));
         it.insert("g3sk".into(), s(order));
-        if let Some((w, e)) = &rec.owner {
-            it.insert("g4pk".into(), s(format!("OWN#{w}#{e}")));
+        // Only running runs: a blocked run is not claimable, and a delivery that makes it
+        // running again gives it work (and rewrites this header).
+        if let (Some((w, e)), RunStatus::Running) = (&rec.owner, rec.status) {
+            it.insert("g4pk".into(), s(own_pk(w.as_str(), *e)));
             it.insert("g4sk".into(), s(rec.run_id.to_string()));
         }
         it

@@ -1,5 +1,5 @@
-//! eve-storage-dynamodb: [`DynamoStore`], the DynamoDB backend of eve's [`JournalStore`]
-//! contract, on `aws-sdk-dynamodb`.
+//! eve-storage-dynamodb: [`DynamoStore`], the DynamoDB backend of eve's
+//! [`JournalStore`](eve_core::JournalStore) contract, on `aws-sdk-dynamodb`.
 //!
 //! DynamoDB has no multi-row SQL transactions; every guarantee of the contract is built from
 //! conditional writes and `TransactWriteItems` on **one table**, never grouping two runs in one
@@ -21,6 +21,14 @@
 //! [`DynamoStore::from_client`], or enable the `sdk-config` feature for
 //! `DynamoStore::from_sdk_config` (the AWS credential chain; off by default because it doubles a
 //! cold build).
+//!
+//! [`store_id`](eve_core::JournalStore::store_id) is `dynamodb://{endpoint}/{table}` (the
+//! endpoint without its scheme) or, without an endpoint, `dynamodb://{region}/{table}`: the
+//! same in every process that opens the table the same way.
+//!
+//! DynamoDB has no notifications: [`wakeups`](eve_core::JournalStore::wakeups) and
+//! [`watch`](eve_core::JournalStore::watch) are `None`, so workers and waiters poll
+//! ([`next_wake`](eve_core::JournalStore::next_wake) tells an idle worker how long it may sleep).
 //!
 //! # Table definition
 //!
@@ -60,7 +68,8 @@
 //! | input request | `REQ#{request}` | `-` | run, session, cmd, the request, `st` pending/answered/withdrawn, the answer and its seq |
 //! | session counter | `SESS#{session}` | `CTR` | `next`: the session log's next seq |
 //! | session log batch | `SESS#{session}` | `LOG#{last_seq}` | `f`, `n`, `b`: the [`SessionEntry`](eve_core::SessionEntry)s one write made |
-//! | worker | `WORKER#{worker}` | `-` | `epoch`, `dep`, `exp` (lease expiry), `ret` (retired) |
+//! | worker | `WORKER#{worker}` | `-` | `epoch`, `dep`, `exp` (lease expiry), `ret` (retired), `rat` (when), `cln` (the epoch whose lapse entry was dropped); its lapse entry (`g4` keys) |
+//! | superseded epoch | `WORKER#{worker}` | `OLD#{epoch}#{superseded_at}` | only its lapse entry, until the runs that epoch held are taken |
 //!
 //! Event and session batches are keyed by their **last** seq, so one `Query` with
 //! `sk >= EV#{from_seq}` starts at the batch holding `from_seq`; the run header's `EV~` sorts
@@ -75,7 +84,8 @@
 //! | `gsi1` | `PREQ#{session}` on pending request items | `{requested_at}#{request}` | [`pending_requests`](eve_core::JournalStore::pending_requests) |
 //! | `gsi2` | `SRUNS#{session}` on run headers | `{created_at}#{run}` | [`list_runs`](eve_core::JournalStore::list_runs) by session (the task index) |
 //! | `gsi3` | `RUNS#{status}` on run headers | `{created_at}#{run}` | `list_runs` by status (and all runs: one query per status) |
-//! | `gsi4` | `OWN#{worker}#{epoch}` on claimed run headers | `{run}` | [`retire_worker`](eve_core::JournalStore::retire_worker) releasing its runs |
+//! | `gsi4` | `OWN#{worker}#{epoch}` on headers of running runs with an owner | `{run}` | finding the runs one lease holds once it lapsed (orphaned runs) |
+//! | `gsi4` | `LAPSE#{deployment}` on worker items and superseded-epoch items (*lapse entries*) | `{lapse}#{worker}`: the lease's expiry; the lowest time for a retired worker or a superseded epoch | [`claim`](eve_core::JournalStore::claim), `next_wake`: the leases of the deployment that are not valid at `now`, one range query |
 //!
 //! # Commit protocol
 //!
@@ -101,10 +111,44 @@
 //! * **Hooks (guarantee 4)**: the token item is put with `attribute_not_exists` in the append
 //!   that creates it and deleted in the write that ends the run.
 //! * **Wake-ups and leases (guarantee 5)**: the header's `g1` keys are recomputed at every write
-//!   (earliest of the first unprocessed event's time and the timers); a claim queries the due
-//!   part of `g1`, skips runs a valid lease holds, and takes each run with a `Put` conditioned on
-//!   `ver`. GSIs are eventually consistent on AWS: a stale entry can only be skipped (the `ver`
-//!   condition fails), never double-claimed; a late one is found at the next claim.
+//!   (earliest of the first unprocessed event's time and the timers). A claim gathers two kinds
+//!   of candidates, computes each one's *claim key* from its header and the owner's worker item
+//!   (strongly consistent): the time its work is due, and for an orphaned run the earlier of
+//!   that and its `updated_at`; runs a valid lease holds have none. It takes them in claim-key
+//!   order (ties by creation time, then run id), each with a `Put` conditioned on `ver`:
+//!   * runs with work due: the due part of `g1` (one query per wake shard);
+//!   * **orphaned runs**, whose owner's lease is no longer valid, with or without work. Expiry
+//!     happens without a write, so every worker item carries a *lapse entry* in `gsi4`
+//!     (`LAPSE#{deployment}`) sorted by its lease's expiry; one range query up to `now` returns
+//!     the deployment's expired workers, its retired ones (retiring moves the entry to the
+//!     front), and its superseded epochs (re-registering a worker id writes an `OLD#` item whose
+//!     entry sorts first, in the same transaction that bumps the epoch). Each lapsed lease leads
+//!     through `OWN#{worker}#{epoch}` to the running runs it still holds. Live workers' entries
+//!     lie past `now`, and parked runs (released, no work) are in neither index, so a claim pays
+//!     nothing per parked run: one query more than the wake shards, plus a worker read and a
+//!     query per lapsed lease and a read per run it holds.
+//!
+//!   Registering reads the worker item and writes the next epoch conditioned on the one it
+//!   read (two calls); a heartbeat is one conditional update that also checks the lease's
+//!   deployment (a lease naming another deployment is `Fenced`), and moves the lapse entry.
+//!   Tables written before lapse entries existed: a worker item gets its entry at its next
+//!   registration or heartbeat, so runs of a lease that lapsed before the upgrade and never
+//!   comes back are claimed only when they have work, as before.
+//!
+//!   A lapse entry under which no run is indexed any more is dropped by a claim (a superseded
+//!   epoch's item deleted, a worker item's `g4` keys removed, conditioned on the item being
+//!   unchanged), but only once the lease lapsed at least a minute ago in the callers' time, so
+//!   that `OWN` entries of claims committed just before the lapse have reached the index. A
+//!   heartbeat rewrites the entry at the new expiry (and brings a dropped one back). Blocked
+//!   runs stay out of `OWN`: a blocked run is not claimable, and the delivery that makes it
+//!   running again gives it work.
+//!
+//!   GSIs are eventually consistent on AWS: a stale entry can only be skipped (the header read
+//!   or the `ver` condition says the run moved on), never double-claimed; a late one is found at
+//!   a later claim. [`next_wake`](eve_core::JournalStore::next_wake) is the least claim key over
+//!   the first unheld run of each wake shard and the orphaned runs.
+//!   [`retire_worker`](eve_core::JournalStore::retire_worker) only marks the worker retired: the
+//!   runs it held keep naming it and are claimable at once.
 //! * **Reads (guarantee 6)** are strongly consistent queries, at least 100 items a page.
 //!
 //! # Limits

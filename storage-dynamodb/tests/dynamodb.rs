@@ -1,7 +1,9 @@
 //! DynamoDB-specific behaviour beyond the shared suite: throttling and contention retried then
 //! surfaced as `Unavailable` (with injected faults: DynamoDB Local never throttles), the
 //! transaction item limit refused cleanly, large bodies chunked in the journal and the session
-//! log at once, and the DynamoDB calls each operation costs.
+//! log at once, the DynamoDB calls each operation costs, and orphaned runs (contract clause 5:
+//! superseded, retired and expired owners, `next_wake`, claim order, claim cost) through the
+//! lapse entries of `gsi4`.
 //!
 //! Needs `EVE_TEST_DYNAMODB_ENDPOINT` (see `.ci/dynamodb-local.sh`); without it each test prints
 //! that it was skipped and why, and passes.
@@ -452,4 +454,358 @@ async fn retried_transaction_attempt_is_idempotent() {
     req.send()
         .await
         .expect("the retry with the same token is answered as success, not a failed condition");
+}
+
+// ---- orphaned runs (contract clause 5) ---------------------------------------------------------
+
+fn d1() -> DeploymentId {
+    DeploymentId::new("d1")
+}
+
+async fn register(s: &DynamoStore, worker: &WorkerId, ttl: Duration, ms: i64) -> Lease {
+    s.register_worker(worker, &d1(), ttl, at(ms))
+        .await
+        .expect("register_worker")
+}
+
+async fn claim_ids(s: &DynamoStore, lease: &Lease, max: usize, ms: i64) -> Vec<RunId> {
+    s.claim(lease, max, at(ms))
+        .await
+        .expect("claim")
+        .into_iter()
+        .map(|r| r.run_id)
+        .collect()
+}
+
+/// Creates a run at `created_ms`, claims it with `lease` at `created_ms + 1` and appends
+/// `events` at `append_ms`: the run is held and (without a timer among `events`) has no work.
+async fn held_run(
+    s: &DynamoStore,
+    name: &str,
+    lease: &Lease,
+    created_ms: i64,
+    append_ms: i64,
+    events: Vec<Event>,
+) -> RunId {
+    let run = s
+        .create_run(new_run(name, Execution::Default), at(created_ms))
+        .await
+        .expect("create_run")
+        .run
+        .run_id;
+    assert_eq!(
+        claim_ids(s, lease, 1000, created_ms + 1).await,
+        vec![run.clone()],
+        "the new run is claimed"
+    );
+    let mut a = append(&run, 1, lease, events);
+    a.now = at(append_ms);
+    s.append(a).await.expect("append");
+    run
+}
+
+/// (a) A restarted worker (same id, new epoch) takes back its predecessor's runs at once: no
+/// timer, no event, long before the old lease would expire.
+#[tokio::test]
+async fn superseded_epoch_runs_are_claimable_at_once() {
+    let Some(cfg) = config("superseded_epoch_runs_are_claimable_at_once") else {
+        return;
+    };
+    let s = store(cfg).await;
+    let id = WorkerId::random();
+    let old = register(&s, &id, TTL, 0).await;
+    let run = held_run(&s, "superseded", &old, 0, 2, vec![step(1)]).await;
+    let other = register(&s, &WorkerId::random(), TTL, 3).await;
+    assert!(
+        claim_ids(&s, &other, 10, 3).await.is_empty(),
+        "held under a valid lease, without work"
+    );
+    assert_eq!(s.next_wake(&d1(), at(3)).await.expect("next_wake"), None);
+
+    let new = register(&s, &id, TTL, 5).await;
+    assert_eq!(new.epoch, old.epoch + 1);
+    assert_eq!(
+        s.next_wake(&d1(), at(5)).await.expect("next_wake"),
+        Some(at(2)),
+        "an orphaned run's claim key is its updated_at"
+    );
+    let got = s.claim(&new, 10, at(6)).await.expect("claim");
+    assert_eq!(
+        got.iter().map(|r| r.run_id.clone()).collect::<Vec<_>>(),
+        vec![run.clone()],
+        "the new epoch takes the run at once, long before the old lease expires"
+    );
+    assert_eq!(got[0].owner, Some((id.clone(), new.epoch)));
+    assert_eq!(
+        got[0].activations, 1,
+        "the append reset activations; one claim"
+    );
+    let mut fork = append(&run, 2, &old, vec![step(2)]);
+    fork.now = at(7);
+    assert!(matches!(
+        s.append(fork).await,
+        Err(StoreError::Fenced { .. })
+    ));
+    let mut a = append(&run, 2, &new, vec![step(2)]);
+    a.now = at(7);
+    s.append(a)
+        .await
+        .expect("the new epoch continues the journal");
+    assert!(
+        claim_ids(&s, &other, 10, 8).await.is_empty(),
+        "held by the new epoch"
+    );
+    assert_eq!(s.next_wake(&d1(), at(8)).await.expect("next_wake"), None);
+}
+
+/// (b) A retired worker's runs keep naming it and are claimable at once.
+#[tokio::test]
+async fn retired_worker_runs_are_claimable_at_once() {
+    let Some(cfg) = config("retired_worker_runs_are_claimable_at_once") else {
+        return;
+    };
+    let s = store(cfg).await;
+    let w1 = register(&s, &WorkerId::random(), TTL, 0).await;
+    let run = held_run(&s, "retired", &w1, 0, 2, vec![step(1)]).await;
+    let w2 = register(&s, &WorkerId::random(), TTL, 0).await;
+    assert!(claim_ids(&s, &w2, 10, 10).await.is_empty());
+    s.retire_worker(&w1, at(20)).await.expect("retire");
+    let rec = s.get_run(&run).await.expect("get_run");
+    assert_eq!(
+        (rec.owner, rec.updated_at),
+        (Some((w1.worker.clone(), w1.epoch)), at(2)),
+        "retiring leaves the run as it was"
+    );
+    assert_eq!(
+        s.next_wake(&d1(), at(20)).await.expect("next_wake"),
+        Some(at(2))
+    );
+    assert_eq!(claim_ids(&s, &w2, 10, 20).await, vec![run.clone()]);
+    assert!(matches!(
+        s.retire_worker(&w1, at(21)).await,
+        Err(StoreError::Fenced { .. })
+    ));
+}
+
+/// (c) An expired lease orphans its runs exactly at `expires_at`, not a millisecond before.
+#[tokio::test]
+async fn expired_lease_runs_are_claimable_from_expiry() {
+    let Some(cfg) = config("expired_lease_runs_are_claimable_from_expiry") else {
+        return;
+    };
+    let s = store(cfg).await;
+    let w1 = register(&s, &WorkerId::random(), TTL, 0).await;
+    let run = held_run(&s, "expired", &w1, 0, 2, vec![step(1)]).await;
+    let w2 = register(&s, &WorkerId::random(), TTL * 10, 0).await;
+    let expiry = w1.expires_at.millis() - at(0).millis();
+    assert!(
+        claim_ids(&s, &w2, 10, expiry - 1).await.is_empty(),
+        "not claimable while the lease is valid"
+    );
+    assert_eq!(
+        s.next_wake(&d1(), at(expiry - 1)).await.expect("next_wake"),
+        None
+    );
+    assert_eq!(
+        s.next_wake(&d1(), at(expiry)).await.expect("next_wake"),
+        Some(at(2))
+    );
+    assert_eq!(claim_ids(&s, &w2, 10, expiry).await, vec![run.clone()]);
+    // The lapsed worker renews: the run is w2's now, and its append is fenced.
+    let renewed = s
+        .heartbeat(&w1, TTL, at(expiry + 1))
+        .await
+        .expect("heartbeat");
+    let mut fork = append(&run, 2, &renewed, vec![step(2)]);
+    fork.now = at(expiry + 2);
+    assert!(matches!(
+        s.append(fork).await,
+        Err(StoreError::Fenced { .. })
+    ));
+}
+
+/// (d) `next_wake` reports an orphaned run's claim key: the earlier of its work and its
+/// `updated_at`; held runs are left out.
+#[tokio::test]
+async fn next_wake_reports_orphaned_runs() {
+    let Some(cfg) = config("next_wake_reports_orphaned_runs") else {
+        return;
+    };
+    let s = store(cfg).await;
+    let w1 = register(&s, &WorkerId::random(), TTL, 0).await;
+    // Held, sleeping until +50 s, last written at +2 ms.
+    held_run(
+        &s,
+        "sleeper",
+        &w1,
+        0,
+        2,
+        vec![Event::SleepScheduled {
+            cmd: 1,
+            wake_at: at(50_000),
+        }],
+    )
+    .await;
+    // Not held: released with a timer at +5 s.
+    let parked = held_run(
+        &s,
+        "parked",
+        &w1,
+        0,
+        3,
+        vec![Event::SleepScheduled {
+            cmd: 1,
+            wake_at: at(5_000),
+        }],
+    )
+    .await;
+    s.release(&w1, &parked, 2, at(4)).await.expect("release");
+    assert_eq!(
+        s.next_wake(&d1(), at(10)).await.expect("next_wake"),
+        Some(at(5_000)),
+        "the held sleeper is left out"
+    );
+    s.retire_worker(&w1, at(20)).await.expect("retire");
+    assert_eq!(
+        s.next_wake(&d1(), at(30)).await.expect("next_wake"),
+        Some(at(2)),
+        "orphaned: min(timer +50 s, updated_at +2 ms)"
+    );
+}
+
+/// (e) Orphaned runs and runs with due work are claimed in one order, by claim key (an orphaned
+/// run's is the earlier of its work and its `updated_at`), ties by creation.
+#[tokio::test]
+async fn claim_order_follows_claim_keys() {
+    let Some(cfg) = config("claim_order_follows_claim_keys") else {
+        return;
+    };
+    let s = store(cfg).await;
+    let w1 = register(&s, &WorkerId::random(), TTL, 0).await;
+    // Orphan without work, updated at +5.
+    let idle = held_run(&s, "orphan-idle", &w1, 0, 5, vec![step(1)]).await;
+    // Orphan updated at +6 whose timer came due at +4 (in the wake index and orphaned).
+    let timer = held_run(
+        &s,
+        "orphan-timer",
+        &w1,
+        0,
+        6,
+        vec![Event::SleepScheduled {
+            cmd: 1,
+            wake_at: at(4),
+        }],
+    )
+    .await;
+    // Unowned runs whose work (RunStarted) is due at +3, +8 and (a tie with `idle`) +5.
+    let mk = |name: &'static str, ms: i64| {
+        let s = &s;
+        async move {
+            s.create_run(new_run(name, Execution::Default), at(ms))
+                .await
+                .expect("create_run")
+                .run
+                .run_id
+        }
+    };
+    let early = mk("work-3", 3).await;
+    let late = mk("work-8", 8).await;
+    let tie = mk("work-5", 5).await;
+    s.retire_worker(&w1, at(9)).await.expect("retire");
+    let w2 = register(&s, &WorkerId::random(), TTL, 9).await;
+    assert_eq!(
+        s.next_wake(&d1(), at(10)).await.expect("next_wake"),
+        Some(at(3))
+    );
+    let mut order = Vec::new();
+    for _ in 0..6 {
+        order.extend(claim_ids(&s, &w2, 1, 10).await);
+    }
+    assert_eq!(
+        order,
+        vec![early, timer, idle, tie, late],
+        "claim keys 3, 4, 5 (created at 0), 5 (created at 5), 8"
+    );
+}
+
+/// Claims pay nothing per parked run, and a dead worker's lapse entry costs claims only until
+/// its runs are taken and the index has settled.
+#[tokio::test]
+async fn claim_cost_ignores_parked_runs_and_settled_lapses() {
+    let Some(cfg) = config("claim_cost_ignores_parked_runs_and_settled_lapses") else {
+        return;
+    };
+    let s = store(cfg).await;
+    let w1 = register(&s, &WorkerId::random(), TTL * 100, 0).await;
+    for i in 0..20 {
+        let run = held_run(&s, &format!("parked{i}"), &w1, 0, 2, vec![step(1)]).await;
+        s.release(&w1, &run, 2, at(3)).await.expect("release");
+    }
+    let dead = register(&s, &WorkerId::random(), TTL, 0).await;
+    let orphan = held_run(&s, "dead", &dead, 0, 2, vec![step(1)]).await;
+    let expiry = dead.expires_at.millis() - at(0).millis();
+    assert_eq!(claim_ids(&s, &w1, 10, expiry).await, vec![orphan.clone()]);
+    s.release(&w1, &orphan, 2, at(expiry + 1))
+        .await
+        .expect("release");
+    // Within the settle margin the dead worker's lapse entry is still read.
+    let before = s.call_counts();
+    assert!(claim_ids(&s, &w1, 10, expiry + 2).await.is_empty());
+    let c = s.call_counts().since(&before);
+    report("claim with a recently lapsed worker", &c, 1);
+    assert_eq!(
+        (c.0.get("GetItem"), c.0.get("Query")),
+        (Some(&2), Some(&6)),
+        "own and lapsed worker items; 4 wake shards, the lapse entries, the lapsed owner's runs"
+    );
+    // After it, a claim drops the entry; from then on a claim costs the same as on an empty
+    // table, whatever the number of parked runs.
+    let settled = expiry + 120_000;
+    assert!(claim_ids(&s, &w1, 10, settled).await.is_empty());
+    let before = s.call_counts();
+    assert!(claim_ids(&s, &w1, 10, settled + 1).await.is_empty());
+    let c = s.call_counts().since(&before);
+    report("idle claim", &c, 1);
+    assert_eq!(
+        c,
+        CallCounts(
+            [("GetItem", 1), ("Query", 5)]
+                .into_iter()
+                .collect::<std::collections::BTreeMap<_, _>>()
+        ),
+        "own worker item; 4 wake shards and the lapse entries"
+    );
+    // The dead worker comes back: a heartbeat restores its lapse entry, so its next lapse is
+    // seen again.
+    let back = s
+        .heartbeat(&dead, TTL, at(settled + 2))
+        .await
+        .expect("heartbeat");
+    let run = held_run(&s, "back", &back, settled + 3, settled + 5, vec![step(1)]).await;
+    let lapse = back.expires_at.millis() - at(0).millis();
+    assert!(claim_ids(&s, &w1, 10, lapse - 1).await.is_empty());
+    assert_eq!(claim_ids(&s, &w1, 10, lapse).await, vec![run]);
+}
+
+#[tokio::test]
+async fn store_id_names_endpoint_and_table() {
+    let a = DynamoStore::connect(DynamoConfig::local("http://127.0.0.1:8000/", "eve_runs"))
+        .await
+        .expect("connect");
+    let b = DynamoStore::connect(DynamoConfig::local("http://127.0.0.1:8000", "eve_runs"))
+        .await
+        .expect("connect");
+    assert_eq!(a.store_id(), "dynamodb://127.0.0.1:8000/eve_runs");
+    assert_eq!(a.store_id(), b.store_id(), "the same in every process");
+    let mut aws = DynamoConfig::local("http://x", "t");
+    aws.endpoint_url = None;
+    aws.region = "eu-west-1".into();
+    let c = DynamoStore::connect(aws).await.expect("connect");
+    assert_eq!(c.store_id(), "dynamodb://eu-west-1/t");
+    let d = DynamoStore::from_client(
+        DynamoConfig::local("http://127.0.0.1:8000", "t").sdk_client(),
+        "t",
+    );
+    assert_eq!(d.store_id(), "dynamodb://us-east-1/t");
+    assert!(a.wakeups().await.is_none(), "DynamoDB has no notifications");
 }
