@@ -267,9 +267,11 @@ async fn call(s: &Session, call_id: &str, tool: &str, input: serde_json::Value) 
 
 async fn w1(backend: &str, calls: usize, dir: &std::path::Path) {
     let store = open(&fresh_target(backend, dir)).await;
-    let handle = worker(&store, Some(format!("w1-{}", RunId::random())), None)
-        .await
-        .spawn();
+    let w = worker(&store, Some(format!("w1-{}", RunId::random())), None).await;
+    let handle = w.clone().spawn();
+    // Calls start eagerly through the local worker (create and claim in one commit).
+    let session =
+        |store: &Arc<dyn JournalStore>, id: &str| session(store, id).with_worker(w.clone());
     for callers in [1usize, 8] {
         // Warm-up: connections, statement caches.
         let warm = session(&store, &format!("warm-{callers}"));
@@ -313,10 +315,9 @@ async fn w1(backend: &str, calls: usize, dir: &std::path::Path) {
 async fn w2(backend: &str, steps: u32, dir: &std::path::Path) {
     // The whole body in one process.
     let store = open(&fresh_target(backend, dir)).await;
-    let handle = worker(&store, Some(format!("w2-{}", RunId::random())), None)
-        .await
-        .spawn();
-    let s = session(&store, "w2-total");
+    let w = worker(&store, Some(format!("w2-{}", RunId::random())), None).await;
+    let handle = w.clone().spawn();
+    let s = session(&store, "w2-total").with_worker(w);
     call(&s, "warm", "many_steps", serde_json::json!({"steps": 10})).await;
     let total = call(&s, "c", "many_steps", serde_json::json!({"steps": steps})).await;
     handle.shutdown().await;
@@ -377,9 +378,10 @@ async fn w2(backend: &str, steps: u32, dir: &std::path::Path) {
 
 async fn throughput(backend: &str, runs: usize, steps: u32, dir: &std::path::Path) {
     let store = open(&fresh_target(backend, dir)).await;
-    let handle = worker(&store, Some(format!("tp-{}", RunId::random())), None)
-        .await
-        .spawn();
+    let w = worker(&store, Some(format!("tp-{}", RunId::random())), None).await;
+    let handle = w.clone().spawn();
+    let session =
+        |store: &Arc<dyn JournalStore>, id: &str| session(store, id).with_worker(w.clone());
     let warm = session(&store, "tp-warm");
     call(&warm, "w", "many_steps", serde_json::json!({"steps": 5})).await;
     let t0 = Instant::now();

@@ -220,8 +220,11 @@ struct Inner {
 /// A bounded cache of suspended bodies: the least recently suspended is evicted first.
 struct Sticky {
     cap: usize,
-    bodies: Mutex<(u64, HashMap<RunId, (u64, Executor)>)>,
+    bodies: Mutex<StickyBodies>,
 }
+
+/// A tick counter, and each cached body with the tick it was put at.
+type StickyBodies = (u64, HashMap<RunId, (u64, Executor)>);
 
 impl Sticky {
     fn take(&self, run: &RunId) -> Option<Executor> {
