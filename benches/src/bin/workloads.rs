@@ -8,6 +8,8 @@
 //!   recorded steps, and a fresh process recovering it (`recover_total`: from that process's
 //!   start to the run finished).
 //! - **throughput**: 64 runs × 50 no-op steps at once: steps/s.
+//! - **journal**: activation latency against journal length (1k to 1M events): a cold
+//!   activation, a warm resume of a body the worker holds, a cold replay (events/s).
 //!
 //! Backends: `sqlite-full`, `sqlite-normal` (files in a temp dir) and `postgres` (a fresh
 //! schema at `EVE_TEST_POSTGRES_URL`).
@@ -84,13 +86,35 @@ async fn many_steps(ctx: WorkflowCtx, input: Steps) -> Result<u32, WorkflowError
     Ok(n)
 }
 
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct StepsThenHook {
+    steps: u32,
+    token: String,
+}
+
+async fn steps_then_hook(ctx: WorkflowCtx, input: StepsThenHook) -> Result<u32, WorkflowError> {
+    for i in 1..=input.steps {
+        ctx.step(format!("s{i}"), move |_| async move { Ok(i) })
+            .await?;
+    }
+    let hook = ctx.create_hook::<u32>(input.token);
+    let a = hook.next().await?;
+    let b = hook.next().await?;
+    Ok(ctx.step("after", move |_| async move { Ok(a + b) }).await?)
+}
+
 fn registry() -> Registry {
     let ten: WorkflowTool =
         define_workflow_tool("10 sequential no-op steps.", workflow!(ten_steps)).named("ten_steps");
     let many: WorkflowTool =
         define_workflow_tool("N sequential no-op steps.", workflow!(many_steps))
             .named("many_steps");
-    Registry::new(DEPLOYMENT).with(ten).with(many)
+    let long: WorkflowTool = define_workflow_tool(
+        "N steps, two hook payloads, a step.",
+        workflow!(steps_then_hook),
+    )
+    .named("steps_then_hook");
+    Registry::new(DEPLOYMENT).with(ten).with(many).with(long)
 }
 
 #[derive(Parser)]
@@ -127,6 +151,21 @@ enum Command {
         runs: usize,
         #[arg(long, default_value_t = 50)]
         steps: u32,
+    },
+    /// Long journals: for each length, a journal of N recorded steps and a parked hook is
+    /// written directly; then a cold activation (a hook payload → replay of N events → parked
+    /// again), a warm resume of the body this worker holds (a second payload → the last step
+    /// recorded, the run completed) and a cold replay of the whole journal.
+    Journal {
+        #[arg(long)]
+        backend: String,
+        /// Journal lengths (steps).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "1000,10000,100000,1000000"
+        )]
+        lengths: Vec<u32>,
     },
     /// Runs one call of `many_steps` on TARGET; prints `run <id>` first.
     Child {
@@ -408,6 +447,125 @@ async fn throughput(backend: &str, runs: usize, steps: u32, dir: &std::path::Pat
     );
 }
 
+async fn journal(backend: &str, lengths: &[u32], dir: &std::path::Path) {
+    use eve_core::engine::{resume_hook, tool_call_run, ActivationEnd, Clock};
+    use eve_core::{Append, AppendId, DeploymentId, Event, Payload};
+    for &n in lengths {
+        let store = open(&fresh_target(backend, dir)).await;
+        let reg = registry();
+        let token = format!("jl-{}", RunId::random());
+        let new = tool_call_run(
+            &reg,
+            &SessionId::new("journal"),
+            &CallId::new("c"),
+            "steps_then_hook",
+            serde_json::json!({"steps": n, "token": token}),
+        )
+        .expect("start request");
+        let clock = SystemClock;
+        let run = store
+            .create_run(new, clock.now())
+            .await
+            .expect("create")
+            .run
+            .run_id;
+        // The journal a worker would have written: N step results, then the hook.
+        let lease = store
+            .register_worker(
+                &WorkerId::new(format!("builder-{}", RunId::random())),
+                &DeploymentId::new(DEPLOYMENT),
+                Duration::from_secs(3600),
+                clock.now(),
+            )
+            .await
+            .expect("register");
+        store.claim(&lease, 1, clock.now()).await.expect("claim");
+        let mut seq = 1;
+        let t0 = Instant::now();
+        let mut events: Vec<Event> = (1..=n)
+            .map(|i| Event::StepCompleted {
+                cmd: u64::from(i - 1),
+                name: format!("s{i}"),
+                attempt: 1,
+                output: Payload::from_value(&i).expect("json"),
+            })
+            .collect();
+        events.push(Event::HookCreated {
+            cmd: u64::from(n),
+            token: token.clone(),
+            webhook: false,
+            respond_with: None,
+        });
+        for chunk in events.chunks(eve_core::store::MAX_EVENTS_PER_APPEND) {
+            let done = store
+                .append(Append {
+                    run: run.clone(),
+                    expected_seq: seq,
+                    lease: lease.clone(),
+                    append_id: AppendId::random(),
+                    events: chunk.to_vec(),
+                    now: clock.now(),
+                })
+                .await
+                .expect("append");
+            seq = done.next_seq;
+        }
+        let write = t0.elapsed();
+        drop(events);
+        store
+            .release(&lease, &run, seq, clock.now())
+            .await
+            .expect("release");
+        store
+            .retire_worker(&lease, clock.now())
+            .await
+            .expect("retire");
+
+        let w = worker(&store, Some(format!("journal-{}", RunId::random())), None).await;
+        // The first payload: a cold activation replays the N steps, then waits for the second.
+        resume_hook(&*store, &token, &7, None, clock.now())
+            .await
+            .expect("hook");
+        let t0 = Instant::now();
+        let ends = w.run_once().await.expect("cold activation");
+        let cold = t0.elapsed();
+        assert_eq!(
+            ends.first().map(|e| &e.1),
+            Some(&ActivationEnd::Suspended),
+            "{ends:?}"
+        );
+        // The second: the worker still holds the body and reads only that payload.
+        resume_hook(&*store, &token, &8, None, clock.now())
+            .await
+            .expect("hook");
+        let t0 = Instant::now();
+        let ends = w.run_once().await.expect("warm resume");
+        let warm = t0.elapsed();
+        assert_eq!(
+            ends.first().map(|e| &e.1),
+            Some(&ActivationEnd::Completed),
+            "{ends:?}"
+        );
+        let t0 = Instant::now();
+        let report = Worker::replay_cold(&*store, &reg, &run)
+            .await
+            .expect("replay");
+        let replay = t0.elapsed();
+        println!(
+            "{}",
+            serde_json::json!({
+                "workload": "journal", "backend": backend, "steps": n,
+                "events": report.events,
+                "write_s": write.as_secs_f64(),
+                "cold_activation_ms": cold.as_secs_f64() * 1e3,
+                "warm_resume_ms": warm.as_secs_f64() * 1e3,
+                "cold_replay_ms": replay.as_secs_f64() * 1e3,
+                "cold_replay_events_per_s": report.events as f64 / replay.as_secs_f64(),
+            })
+        );
+    }
+}
+
 /// Waits for the call's result or for the worker to stop by itself (fenced): exits 3 then.
 async fn settle_or_fenced(s: &Session, call_id: &CallId, handle: WorkerHandle) -> WorkerHandle {
     let mut handle = Some(handle);
@@ -487,6 +645,7 @@ fn main() {
             }
             Command::W1 { backend, calls } => w1(&backend, calls, dir.path()).await,
             Command::W2 { backend, steps } => w2(&backend, steps, dir.path()).await,
+            Command::Journal { backend, lengths } => journal(&backend, &lengths, dir.path()).await,
             Command::Throughput {
                 backend,
                 runs,
