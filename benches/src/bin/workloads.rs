@@ -99,8 +99,14 @@ async fn steps_then_hook(ctx: WorkflowCtx, input: StepsThenHook) -> Result<u32, 
     }
     let hook = ctx.create_hook::<u32>(input.token);
     let a = hook.next().await?;
-    let b = hook.next().await?;
-    Ok(ctx.step("after", move |_| async move { Ok(a + b) }).await?)
+    let b: u32 = ctx
+        .step("between", move |_| async move { Ok(a + 1) })
+        .await?;
+    let c = hook.next().await?;
+    let d = hook.next().await?;
+    Ok(ctx
+        .step("after", move |_| async move { Ok(b + c + d) })
+        .await?)
 }
 
 fn registry() -> Registry {
@@ -153,9 +159,10 @@ enum Command {
         steps: u32,
     },
     /// Long journals: for each length, a journal of N recorded steps and a parked hook is
-    /// written directly; then a cold activation (a hook payload → replay of N events → parked
-    /// again), a warm resume of the body this worker holds (a second payload → the last step
-    /// recorded, the run completed) and a cold replay of the whole journal.
+    /// written directly; then a cold activation (a hook payload → replay of N events → a step
+    /// → parked again), a warm resume of the body this worker holds (a second payload → parked
+    /// again), a last one (the third payload → its step, the end) and a cold replay of the
+    /// whole journal.
     Journal {
         #[arg(long)]
         backend: String,
@@ -534,13 +541,26 @@ async fn journal(backend: &str, lengths: &[u32], dir: &std::path::Path) {
             Some(&ActivationEnd::Suspended),
             "{ends:?}"
         );
-        // The second: the worker still holds the body and reads only that payload.
+        // The second: the worker still holds the body and reads only that payload; the body
+        // parks again on the third.
         resume_hook(&*store, &token, &8, None, clock.now())
             .await
             .expect("hook");
         let t0 = Instant::now();
         let ends = w.run_once().await.expect("warm resume");
         let warm = t0.elapsed();
+        assert_eq!(
+            ends.first().map(|e| &e.1),
+            Some(&ActivationEnd::Suspended),
+            "{ends:?}"
+        );
+        // The third ends the run: its last step and the end.
+        resume_hook(&*store, &token, &9, None, clock.now())
+            .await
+            .expect("hook");
+        let t0 = Instant::now();
+        let ends = w.run_once().await.expect("last resume");
+        let last = t0.elapsed();
         assert_eq!(
             ends.first().map(|e| &e.1),
             Some(&ActivationEnd::Completed),
@@ -559,6 +579,7 @@ async fn journal(backend: &str, lengths: &[u32], dir: &std::path::Path) {
                 "write_s": write.as_secs_f64(),
                 "cold_activation_ms": cold.as_secs_f64() * 1e3,
                 "warm_resume_ms": warm.as_secs_f64() * 1e3,
+                "warm_resume_to_end_ms": last.as_secs_f64() * 1e3,
                 "cold_replay_ms": replay.as_secs_f64() * 1e3,
                 "cold_replay_events_per_s": report.events as f64 / replay.as_secs_f64(),
             })

@@ -182,13 +182,15 @@ impl Executor {
     /// Requests recorded and neither answered nor withdrawn, in cmd order.
     pub(crate) fn pending_requests(&self) -> Vec<RequestId> {
         let core = lock(&self.core);
-        core.cmds
+        // From the asks issued, not every command: its cost does not grow with the journal.
+        let mut pending: Vec<(u64, RequestId)> = core
+            .requests
             .iter()
-            .filter_map(|c| match &c.kind {
-                CmdKind::Ask { request_id, .. } if c.pending => Some(request_id.clone()),
-                _ => None,
-            })
-            .collect()
+            .filter(|(_, &cmd)| core.cmds[cmd as usize].pending)
+            .map(|(id, &cmd)| (cmd, id.clone()))
+            .collect();
+        pending.sort_unstable();
+        pending.into_iter().map(|(_, id)| id).collect()
     }
 
     /// Agent calls whose host has not acknowledged the start and whose result has not

@@ -1028,6 +1028,9 @@ impl Inner {
         let end = self.live(run, &mut exec, tool.grace_period()).await?;
         if end == ActivationEnd::Suspended {
             self.sticky.put(run.clone(), exec);
+        } else if exec.commands() > 10_000 {
+            // Freeing a long run's body takes time in proportion to it: not on this task.
+            tokio::task::spawn_blocking(move || drop(exec));
         }
         Ok(end)
     }
