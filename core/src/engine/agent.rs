@@ -9,8 +9,8 @@
 //! recording it never starts two children as long as the host is idempotent per `(run, key)`,
 //! which the trait requires.
 
+use super::clock::{Clock, SystemClock};
 use super::error::EngineError;
-use super::worker::{Clock, SystemClock};
 use crate::event::Payload;
 use crate::ids::{RunId, SessionId};
 use crate::store::{Delivered, JournalStore};

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+pub(crate) use super::BoxFuture;
 pub(crate) type StepRunner =
     Arc<dyn Fn(StepCtx) -> BoxFuture<Result<Payload, StepError>> + Send + Sync + 'static>;
 

@@ -14,7 +14,12 @@
 //! replay see the same events in the same order. A live body stays in memory between steps
 //! and is replayed only after a suspension, an eviction or a crash.
 
+/// A boxed, sendable future: what bodies, steps and clocks hand around.
+pub(crate) type BoxFuture<T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'static>>;
+
 mod agent;
+mod clock;
 mod ctx;
 mod error;
 mod replay;
@@ -26,6 +31,7 @@ mod worker;
 pub use agent::{
     agent_token, complete_agent, AgentCall, AgentError, AgentHost, AgentStart, ScriptedAgentHost,
 };
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use ctx::{
     AbortSignal, Agent, Ask, Durable, Either, Hook, HookNext, IntoSleep, JoinAll, PayloadError,
     Race, Select, Sleep, SleepFor, StepFuture, TaskHandle, Webhook, WorkflowCtx, WEBHOOK_PATH,
@@ -42,6 +48,5 @@ pub use tool::{
     ToolCtx, Workflow, WorkflowTool, DEFAULT_GRACE,
 };
 pub use worker::{
-    default_worker_id, ActivationEnd, Clock, ManualClock, ReplayReport, SystemClock, Worker,
-    WorkerConfig, WorkerHandle,
+    default_worker_id, ActivationEnd, ReplayReport, Worker, WorkerConfig, WorkerHandle,
 };

@@ -4,8 +4,8 @@
 use super::agent::AgentCall;
 use super::ctx::{lock, BoxFuture, CallInfo, CmdKind, Core, SharedCore, SleepFor, WorkflowCtx};
 use super::error::{NonDeterminism, StepFailed, CODE_BODY_PANIC, CODE_STUCK};
-use super::tool::WorkflowTool;
-use crate::event::{Event, Execution, Payload, StoredEvent};
+use super::tool::{BodyOutcome, WorkflowTool};
+use crate::event::{Event, Execution, StoredEvent};
 use crate::ids::RequestId;
 use crate::ids::RunId;
 use crate::time::Timestamp;
@@ -27,9 +27,6 @@ pub const GUARD_CMD: u64 = (1 << 53) - 1;
 /// The engine-internal timer command of a cancelled run's grace deadline: when it is due the
 /// run ends cancelled, whatever the body is doing. Replay skips it like [`GUARD_CMD`].
 pub const GRACE_CMD: u64 = (1 << 53) - 2;
-
-/// What the body returned: the output, or the error the run fails with.
-pub(crate) type BodyOutcome = Result<Payload, String>;
 
 /// Why replay stopped: each parks the run as blocked.
 #[derive(Debug)]

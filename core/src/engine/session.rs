@@ -21,9 +21,10 @@
 //! - **The task index.** [`Session::tasks`] lists the background runs with their status;
 //!   [`Session::task_cancel`] cancels one; [`Session::end`] cancels them all.
 
+use super::clock::Clock;
 use super::error::EngineError;
 use super::tool::{tool_call_run, Registry};
-use super::worker::{Clock, Worker};
+use super::worker::Worker;
 use crate::error::StoreError;
 use crate::event::{Execution, InputResponse};
 use crate::ids::{CallId, RequestId, RunId, SessionId};

@@ -4,7 +4,6 @@
 
 use super::ctx::{BoxFuture, TaskHandle, WorkflowCtx};
 use super::error::{EngineError, WorkflowError};
-use super::replay::BodyOutcome;
 use crate::event::{Execution, Payload};
 use crate::ids::{CallId, DeploymentId, RunId, SessionId, WorkflowId};
 use crate::store::{CreatedRun, Delivered, JournalStore, NewRun};
@@ -17,6 +16,9 @@ use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::Arc;
+
+/// What a body returned: the output, or the error the run fails with.
+pub(crate) type BodyOutcome = Result<Payload, String>;
 
 pub(crate) type ErasedBody =
     Arc<dyn Fn(WorkflowCtx, &Payload) -> Result<BoxFuture<BodyOutcome>, String> + Send + Sync>;
