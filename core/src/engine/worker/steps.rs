@@ -1,0 +1,345 @@
+//! The live part of an activation: steps on tokio, agent starts, timers, deliveries, grace.
+
+use super::*;
+
+pub(super) type StepResult = (u64, Result<Payload, StepError>);
+
+pub(super) struct Running {
+    name: String,
+    attempt: u32,
+    policy: RetryPolicy,
+    abort: tokio::task::AbortHandle,
+}
+
+pub(super) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic payload".into())
+}
+
+/// Whether the journal (as delivered to `exec`) holds the outbox event `e`: a step outcome,
+/// an agent's start acknowledgement or its start failure.
+pub(super) fn outbox_recorded(exec: &Executor, e: &Event) -> bool {
+    let core = crate::engine::ctx::lock(&exec.core);
+    let cmd = |cmd: &u64| core.cmds.get(*cmd as usize);
+    match e {
+        Event::StepCompleted {
+            cmd: c, attempt, ..
+        }
+        | Event::StepFailed {
+            cmd: c, attempt, ..
+        } => cmd(c).is_none_or(|c| c.attempts >= *attempt),
+        Event::AgentStarted { cmd: c, .. } => cmd(c).is_none_or(|c| c.started),
+        Event::HookReceived { cmd: c, .. } => cmd(c).is_none_or(|c| !c.payloads.is_empty()),
+        _ => true,
+    }
+}
+
+pub(super) fn outcome_event(
+    cmd: u64,
+    r: Running,
+    result: Result<Payload, StepError>,
+    now: Timestamp,
+) -> Event {
+    match result {
+        Ok(output) => Event::StepCompleted {
+            cmd,
+            name: r.name,
+            attempt: r.attempt,
+            output,
+        },
+        Err(StepError::Fatal(error)) => Event::StepFailed {
+            cmd,
+            name: r.name,
+            attempt: r.attempt,
+            error,
+            fatal: true,
+            retry_at: None,
+        },
+        Err(StepError::Retryable {
+            message,
+            retry_after,
+        }) => {
+            let retry_at = (r.attempt <= r.policy.max_retries)
+                .then(|| now.plus(retry_after.unwrap_or_else(|| r.policy.backoff(r.attempt))));
+            Event::StepFailed {
+                cmd,
+                name: r.name,
+                attempt: r.attempt,
+                error: message,
+                fatal: false,
+                retry_at,
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// The live part of an activation, once the journal is exhausted.
+    pub(super) async fn live(
+        &self,
+        run: &RunId,
+        exec: &mut Executor,
+        grace: Duration,
+    ) -> Result<ActivationEnd, StoreError> {
+        let (tx, mut rx) = mpsc::unbounded_channel::<StepResult>();
+        let (agent_tx, mut agent_rx) = mpsc::unbounded_channel::<(u64, Result<String, String>)>();
+        let (abort_tx, abort_rx) = watch::channel(false);
+        let mut running: HashMap<u64, Running> = HashMap::new();
+        let mut starting: HashMap<u64, (AgentStart, tokio::task::AbortHandle)> = HashMap::new();
+        let mut outbox: Vec<Event> = Vec::new();
+        // Deliveries to this run (an answer, a hook payload, a cancel) while its steps run.
+        let mut deliveries = self.watch(WatchKey::Run(run.clone())).await;
+        let abort_all = |running: &HashMap<u64, Running>| {
+            for r in running.values() {
+                r.abort.abort();
+            }
+        };
+        loop {
+            let now = self.clock.now();
+            let cancelling = exec.cancel_seq().is_some();
+            if cancelling {
+                abort_tx.send_replace(true);
+            }
+            let past_grace = exec.grace_at.is_some_and(|at| at <= now);
+            if exec.finished.is_some() || past_grace {
+                abort_all(&running);
+                for (_, h) in starting.values() {
+                    h.abort();
+                }
+                let out = exec.finished.take();
+                let (event, end) = match out {
+                    _ if cancelling => (Event::RunCancelled, ActivationEnd::Cancelled),
+                    Some(Ok(output)) => (Event::RunCompleted { output }, ActivationEnd::Completed),
+                    Some(Err(error)) => (
+                        Event::RunFailed {
+                            error: error.clone(),
+                        },
+                        ActivationEnd::Failed(error),
+                    ),
+                    None => unreachable!("past the grace period only when cancelling"),
+                };
+                self.finish(run, exec, event).await?;
+                return Ok(end);
+            }
+            let mut batch = exec.unrecorded_commands(now, !cancelling);
+            if cancelling && exec.grace_at.is_none() {
+                // The cancel request is seen for the first time: withdraw pending requests at
+                // once, journal the grace deadline as a durable timer, cancel child agents.
+                batch.extend(
+                    exec.pending_requests()
+                        .into_iter()
+                        .map(|request_id| Event::InputWithdrawn { request_id }),
+                );
+                batch.push(Event::SleepScheduled {
+                    cmd: GRACE_CMD,
+                    wake_at: now.plus(grace),
+                });
+                if let Some(host) = self.registry.agent_host() {
+                    for key in exec.pending_agents() {
+                        host.cancel(run, &key).await;
+                    }
+                }
+            }
+            batch.extend(outbox.iter().cloned());
+            if !cancelling {
+                for (cmd, at) in exec.pending_sleeps() {
+                    if at <= now {
+                        batch.push(Event::SleepFired { cmd });
+                    }
+                }
+            }
+            let running_keys: Vec<u64> = running.keys().copied().collect();
+            let runnable = exec.runnable_steps(now, &running_keys);
+            let starting_keys: Vec<u64> = starting.keys().copied().collect();
+            let to_start = if cancelling {
+                Vec::new()
+            } else {
+                exec.agents_to_start(&starting_keys)
+            };
+            if !batch.is_empty() {
+                batch.truncate(crate::store::MAX_EVENTS_PER_APPEND);
+                match self.append_deliver(run, exec, batch).await {
+                    Ok(Ok(Appendix::Done)) => {
+                        // Drop what was written (a full batch may have left some).
+                        outbox.retain(|e| !outbox_recorded(exec, e));
+                        continue;
+                    }
+                    Ok(Ok(Appendix::Conflict)) => continue,
+                    Ok(Err(stop)) => {
+                        abort_all(&running);
+                        return self.block(run, exec.next_seq, stop.reason()).await;
+                    }
+                    Err(e) => {
+                        abort_all(&running);
+                        return Err(e);
+                    }
+                }
+            }
+            for (cmd, call) in to_start {
+                let start = AgentStart {
+                    run_id: run.clone(),
+                    session_id: exec.session_id(),
+                    key: call.key.clone(),
+                    target: call.target.clone(),
+                    message: call.message.clone(),
+                    agent_id: call.agent_id.clone(),
+                };
+                let Some(host) = self.registry.agent_host().cloned() else {
+                    outbox.push(Event::HookReceived {
+                        cmd,
+                        payload: result_payload(Err(format!(
+                            "no AgentHost is configured in the registry of deployment {}; add one with Registry::with_agent_host",
+                            self.registry.deployment()
+                        ))),
+                    });
+                    continue;
+                };
+                let tx = agent_tx.clone();
+                let req = start.clone();
+                let task = tokio::spawn(async move {
+                    let r = host.start(req).await;
+                    let _ = tx.send((cmd, r));
+                });
+                starting.insert(cmd, (start, task.abort_handle()));
+            }
+            if !outbox.is_empty() {
+                continue;
+            }
+            if !runnable.is_empty() && !self.still_owns(run).await? {
+                abort_all(&running);
+                return Ok(ActivationEnd::Dropped(
+                    "the worker's lease lapsed and another worker took the run over".into(),
+                ));
+            }
+            for s in runnable {
+                let sc = StepCtx {
+                    run_id: run.clone(),
+                    cmd: s.cmd,
+                    name: s.name.clone(),
+                    attempt: s.attempt,
+                    abort: abort_rx.clone(),
+                };
+                let tx = tx.clone();
+                let runner = s.runner.clone();
+                let cmd = s.cmd;
+                let span =
+                    info_span!("step", run_id = %run, cmd, name = %s.name, attempt = s.attempt);
+                let task = tokio::spawn(
+                    async move {
+                        let result = match std::panic::catch_unwind(AssertUnwindSafe(|| runner(sc)))
+                        {
+                            Err(p) => Err(StepError::retryable(format!(
+                                "step panicked: {}",
+                                panic_message(&*p)
+                            ))),
+                            Ok(fut) => match AssertUnwindSafe(fut).catch_unwind().await {
+                                Ok(r) => r,
+                                Err(p) => Err(StepError::retryable(format!(
+                                    "step panicked: {}",
+                                    panic_message(&*p)
+                                ))),
+                            },
+                        };
+                        let _ = tx.send((cmd, result));
+                    }
+                    .instrument(span),
+                );
+                running.insert(
+                    s.cmd,
+                    Running {
+                        name: s.name,
+                        attempt: s.attempt,
+                        policy: s.policy,
+                        abort: task.abort_handle(),
+                    },
+                );
+            }
+            if running.is_empty() && starting.is_empty() {
+                // A cancelled body with no step to run before its deadline can do nothing more:
+                // it is abandoned now rather than at the end of the grace period.
+                let grace_at = exec.grace_at.unwrap_or(now);
+                if cancelling && exec.next_retry().is_none_or(|at| at >= grace_at) {
+                    self.finish(run, exec, Event::RunCancelled).await?;
+                    return Ok(ActivationEnd::Cancelled);
+                }
+                if exec.guard_set {
+                    // A journal written before guard timers were dropped: fire its guard, or its
+                    // timer would keep the run claimable forever.
+                    match self
+                        .append_deliver(run, exec, vec![Event::SleepFired { cmd: GUARD_CMD }])
+                        .await?
+                    {
+                        Ok(_) => continue,
+                        Err(stop) => return self.block(run, exec.next_seq, stop.reason()).await,
+                    }
+                }
+                let lease = self.lease();
+                self.retrying(|| {
+                    self.store
+                        .release(&lease, run, exec.next_seq, self.clock.now())
+                })
+                .await?;
+                return Ok(ActivationEnd::Suspended);
+            }
+            let sleeps = if cancelling {
+                Vec::new()
+            } else {
+                exec.pending_sleeps()
+            };
+            let next_timer = sleeps
+                .into_iter()
+                .map(|(_, at)| at)
+                .chain(exec.next_retry())
+                .chain(exec.grace_at)
+                .min();
+            let timer = async {
+                match next_timer {
+                    Some(at) => self.clock.sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                Some((cmd, result)) = rx.recv() => {
+                    let now = self.clock.now();
+                    if let Some(r) = running.remove(&cmd) {
+                        outbox.push(outcome_event(cmd, r, result, now));
+                    }
+                    // Outcomes that finished meanwhile go into the same append.
+                    while let Ok((cmd, result)) = rx.try_recv() {
+                        if let Some(r) = running.remove(&cmd) {
+                            outbox.push(outcome_event(cmd, r, result, now));
+                        }
+                    }
+                }
+                Some((cmd, result)) = agent_rx.recv() => {
+                    if let Some((start, _)) = starting.remove(&cmd) {
+                        outbox.push(match result {
+                            Ok(agent_id) => Event::AgentStarted {
+                                cmd,
+                                key: start.key,
+                                target: start.target,
+                                agent_id: Some(agent_id),
+                            },
+                            Err(e) => Event::HookReceived {
+                                cmd,
+                                payload: result_payload(Err(format!("the agent host could not start the child: {e}"))),
+                            },
+                        });
+                    }
+                }
+                _ = timer => {}
+                _ = deliveries.wait() => {
+                    let rec = self.retrying(|| self.store.get_run(run)).await?;
+                    if rec.next_seq > exec.next_seq {
+                        if let Err(stop) = self.catch_up(run, exec).await? {
+                            abort_all(&running);
+                            return self.block(run, exec.next_seq, stop.reason()).await;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
