@@ -104,6 +104,11 @@ pub struct ServeArgs {
     /// With --demo: keep serving after the demo's run has finished.
     #[arg(long, requires = "demo")]
     pub keep_serving: bool,
+    /// The worker's id. Default: {host}/{deployment}, stable across restarts, so a restarted
+    /// process takes its predecessor's runs back at once. Give each process of one deployment
+    /// on one host its own: a second process with the same id fences the first, which stops.
+    #[arg(long, env = "EVE_WORKER_ID", value_name = "ID")]
+    pub worker_id: Option<String>,
 }
 
 /// `eve bench` options.

@@ -48,12 +48,15 @@ pub async fn run(url: &StoreUrl, args: &ServeArgs, out: &mut dyn Write) -> Resul
         store.clone(),
         registry.clone(),
         clock.clone(),
-        WorkerConfig::default(),
+        WorkerConfig {
+            id: args.worker_id.clone().map(eve_core::WorkerId::new),
+            ..WorkerConfig::default()
+        },
     )
     .await
     .map_err(CliError::store("cannot register the worker"))?;
     let worker_id = worker.lease().worker;
-    let worker = worker.spawn();
+    let mut worker = worker.spawn();
     let tools: Vec<&str> = registry.tools().map(|t| t.name()).collect();
     let _ = writeln!(out, "eve serve: listening on {base}/ (store {url})");
     let _ = writeln!(
@@ -97,6 +100,13 @@ pub async fn run(url: &StoreUrl, args: &ServeArgs, out: &mut dyn Write) -> Resul
         tokio::select! {
             r = demo => r,
             () = shutdown_signal() => Ok(()),
+            r = worker.stopped() => Err(CliError::Serve(format!(
+                "the worker {worker_id} stopped: {}",
+                match r {
+                    Ok(()) => "it was shut down".into(),
+                    Err(e) => format!("{e}; another process registered the same worker id (give each process its own --worker-id)"),
+                }
+            ))),
             r = &mut server => Err(CliError::Serve(match r {
                 Ok(Ok(())) => "the server stopped by itself".into(),
                 Ok(Err(e)) => format!("the server failed: {e}"),

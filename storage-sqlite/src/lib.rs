@@ -107,11 +107,12 @@
 //! - [x] byte-for-byte paged reads, 4 MiB payloads (6)
 //! - [x] queries by id, session, status, deployment; pending requests; session log (7)
 //! - [x] several handles / processes on one file
-//! - [ ] notifications of other processes' writes (poll `next_wake`)
+//! - [x] notifications of other processes' writes (`PRAGMA data_version` read every 100 ms)
 
 mod error;
 mod rows;
 mod schema;
+mod watch;
 mod writer;
 
 use crate::error::{map_sqlx, writer_gone, BACKEND};
@@ -182,13 +183,15 @@ pub struct SqliteStore {
     writer: mpsc::Sender<Op>,
     reads: SqlitePool,
     /// Wakes this process's idle workers after a delivery through any clone of this handle
-    /// (other processes' deliveries are found by polling).
+    /// (other processes' writes are seen by the data-version watch).
     wake: eve_core::WakeSignal,
     /// Session-log and run watchers, woken by the writer after each commit (this process's
-    /// writes only; other processes' are found by the waiters' fallback poll).
+    /// writes; other processes' wake every watcher through the data-version watch).
     hub: WatchHub,
     /// [`JournalStore::store_id`]: the file's canonical path.
     id: Arc<str>,
+    /// Sees other processes' writes (files only); see the `watch` module.
+    _data_watch: Option<Arc<watch::DataWatch>>,
 }
 
 impl SqliteStore {
@@ -232,7 +235,7 @@ impl SqliteStore {
             .busy_timeout(options.busy_timeout)
             .foreign_keys(false)
             .statement_cache_capacity(512);
-        Self::start(connect, &options, id).await
+        Self::start(connect, &options, id, true).await
     }
 
     /// A private in-memory database, gone when the store is dropped: for quick tests. (The
@@ -248,13 +251,14 @@ impl SqliteStore {
             .foreign_keys(false)
             .statement_cache_capacity(512);
         let id = format!("sqlite::memory:{}", eve_core::AppendId::random());
-        Self::start(connect, &SqliteOptions::default(), id).await
+        Self::start(connect, &SqliteOptions::default(), id, false).await
     }
 
     async fn start(
         connect: SqliteConnectOptions,
         options: &SqliteOptions,
         id: String,
+        file: bool,
     ) -> Result<Self, StoreError> {
         let mut conn = SqliteConnection::connect_with(&connect)
             .await
@@ -263,19 +267,28 @@ impl SqliteStore {
         let reads = SqlitePoolOptions::new()
             .max_connections(options.read_connections.max(1))
             .min_connections(1)
-            .connect_with(connect)
+            .connect_with(connect.clone())
             .await
             .map_err(map_sqlx)?;
         let max_batch = options.max_batch.max(1);
         let (tx, rx) = mpsc::channel(max_batch.saturating_mul(4));
         let hub = WatchHub::default();
-        tokio::spawn(writer::run(conn, rx, max_batch, hub.clone()));
+        let wake = eve_core::WakeSignal::default();
+        let commits = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let data_watch = if file {
+            let w = watch::spawn(&connect, commits.clone(), wake.clone(), hub.clone()).await?;
+            Some(Arc::new(w))
+        } else {
+            None
+        };
+        tokio::spawn(writer::run(conn, rx, max_batch, hub.clone(), commits));
         Ok(Self {
             writer: tx,
             reads,
-            wake: eve_core::WakeSignal::default(),
+            wake,
             hub,
             id: id.into(),
+            _data_watch: data_watch,
         })
     }
 

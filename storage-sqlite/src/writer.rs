@@ -21,6 +21,8 @@ use sqlx::sqlite::SqliteRow;
 use sqlx::{AssertSqlSafe, Row, SqliteConnection};
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
@@ -109,9 +111,13 @@ pub(crate) async fn run(
     rx: mpsc::Receiver<Op>,
     max_batch: usize,
     hub: WatchHub,
+    commits: Arc<AtomicU64>,
 ) {
     BATCH_WAKES
-        .scope(RefCell::new(Vec::new()), batches(conn, rx, max_batch, hub))
+        .scope(
+            RefCell::new(Vec::new()),
+            batches(conn, rx, max_batch, hub, commits),
+        )
         .await;
 }
 
@@ -120,6 +126,7 @@ async fn batches(
     mut rx: mpsc::Receiver<Op>,
     max_batch: usize,
     hub: WatchHub,
+    commits: Arc<AtomicU64>,
 ) {
     let mut ops = Vec::with_capacity(max_batch);
     while rx.recv_many(&mut ops, max_batch).await > 0 {
@@ -168,6 +175,7 @@ async fn batches(
         let wakes = BATCH_WAKES.with(|w| std::mem::take(&mut *w.borrow_mut()));
         match outcome {
             Ok(()) => {
+                commits.fetch_add(1, Ordering::SeqCst);
                 answers.into_iter().for_each(|a| a(None));
                 for key in &wakes {
                     hub.wake(key);

@@ -440,3 +440,35 @@ async fn a_locked_file_is_unavailable_then_works() {
         1
     );
 }
+
+/// Another handle on the file (another process, as far as SQLite can tell) cannot notify this
+/// one, yet its writes wake this handle's idle workers and watchers within the data-version
+/// watch's interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_handles_writes_wake_this_handles_waiters() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("eve.db");
+    let here = SqliteStore::open(&path).await.unwrap();
+    let there = SqliteStore::open(&path).await.unwrap();
+    let mut idle = here.wakeups().await.expect("wake-ups");
+    let mut watcher = here
+        .watch(&eve_core::WatchKey::Session(SessionId::new("elsewhere")))
+        .await
+        .expect("watch");
+    // Let the watch read its first version.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    idle.borrow_and_update();
+    watcher.borrow_and_update();
+    there
+        .create_run(new_run("from-there"), Timestamp(1))
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), idle.changed())
+        .await
+        .expect("an idle worker here is woken by a write there")
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), watcher.changed())
+        .await
+        .expect("a watcher here is woken by a write there")
+        .unwrap();
+}

@@ -588,28 +588,17 @@ async fn journal(backend: &str, lengths: &[u32], dir: &std::path::Path) {
 }
 
 /// Waits for the call's result or for the worker to stop by itself (fenced): exits 3 then.
-async fn settle_or_fenced(s: &Session, call_id: &CallId, handle: WorkerHandle) -> WorkerHandle {
-    let mut handle = Some(handle);
-    let fenced = async {
-        // Polls `is_finished` so the handle stays usable for the shutdown afterwards.
-        loop {
-            if handle.as_ref().is_some_and(WorkerHandle::is_finished) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
+async fn settle_or_fenced(s: &Session, call_id: &CallId, mut handle: WorkerHandle) -> WorkerHandle {
     tokio::select! {
         r = s.wait_settled(call_id) => {
             r.expect("wait_settled");
         }
-        () = fenced => {
-            let e = handle.take().expect("handle").join().await;
+        e = handle.stopped() => {
             eprintln!("worker stopped: {e:?}");
             std::process::exit(3);
         }
     }
-    handle.expect("handle")
+    handle
 }
 
 async fn child(p: Proc, steps: u32, crash_at: u32, hang_at: u32, delay_ms: u32) {

@@ -302,7 +302,7 @@ impl Worker {
         let join = tokio::spawn(async move { inner.run_loop(stop_rx, eager_rx).await });
         WorkerHandle {
             stop: stop_tx,
-            join,
+            join: Some(join),
         }
     }
 
@@ -346,7 +346,20 @@ impl Worker {
 #[derive(Debug)]
 pub struct WorkerHandle {
     stop: watch::Sender<bool>,
-    join: tokio::task::JoinHandle<Result<(), StoreError>>,
+    /// `None` once [`WorkerHandle::stopped`] saw the worker stop.
+    join: Option<tokio::task::JoinHandle<Result<(), StoreError>>>,
+}
+
+/// The worker task's result, a panic of the task as `Other`.
+fn task_result(
+    r: Result<Result<(), StoreError>, tokio::task::JoinError>,
+) -> Result<(), StoreError> {
+    r.unwrap_or_else(|e| {
+        Err(StoreError::Other {
+            backend: "engine",
+            source: format!("the worker task failed: {e}").into(),
+        })
+    })
 }
 
 impl WorkerHandle {
@@ -354,7 +367,9 @@ impl WorkerHandle {
     /// which leaves their runs to other workers at once.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
-        let _ = self.join.await;
+        if let Some(join) = self.join {
+            let _ = join.await;
+        }
     }
 
     /// Waits until the worker stops by itself, which it does only when it is fenced: another
@@ -362,19 +377,30 @@ impl WorkerHandle {
     ///
     /// # Errors
     /// `Fenced`; `Other` if the worker task panicked.
-    pub async fn join(self) -> Result<(), StoreError> {
-        match self.join.await {
-            Ok(r) => r,
-            Err(e) => Err(StoreError::Other {
-                backend: "engine",
-                source: format!("the worker task failed: {e}").into(),
-            }),
+    pub async fn join(mut self) -> Result<(), StoreError> {
+        self.stopped().await
+    }
+
+    /// Like [`join`](Self::join) without giving up the handle, so it can sit in a `select!`
+    /// beside other work and the handle still shuts the worker down afterwards. Cancel safe.
+    /// Once it has returned, later calls wait forever.
+    ///
+    /// # Errors
+    /// As [`join`](Self::join).
+    pub async fn stopped(&mut self) -> Result<(), StoreError> {
+        match self.join.as_mut() {
+            Some(join) => {
+                let r = task_result(join.await);
+                self.join = None;
+                r
+            }
+            None => std::future::pending().await,
         }
     }
 
     /// Whether the worker has stopped (fenced, or shut down).
     pub fn is_finished(&self) -> bool {
-        self.join.is_finished()
+        self.join.as_ref().is_none_or(|j| j.is_finished())
     }
 }
 
