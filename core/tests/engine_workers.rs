@@ -309,11 +309,10 @@ mod waiter {
     }
 }
 
-/// With a poll interval of an hour, only the store's wake-ups can make an idle worker pick up
-/// a new run and then a hook payload at once.
-async fn deliveries_wake_an_idle_worker(store: Arc<dyn JournalStore>) {
-    let reg = Registry::new("v1").with(waiter::tool());
-    let h = Worker::new(
+/// A worker whose polls (with and without the store's wake-ups) come once an hour: only
+/// notifications move it.
+async fn sleepy_worker(store: &Arc<dyn JournalStore>, reg: &Registry) -> Worker {
+    Worker::new(
         store.clone(),
         reg.clone(),
         Arc::new(SystemClock),
@@ -325,7 +324,13 @@ async fn deliveries_wake_an_idle_worker(store: Arc<dyn JournalStore>) {
     )
     .await
     .unwrap()
-    .spawn();
+}
+
+/// With a poll interval of an hour, only the store's wake-ups can make an idle worker pick up
+/// a new run and then a hook payload at once.
+async fn deliveries_wake_an_idle_worker(store: Arc<dyn JournalStore>) {
+    let reg = Registry::new("v1").with(waiter::tool());
+    let h = sleepy_worker(&store, &reg).await.spawn();
     let run = start_tool_call(
         &*store,
         &reg,
@@ -403,19 +408,7 @@ mod stuck {
 /// the abort and the run ends cancelled at once.
 async fn deliveries_wake_a_running_activation(store: Arc<dyn JournalStore>) {
     let reg = Registry::new("v1").with(stuck::tool());
-    let h = Worker::new(
-        store.clone(),
-        reg.clone(),
-        Arc::new(SystemClock),
-        WorkerConfig {
-            poll_interval: Duration::from_secs(3600),
-            fallback_poll: Duration::from_secs(3600),
-            ..WorkerConfig::default()
-        },
-    )
-    .await
-    .unwrap()
-    .spawn();
+    let h = sleepy_worker(&store, &reg).await.spawn();
     let run = start_tool_call(
         &*store,
         &reg,
@@ -481,18 +474,8 @@ async fn eager_start_runs_without_claim_or_read(store: Arc<dyn JournalStore>) {
     use eve_core::testing::{Fault, FaultyStore};
     let faulty = FaultyStore::new(store);
     let reg = Registry::new("v1").with(two_steps::tool());
-    let worker = Worker::new(
-        faulty.clone(),
-        reg.clone(),
-        Arc::new(SystemClock),
-        WorkerConfig {
-            poll_interval: Duration::from_secs(3600),
-            fallback_poll: Duration::from_secs(3600),
-            ..WorkerConfig::default()
-        },
-    )
-    .await
-    .unwrap();
+    let store: Arc<dyn JournalStore> = faulty.clone();
+    let worker = sleepy_worker(&store, &reg).await;
     let h = worker.clone().spawn();
     let s = Session::new(
         faulty.clone(),
