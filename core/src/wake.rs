@@ -1,8 +1,8 @@
 //! In-process wake-up signals that stores hand out so that workers and waiters sleep until
 //! something happened instead of polling: [`WakeSignal`] for idle workers, [`WatchHub`] for one
 //! session's log or one run's deliveries. Only hints: a receiver that wakes re-reads the store,
-//! and every user keeps a slow fallback poll for writes a backend cannot see (other processes
-//! on SQLite, every process on DynamoDB).
+//! and every user keeps a slow fallback poll for writes a backend cannot see (on DynamoDB
+//! every write; on SQLite another process's write that coincides with one of this process's).
 
 use crate::ids::{RunId, SessionId};
 use crate::store::JournalStore;
