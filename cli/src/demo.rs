@@ -9,7 +9,7 @@
 
 use crate::error::CliError;
 use crate::format::utc;
-use eve_core::engine::{Registry, Session, SystemClock};
+use eve_core::engine::{Registry, Session, SystemClock, Worker};
 use eve_core::{JournalStore, SessionEvent, SessionId, ToolResult};
 use futures::StreamExt;
 use std::io::Write;
@@ -33,16 +33,19 @@ pub const DEMO_SERVICE: &str = "checkout";
 pub async fn run_agent(
     store: Arc<dyn JournalStore>,
     registry: Arc<Registry>,
+    worker: Worker,
     page_url: &str,
     store_arg: &str,
     out: &mut dyn Write,
 ) -> Result<ToolResult, CliError> {
+    // The call starts eagerly on the server's own worker (created and claimed in one commit).
     let session = Session::new(
         store,
         registry,
         Arc::new(SystemClock),
         SessionId::new(DEMO_SESSION),
-    );
+    )
+    .with_worker(worker);
     let receipt = session
         .call_tool(
             DEMO_CALL,

@@ -56,6 +56,7 @@ pub async fn run(url: &StoreUrl, args: &ServeArgs, out: &mut dyn Write) -> Resul
     .await
     .map_err(CliError::store("cannot register the worker"))?;
     let worker_id = worker.lease().worker;
+    let local_worker = worker.clone();
     let mut worker = worker.spawn();
     let tools: Vec<&str> = registry.tools().map(|t| t.name()).collect();
     let _ = writeln!(out, "eve serve: listening on {base}/ (store {url})");
@@ -84,6 +85,7 @@ pub async fn run(url: &StoreUrl, args: &ServeArgs, out: &mut dyn Write) -> Resul
                 let result = demo::run_agent(
                     store.clone(),
                     Arc::new(registry.clone()),
+                    local_worker.clone(),
                     &page,
                     &store_arg,
                     out,

@@ -36,6 +36,17 @@ pub(super) fn outbox_recorded(exec: &Executor, e: &Event) -> bool {
     }
 }
 
+/// The command an outbox event (a step outcome, an agent's start or start failure) is about.
+fn outbox_cmd(e: &Event) -> u64 {
+    match e {
+        Event::StepCompleted { cmd, .. }
+        | Event::StepFailed { cmd, .. }
+        | Event::AgentStarted { cmd, .. }
+        | Event::HookReceived { cmd, .. } => *cmd,
+        _ => u64::MAX,
+    }
+}
+
 pub(super) fn outcome_event(
     cmd: u64,
     r: Running,
@@ -300,34 +311,41 @@ impl Inner {
                     None => std::future::pending().await,
                 }
             };
+            // Outcomes are taken in a fixed order (steps, then agent starts) and everything
+            // that finished meanwhile joins the same append, ordered by command: on a
+            // deterministic scheduler the journal does not depend on which task won a race.
+            let agent_outcome =
+                |cmd: u64,
+                 result: Result<String, String>,
+                 starting: &mut HashMap<u64, (AgentStart, tokio::task::AbortHandle)>|
+                 -> Option<Event> {
+                    let (start, _) = starting.remove(&cmd)?;
+                    Some(match result {
+                        Ok(agent_id) => Event::AgentStarted {
+                            cmd,
+                            key: start.key,
+                            target: start.target,
+                            agent_id: Some(agent_id),
+                        },
+                        Err(e) => Event::HookReceived {
+                            cmd,
+                            payload: result_payload(Err(format!(
+                                "the agent host could not start the child: {e}"
+                            ))),
+                        },
+                    })
+                };
+            let before = outbox.len();
             tokio::select! {
+                biased;
                 Some((cmd, result)) = rx.recv() => {
                     let now = self.clock.now();
                     if let Some(r) = running.remove(&cmd) {
                         outbox.push(outcome_event(cmd, r, result, now));
                     }
-                    // Outcomes that finished meanwhile go into the same append.
-                    while let Ok((cmd, result)) = rx.try_recv() {
-                        if let Some(r) = running.remove(&cmd) {
-                            outbox.push(outcome_event(cmd, r, result, now));
-                        }
-                    }
                 }
                 Some((cmd, result)) = agent_rx.recv() => {
-                    if let Some((start, _)) = starting.remove(&cmd) {
-                        outbox.push(match result {
-                            Ok(agent_id) => Event::AgentStarted {
-                                cmd,
-                                key: start.key,
-                                target: start.target,
-                                agent_id: Some(agent_id),
-                            },
-                            Err(e) => Event::HookReceived {
-                                cmd,
-                                payload: result_payload(Err(format!("the agent host could not start the child: {e}"))),
-                            },
-                        });
-                    }
+                    outbox.extend(agent_outcome(cmd, result, &mut starting));
                 }
                 _ = timer => {}
                 _ = deliveries.wait() => {
@@ -339,6 +357,18 @@ impl Inner {
                         }
                     }
                 }
+            }
+            if outbox.len() > before {
+                let now = self.clock.now();
+                while let Ok((cmd, result)) = rx.try_recv() {
+                    if let Some(r) = running.remove(&cmd) {
+                        outbox.push(outcome_event(cmd, r, result, now));
+                    }
+                }
+                while let Ok((cmd, result)) = agent_rx.try_recv() {
+                    outbox.extend(agent_outcome(cmd, result, &mut starting));
+                }
+                outbox[before..].sort_by_key(outbox_cmd);
             }
         }
     }
