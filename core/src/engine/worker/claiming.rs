@@ -7,7 +7,7 @@ impl Inner {
     /// Spawns the activation of a claimed run in the run loop's task set.
     pub(super) fn spawn_activation(
         self: &Arc<Self>,
-        tasks: &mut tokio::task::JoinSet<RunId>,
+        tasks: &mut tokio::task::JoinSet<(RunId, ActivationEnd)>,
         active: &mut HashSet<RunId>,
         rec: RunRecord,
         journal: Option<Vec<StoredEvent>>,
@@ -17,9 +17,9 @@ impl Inner {
         self.running.fetch_add(1, Ordering::SeqCst);
         tasks.spawn(async move {
             let id = rec.run_id.clone();
-            inner.clone().activate(rec, journal).await;
+            let end = inner.clone().activate(rec, journal).await;
             inner.running.fetch_sub(1, Ordering::SeqCst);
-            id
+            (id, end)
         });
     }
 
@@ -50,7 +50,7 @@ impl Inner {
                 break None;
             }
             while let Some(done) = tasks.try_join_next() {
-                if let Ok(id) = done {
+                if let Ok((id, _)) = done {
                     active.remove(&id);
                 }
             }
@@ -113,8 +113,20 @@ impl Inner {
                     look = false;
                 }
                 Some(done) = tasks.join_next(), if !tasks.is_empty() => {
-                    if let Ok(id) = done {
+                    // A run that ended leaves nothing due behind it: look for work only after
+                    // a suspension (it may have set a timer), a dropped activation, or when
+                    // the worker was full (runs may be waiting for the freed slot).
+                    let full = tasks.len() + 1 >= self.config.max_active_runs;
+                    if let Ok((id, end)) = done {
                         active.remove(&id);
+                        look = full
+                            || !matches!(
+                                end,
+                                ActivationEnd::Completed
+                                    | ActivationEnd::Failed(_)
+                                    | ActivationEnd::Cancelled
+                                    | ActivationEnd::Blocked(_)
+                            );
                     }
                 }
             }
