@@ -163,10 +163,12 @@ async fn two_processes_with_one_worker_id_one_is_fenced() {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        // B's steps are as slow as A's, so A is fenced (at its next append, about 20 ms
+        // later) long before B could finish the run.
         let b = Command::new(EXE)
             .arg("recover")
             .args(common)
-            .args(["--run", run.as_str()])
+            .args(["--run", run.as_str(), "--delay-ms", "20"])
             .output()
             .expect("run B");
         assert!(

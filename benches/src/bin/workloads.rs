@@ -197,6 +197,9 @@ enum Command {
         proc: Proc,
         #[arg(long)]
         run: String,
+        /// Sleep this long in every step.
+        #[arg(long, default_value_t = 0)]
+        delay_ms: u32,
     },
 }
 
@@ -668,7 +671,14 @@ fn main() {
                 hang_at,
                 delay_ms,
             } => child(proc, steps, crash_at, hang_at, delay_ms).await,
-            Command::Recover { proc, run } => recover(proc, run, started).await,
+            Command::Recover {
+                proc,
+                run,
+                delay_ms,
+            } => {
+                DELAY_MS.store(delay_ms, Ordering::Relaxed);
+                recover(proc, run, started).await
+            }
         }
     });
 }
