@@ -160,11 +160,17 @@ impl State {
 
     /// Whether a valid lease holds the run at `now`.
     fn held(&self, rec: &RunRecord, now: Timestamp) -> bool {
-        rec.owner.as_ref().is_some_and(|(w, e)| {
-            self.workers
-                .get(w)
-                .is_some_and(|mw| !mw.retired && mw.lease.epoch == *e && mw.lease.expires_at > now)
-        })
+        rec.owner
+            .as_ref()
+            .is_some_and(|(w, e)| self.valid(w, *e, now))
+    }
+
+    /// Whether `worker` at `epoch` holds a valid lease at `now`: its current, unretired,
+    /// unexpired registration.
+    fn valid(&self, worker: &WorkerId, epoch: u64, now: Timestamp) -> bool {
+        self.workers
+            .get(worker)
+            .is_some_and(|w| !w.retired && w.lease.epoch == epoch && w.lease.expires_at > now)
     }
 
     /// The run's claim key if no valid lease holds it (contract clause 5): when its work is
@@ -302,11 +308,9 @@ impl State {
         Ok((first, next))
     }
 
-    /// Whether `lease` is valid at `now`: its worker's current, unretired, unexpired epoch.
+    /// Whether `lease` is valid at `now`.
     fn lease_valid(&self, lease: &Lease, now: Timestamp) -> bool {
-        self.workers
-            .get(&lease.worker)
-            .is_some_and(|w| !w.retired && w.lease.epoch == lease.epoch && w.lease.expires_at > now)
+        self.valid(&lease.worker, lease.epoch, now)
     }
 
     fn check_lease_current(&self, lease: &Lease, run: &str) -> Result<(), StoreError> {
@@ -694,9 +698,8 @@ impl JournalStore for MemoryStore {
         now: Timestamp,
     ) -> Result<Vec<RunRecord>, StoreError> {
         let mut st = self.state.lock().expect("memory store lock");
-        match st.workers.get(&lease.worker) {
-            Some(w) if !w.retired && w.lease.epoch == lease.epoch && w.lease.expires_at > now => {}
-            _ => return Err(fenced(lease, "")),
+        if !st.lease_valid(lease, now) {
+            return Err(fenced(lease, ""));
         }
         let mut ready: Vec<(Timestamp, usize, RunId)> = st
             .order

@@ -653,11 +653,7 @@ async fn create_run(
     );
     let mut record = new.record(now);
     if let Some(lease) = lease {
-        let valid = matches!(
-            fetch_worker(conn, &lease.worker).await?,
-            Some((_, epoch, expires_at, false)) if epoch == lease.epoch && expires_at > now.0
-        );
-        if valid {
+        if lease_valid(conn, &lease, now).await? {
             plan.push(
                 "UPDATE runs SET owner_worker = ?, owner_epoch = ?, activations = 1 \
                  WHERE run_id = ?",
@@ -995,6 +991,18 @@ async fn fetch_worker(
     .transpose()
 }
 
+/// Whether `lease` is valid at `now`: its worker's current, unretired, unexpired epoch.
+async fn lease_valid(
+    conn: &mut SqliteConnection,
+    lease: &Lease,
+    now: Timestamp,
+) -> Result<bool, StoreError> {
+    Ok(matches!(
+        fetch_worker(conn, &lease.worker).await?,
+        Some((_, epoch, expires_at, false)) if epoch == lease.epoch && expires_at > now.0
+    ))
+}
+
 async fn register_worker(
     conn: &mut SqliteConnection,
     worker: WorkerId,
@@ -1084,9 +1092,8 @@ async fn claim(
     max: usize,
     now: Timestamp,
 ) -> Result<Vec<RunRecord>, StoreError> {
-    match fetch_worker(conn, &lease.worker).await? {
-        Some((_, epoch, expires_at, false)) if epoch == lease.epoch && expires_at > now.0 => {}
-        _ => return Err(fenced(lease, "")),
+    if !lease_valid(conn, lease, now).await? {
+        return Err(fenced(lease, ""));
     }
     // Inside the writer's transaction: the pick and the update see the same rows.
     let picked = sqlx::query(AssertSqlSafe(format!(
