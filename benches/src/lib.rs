@@ -173,3 +173,52 @@ pub async fn backends() -> Vec<Backend> {
     }
     out
 }
+
+/// `EVE_TEST_POSTGRES_URL`, else the local server.
+fn postgres_url() -> String {
+    std::env::var("EVE_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// Opens a store named `sqlite-full:PATH`, `sqlite-normal:PATH` or `postgres:SCHEMA` (at
+/// `EVE_TEST_POSTGRES_URL`, by default the local server): the targets of the `workloads`
+/// binary's processes and of the restart tests.
+///
+/// # Panics
+/// On an unknown kind, or when the store cannot be opened.
+pub async fn open_target(target: &str) -> Arc<dyn JournalStore> {
+    use eve_storage_sqlite::{SqliteOptions, SqliteStore, Synchronous};
+    let (kind, rest) = target
+        .split_once(':')
+        .unwrap_or_else(|| panic!("target {target}: expected KIND:WHERE"));
+    match kind {
+        "sqlite-full" | "sqlite-normal" => {
+            let synchronous = if kind == "sqlite-full" {
+                Synchronous::Full
+            } else {
+                Synchronous::Normal
+            };
+            let options = SqliteOptions {
+                synchronous,
+                ..SqliteOptions::default()
+            };
+            Arc::new(
+                SqliteStore::open_with(rest, options)
+                    .await
+                    .expect("open the SQLite file"),
+            )
+        }
+        "postgres" => {
+            let options = eve_storage_postgres::PostgresOptions {
+                schema: rest.into(),
+                ..Default::default()
+            };
+            Arc::new(
+                eve_storage_postgres::PostgresStore::connect_with(&postgres_url(), options)
+                    .await
+                    .expect("Postgres at EVE_TEST_POSTGRES_URL"),
+            )
+        }
+        other => panic!("unknown target kind {other}"),
+    }
+}

@@ -11,7 +11,6 @@
 use eve_core::{Event, JournalStore, JournalStoreExt, RunId, Timestamp};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::Duration;
 
 const EXE: &str = env!("CARGO_BIN_EXE_workloads");
@@ -29,29 +28,6 @@ fn targets(dir: &std::path::Path, tag: &str) -> Vec<String> {
         eprintln!("skipped on Postgres: EVE_TEST_POSTGRES_URL is unset");
     }
     out
-}
-
-async fn open(target: &str) -> Arc<dyn JournalStore> {
-    let (kind, rest) = target.split_once(':').expect("KIND:WHERE");
-    match kind {
-        "sqlite-full" => Arc::new(
-            eve_storage_sqlite::SqliteStore::open(rest)
-                .await
-                .expect("sqlite"),
-        ),
-        _ => {
-            let url = std::env::var("EVE_TEST_POSTGRES_URL").expect("postgres url");
-            let options = eve_storage_postgres::PostgresOptions {
-                schema: rest.into(),
-                ..Default::default()
-            };
-            Arc::new(
-                eve_storage_postgres::PostgresStore::connect_with(&url, options)
-                    .await
-                    .expect("postgres"),
-            )
-        }
-    }
 }
 
 /// Starts `workloads child …` and reads lines from its stdout until `until` matches one;
@@ -133,7 +109,7 @@ async fn sigkill_mid_run_then_restart_takes_the_run_back_at_once() {
             "{target}: recovery failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let store = open(&target).await;
+        let store = eve_benches::open_target(&target).await;
         let done_at = recorded_once(&*store, &run, 20).await;
         let took = done_at.since(killed_at);
         assert!(
@@ -155,7 +131,7 @@ async fn two_processes_with_one_worker_id_one_is_fenced() {
             &[&common[..], &["--steps", "100", "--delay-ms", "20"]].concat(),
             "run ",
         );
-        let store = open(&target).await;
+        let store = eve_benches::open_target(&target).await;
         // Wait until A has recorded a few steps.
         for _ in 0..500 {
             if store.get_run(&run).await.expect("run").next_seq > 5 {

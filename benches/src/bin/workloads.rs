@@ -217,49 +217,6 @@ struct Proc {
     lease_secs: Option<u64>,
 }
 
-fn postgres_url() -> String {
-    std::env::var("EVE_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
-
-/// Opens a target (see [`Proc::target`]).
-async fn open(target: &str) -> Arc<dyn JournalStore> {
-    use eve_storage_sqlite::{SqliteOptions, SqliteStore, Synchronous};
-    let (kind, rest) = target
-        .split_once(':')
-        .unwrap_or_else(|| panic!("target {target}: expected KIND:WHERE"));
-    match kind {
-        "sqlite-full" | "sqlite-normal" => {
-            let synchronous = if kind == "sqlite-full" {
-                Synchronous::Full
-            } else {
-                Synchronous::Normal
-            };
-            let options = SqliteOptions {
-                synchronous,
-                ..SqliteOptions::default()
-            };
-            Arc::new(
-                SqliteStore::open_with(rest, options)
-                    .await
-                    .expect("open the SQLite file"),
-            )
-        }
-        "postgres" => {
-            let options = eve_storage_postgres::PostgresOptions {
-                schema: rest.into(),
-                ..Default::default()
-            };
-            Arc::new(
-                eve_storage_postgres::PostgresStore::connect_with(&postgres_url(), options)
-                    .await
-                    .expect("Postgres at EVE_TEST_POSTGRES_URL"),
-            )
-        }
-        other => panic!("unknown target kind {other}"),
-    }
-}
-
 /// A fresh target of `backend` (a new file, a new schema).
 fn fresh_target(backend: &str, dir: &std::path::Path) -> String {
     let tag = RunId::random().as_str()[4..16].to_owned();
@@ -315,7 +272,7 @@ async fn call(s: &Session, call_id: &str, tool: &str, input: serde_json::Value) 
 }
 
 async fn w1(backend: &str, calls: usize, dir: &std::path::Path) {
-    let store = open(&fresh_target(backend, dir)).await;
+    let store = eve_benches::open_target(&fresh_target(backend, dir)).await;
     let w = worker(&store, Some(format!("w1-{}", RunId::random())), None).await;
     let handle = w.clone().spawn();
     // Calls start eagerly through the local worker (create and claim in one commit).
@@ -363,7 +320,7 @@ async fn w1(backend: &str, calls: usize, dir: &std::path::Path) {
 
 async fn w2(backend: &str, steps: u32, dir: &std::path::Path) {
     // The whole body in one process.
-    let store = open(&fresh_target(backend, dir)).await;
+    let store = eve_benches::open_target(&fresh_target(backend, dir)).await;
     let w = worker(&store, Some(format!("w2-{}", RunId::random())), None).await;
     let handle = w.clone().spawn();
     let s = session(&store, "w2-total").with_worker(w);
@@ -390,7 +347,7 @@ async fn w2(backend: &str, steps: u32, dir: &std::path::Path) {
         .find_map(|l| l.strip_prefix("run "))
         .expect("the child printed its run id")
         .to_owned();
-    let store = open(&target).await;
+    let store = eve_benches::open_target(&target).await;
     let t0 = Instant::now();
     let report = Worker::replay_cold(&*store, &registry(), &RunId::new(&run))
         .await
@@ -426,7 +383,7 @@ async fn w2(backend: &str, steps: u32, dir: &std::path::Path) {
 }
 
 async fn throughput(backend: &str, runs: usize, steps: u32, dir: &std::path::Path) {
-    let store = open(&fresh_target(backend, dir)).await;
+    let store = eve_benches::open_target(&fresh_target(backend, dir)).await;
     let w = worker(&store, Some(format!("tp-{}", RunId::random())), None).await;
     let handle = w.clone().spawn();
     let session =
@@ -461,7 +418,7 @@ async fn journal(backend: &str, lengths: &[u32], dir: &std::path::Path) {
     use eve_core::engine::{resume_hook, tool_call_run, ActivationEnd, Clock};
     use eve_core::{Append, AppendId, DeploymentId, Event, Payload};
     for &n in lengths {
-        let store = open(&fresh_target(backend, dir)).await;
+        let store = eve_benches::open_target(&fresh_target(backend, dir)).await;
         let reg = registry();
         let token = format!("jl-{}", RunId::random());
         let new = tool_call_run(
@@ -608,7 +565,7 @@ async fn child(p: Proc, steps: u32, crash_at: u32, hang_at: u32, delay_ms: u32) 
     CRASH_AT.store(crash_at, Ordering::Relaxed);
     HANG_AT.store(hang_at, Ordering::Relaxed);
     DELAY_MS.store(delay_ms, Ordering::Relaxed);
-    let store = open(&p.target).await;
+    let store = eve_benches::open_target(&p.target).await;
     let handle = worker(&store, p.worker_id, p.lease_secs).await.spawn();
     let s = session(&store, "restart");
     let start = s
@@ -625,7 +582,7 @@ async fn child(p: Proc, steps: u32, crash_at: u32, hang_at: u32, delay_ms: u32) 
 }
 
 async fn recover(p: Proc, run: String, started: Instant) {
-    let store = open(&p.target).await;
+    let store = eve_benches::open_target(&p.target).await;
     let handle = worker(&store, p.worker_id, p.lease_secs).await.spawn();
     let rec = store.get_run(&RunId::new(run)).await.expect("the run");
     let s = session(&store, rec.session_id.as_str());
