@@ -881,34 +881,6 @@ pub trait JournalStoreExt: JournalStore {
             out.extend(page);
         }
     }
-
-    /// The journal from `from_seq` up to at least `known_end` (a next seq the caller already
-    /// knows, such as a claimed record's `next_seq`): like [`read_all`](Self::read_all) but it
-    /// stops without the extra round trip that finds the end once it reached `known_end`.
-    /// Events appended after `known_end` may or may not be included.
-    ///
-    /// # Errors
-    /// As [`JournalStore::read`].
-    async fn read_known(
-        &self,
-        run: &RunId,
-        from_seq: u64,
-        known_end: u64,
-    ) -> Result<Vec<StoredEvent>, StoreError> {
-        let mut out = Vec::new();
-        let mut seq = from_seq;
-        loop {
-            let page = self.read(run, seq, READ_PAGE).await?;
-            let Some(last) = page.last() else {
-                return Ok(out);
-            };
-            seq = last.seq + 1;
-            out.extend(page);
-            if seq >= known_end {
-                return Ok(out);
-            }
-        }
-    }
 }
 
 impl<T: JournalStore + ?Sized> JournalStoreExt for T {}
