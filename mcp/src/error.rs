@@ -1,0 +1,57 @@
+//! Errors: this crate's own, and the store's and engine's as JSON-RPC errors.
+
+use eve_core::engine::EngineError;
+use eve_core::StoreError;
+use rmcp::ErrorData;
+use serde_json::json;
+
+/// What serving MCP can fail with.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum McpServeError {
+    /// The client did not complete the MCP handshake (bad first message, closed early).
+    #[error("MCP handshake failed: {0}; check that the client speaks MCP on this transport")]
+    Handshake(String),
+    /// The transport broke while serving.
+    #[error("MCP transport failed: {0}")]
+    Transport(String),
+}
+
+/// -32602 with the HTTP API's error code in `data.code`.
+pub(crate) fn invalid(code: &'static str, message: impl Into<String>) -> ErrorData {
+    ErrorData::invalid_params(message.into(), Some(json!({ "code": code })))
+}
+
+/// A store error as a JSON-RPC error: what the caller got wrong is -32602 (with the HTTP API's
+/// code), a transient fault or a backend failure -32603.
+pub(crate) fn from_store(e: StoreError) -> ErrorData {
+    let message = e.to_string();
+    let code = match &e {
+        StoreError::NotFound { .. } => "not_found",
+        StoreError::AlreadyAnswered { .. } => "already_answered",
+        StoreError::Withdrawn { .. } | StoreError::RunEnded { .. } => "withdrawn",
+        StoreError::InvalidAnswer { .. } => "invalid_answer",
+        StoreError::InvalidInput(_) | StoreError::IdempotencyMismatch { .. } => "invalid_input",
+        StoreError::LimitExceeded { .. } => "too_large",
+        StoreError::Unavailable { .. } => {
+            return ErrorData::internal_error(message, Some(json!({ "code": "unavailable" })))
+        }
+        _ => {
+            tracing::error!(error = %e, "store error");
+            return ErrorData::internal_error(message, Some(json!({ "code": "internal" })));
+        }
+    };
+    invalid(code, message)
+}
+
+/// An engine error (starting a call) as a JSON-RPC error.
+pub(crate) fn from_engine(e: EngineError) -> ErrorData {
+    match e {
+        EngineError::Store(s) => from_store(s),
+        EngineError::UnknownTool { name } => invalid(
+            "not_found",
+            format!("unknown tool {name:?}; tools/list names the tools this server has"),
+        ),
+        other => invalid("invalid_input", other.to_string()),
+    }
+}

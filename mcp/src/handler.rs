@@ -1,0 +1,387 @@
+//! One MCP connection's handler: tools from the registry, calls as runs, tasks read from the
+//! store.
+
+use crate::error::{from_engine, from_store, invalid};
+use crate::task::{self, RunView};
+use crate::{McpServer, META_CALL_KEY, META_EXECUTION, META_MAY_ASK};
+use eve_core::engine::tool_call_run;
+use eve_core::wake::{Waiter, WatchKey};
+use eve_core::{CallId, Execution, InputRequest, RequestId, RunId, RunRecord, SessionId};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
+    CreateTaskResult, GetTaskParams, GetTaskResult, Implementation, InputRequiredResult,
+    InputResponses, JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams,
+    ProgressNotificationParam, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
+    UpdateTaskParams,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData, ServerHandler};
+use serde_json::{json, Value};
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// The handler of one MCP connection; its calls' runs belong to `session`.
+#[derive(Clone, Debug)]
+pub(crate) struct Connection {
+    pub(crate) server: McpServer,
+    pub(crate) session: SessionId,
+}
+
+/// The reason written in `CancelRequested` by `tasks/cancel`.
+const REASON_CANCEL: &str = "tasks/cancel";
+
+impl Connection {
+    fn tool(t: &eve_core::engine::WorkflowTool) -> Tool {
+        let schema = match t.input_schema() {
+            Value::Object(m) => m.clone(),
+            _ => JsonObject::new(),
+        };
+        let mut meta = JsonObject::new();
+        meta.insert(META_MAY_ASK.into(), Value::Bool(true));
+        meta.insert(
+            META_EXECUTION.into(),
+            json!(match t.execution() {
+                Execution::Default => "default",
+                Execution::Background => "background",
+            }),
+        );
+        Tool::new(
+            t.name().to_owned(),
+            t.description().to_owned(),
+            Arc::new(schema),
+        )
+        .with_meta(MetaObject(meta))
+    }
+
+    /// Creates (or finds, for a repeated identity) the run of a call.
+    async fn start(
+        &self,
+        request: &CallToolRequestParams,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<RunRecord, ErrorData> {
+        let config = &self.server.config;
+        let args = Value::Object(request.arguments.clone().unwrap_or_default());
+        let size = serde_json::to_vec(&args).map_or(usize::MAX, |v| v.len());
+        if size > config.max_arguments_bytes {
+            return Err(invalid(
+                "too_large",
+                format!(
+                    "the arguments of {:?} are {size} bytes of JSON, the limit is {}; pass large data by reference",
+                    request.name, config.max_arguments_bytes
+                ),
+            ));
+        }
+        // rmcp moves a request's `_meta` into the context.
+        let key = match request
+            .meta
+            .as_ref()
+            .and_then(|m| m.get(META_CALL_KEY))
+            .or_else(|| ctx.meta.get(META_CALL_KEY))
+        {
+            None => None,
+            Some(Value::String(k)) if !k.is_empty() => Some(k.clone()),
+            Some(other) => {
+                return Err(invalid(
+                    "invalid_input",
+                    format!("_meta[{META_CALL_KEY:?}] must be a non-empty string, got {other}"),
+                ))
+            }
+        };
+        let call = CallId::new(match &key {
+            Some(k) => format!("mcp-key:{k}"),
+            None => format!("mcp-request:{}", ctx.id),
+        });
+        let mut new = tool_call_run(
+            &self.server.registry,
+            &self.session,
+            &call,
+            &request.name,
+            args,
+        )
+        .map_err(from_engine)?;
+        if let Some(k) = key {
+            // A client key names the call across connections and processes.
+            new.idempotency_key = Some(format!("mcp-key:{k}"));
+        }
+        let created = match &self.server.worker {
+            Some(w) => w.start(new).await,
+            None => {
+                self.server
+                    .store
+                    .create_run(new, self.server.clock.now())
+                    .await
+            }
+        };
+        Ok(created.map_err(from_store)?.run)
+    }
+
+    /// Answers request `request_id` of `run` with an elicitation result: exactly once (the
+    /// store decides), with the HTTP API's errors. `Ok(false)`: declined, nothing written.
+    async fn answer(
+        &self,
+        view: &RunView,
+        run: &RunId,
+        request_id: &str,
+        result: &Value,
+    ) -> Result<bool, ErrorData> {
+        let id = RequestId::new(request_id);
+        if !view.asked.contains(&id) {
+            return Err(invalid(
+                "not_found",
+                format!("{request_id:?} is not an input request of task {run}; answer the keys of the task's inputRequests"),
+            ));
+        }
+        let request: Option<&InputRequest> =
+            view.pending.iter().find(|(r, _)| r == &id).map(|(_, q)| q);
+        let Some(response) = (match request {
+            Some(q) => task::response(q, result)?,
+            // Answered or withdrawn already: the store says which (a repeat of the same answer
+            // is a duplicate success).
+            None => task::response(&InputRequest::text(""), result)?,
+        }) else {
+            return Ok(false);
+        };
+        self.server
+            .store
+            .answer(&id, response, self.server.clock.now())
+            .await
+            .map_err(from_store)?;
+        Ok(true)
+    }
+
+    /// Answers every response of `responses` for `run`, in key order, stopping at the first error.
+    async fn answer_all(&self, run: &RunId, responses: &InputResponses) -> Result<(), ErrorData> {
+        let mut view = RunView::default();
+        view.refresh(&*self.server.store, run).await?;
+        for (key, value) in responses {
+            self.answer(&view, run, key, value).await?;
+        }
+        Ok(())
+    }
+
+    /// Waits until `run` settles, sending progress notifications and asking the client for
+    /// pending input as it can. Returns the tool result, or an `input_required` result for a
+    /// 2026-07-28 client (which retries with `requestState` = the run id).
+    async fn settle(
+        &self,
+        run: &RunRecord,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let store = &*self.server.store;
+        let progress_token = ctx.meta.get_progress_token();
+        let version = ctx.protocol_version();
+        let mrtr = version
+            .as_ref()
+            .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
+        let elicit = !mrtr
+            && ctx
+                .client_capabilities()
+                .is_some_and(|c| c.elicitation.is_some());
+        let mut waiter = Waiter::new(
+            store,
+            &WatchKey::Session(run.session_id.clone()),
+            self.server.config.fallback_poll,
+            self.server
+                .config
+                .fallback_poll
+                .min(std::time::Duration::from_millis(100)),
+        )
+        .await;
+        let mut view = RunView::default();
+        let mut progress = 0u32;
+        let mut elicited: HashSet<RequestId> = HashSet::new();
+        let mut asking = tokio::task::JoinSet::new();
+        loop {
+            let before = view.progress.clone();
+            view.refresh(store, &run.run_id).await?;
+            if let Some(end) = &view.end {
+                return Ok(CallToolResponse::Complete(match end {
+                    task::End::Completed(output) => task::completed(output),
+                    task::End::Failed(error) => {
+                        CallToolResult::error(vec![ContentBlock::text(error.clone())])
+                    }
+                    task::End::Cancelled => CallToolResult::error(vec![ContentBlock::text(
+                        "the run was cancelled before it finished",
+                    )]),
+                }));
+            }
+            if let (Some(token), Some(value)) = (&progress_token, &view.progress) {
+                if before.as_ref() != Some(value) {
+                    progress += 1;
+                    let _ = ctx
+                        .peer
+                        .notify_progress(
+                            ProgressNotificationParam::new(token.clone(), f64::from(progress))
+                                .with_message(task::render(value)),
+                        )
+                        .await;
+                }
+            }
+            if mrtr && !view.pending.is_empty() {
+                return Ok(CallToolResponse::InputRequired(InputRequiredResult::new(
+                    Some(task::input_requests(&view.pending)),
+                    Some(run.run_id.as_str().to_owned()),
+                )));
+            }
+            if elicit {
+                for (id, request) in &view.pending {
+                    if elicited.insert(id.clone()) {
+                        asking.spawn(self.clone().elicit(
+                            run.run_id.clone(),
+                            id.clone(),
+                            request.clone(),
+                            ctx.peer.clone(),
+                        ));
+                    }
+                }
+            }
+            tokio::select! {
+                () = waiter.wait() => {}
+                () = ctx.ct.cancelled() => {
+                    return Err(ErrorData::internal_error(
+                        format!("the request was cancelled; run {} goes on: call again with the same identity to wait for it", run.run_id),
+                        None,
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Sends one pending request to the client as `elicitation/create` and stores its answer.
+    /// A request answered elsewhere meanwhile is left as it is.
+    async fn elicit(
+        self,
+        run: RunId,
+        id: RequestId,
+        request: InputRequest,
+        peer: rmcp::Peer<RoleServer>,
+    ) {
+        let params = match serde_json::from_value(task::form(&request)) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!(request = %id, error = %e, "an input request does not fit an elicitation form");
+                return;
+            }
+        };
+        let result = match peer.create_elicitation(params).await {
+            Ok(r) => serde_json::to_value(r).unwrap_or_default(),
+            Err(e) => {
+                tracing::info!(request = %id, error = %e, "elicitation failed; the request stays answerable elsewhere");
+                return;
+            }
+        };
+        let view = RunView {
+            asked: vec![id.clone()],
+            pending: vec![(id.clone(), request)],
+            ..RunView::default()
+        };
+        if let Err(e) = self.answer(&view, &run, id.as_str(), &result).await {
+            tracing::info!(request = %id, error = %e.message, "the elicitation's answer was not recorded");
+        }
+    }
+}
+
+impl ServerHandler for Connection {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tasks()
+                .build(),
+        )
+        .with_server_info(Implementation::new("eve", env!("CARGO_PKG_VERSION")))
+        .with_instructions(
+            "Workflow tools of eve: durable runs that may pause for a person's input. Declare the tasks extension to get a task per call; otherwise calls block until the run settles.",
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(
+            self.server
+                .registry
+                .tools()
+                .map(|t| Self::tool(t))
+                .collect(),
+        ))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.server.registry.by_name(name).map(|t| Self::tool(t))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let run = match &request.request_state {
+            // A 2026-07-28 retry after input_required: the state names the run.
+            Some(state) => {
+                let run = task::get_run(&*self.server.store, state).await?;
+                if let Some(responses) = &request.input_responses {
+                    self.answer_all(&run.run_id, responses).await?;
+                }
+                run
+            }
+            None => self.start(&request, &context).await?,
+        };
+        if context
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks())
+        {
+            let task = task::base_task(&run, self.server.config.task_poll_interval);
+            return Ok(CallToolResponse::Task(CreateTaskResult::new(task)));
+        }
+        self.settle(&run, &context).await
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let store = &*self.server.store;
+        let run = task::get_run(store, &request.task_id).await?;
+        let mut view = RunView::default();
+        view.refresh(store, &run.run_id).await?;
+        // The record may lag the journal by nothing but the run's end, which the view has.
+        Ok(GetTaskResult::new(task::detailed(
+            &run,
+            &view,
+            self.server.config.task_poll_interval,
+        )))
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let run = task::get_run(&*self.server.store, &request.task_id).await?;
+        if request.input_responses.is_empty() {
+            return Err(invalid(
+                "invalid_input",
+                "tasks/update needs inputResponses: one elicitation result per key of the task's inputRequests",
+            ));
+        }
+        self.answer_all(&run.run_id, &request.input_responses).await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let run = task::get_run(&*self.server.store, &request.task_id).await?;
+        self.server
+            .store
+            .request_cancel(&run.run_id, REASON_CANCEL, self.server.clock.now())
+            .await
+            .map_err(from_store)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,204 @@
+//! eve-mcp: eve's workflow tools over the Model Context Protocol, with eve as the durable task
+//! store behind MCP's tasks extension (`io.modelcontextprotocol/tasks`).
+//!
+//! | MCP | eve |
+//! | --- | --- |
+//! | `tools/list` | the [`Registry`]: name, description, `inputSchema` (schemars); `_meta` says the tool may wait for input ([`META_MAY_ASK`]) and how it executes ([`META_EXECUTION`]) |
+//! | `tools/call`, client declared tasks | a run; answered with a task whose `taskId` is the run id |
+//! | `tools/call`, no tasks | a run; the call blocks until the run settles. Progress goes out as `notifications/progress` (when a progress token was sent); a pending `ctx.ask` goes to the client as `elicitation/create` (when it declared elicitation, protocol ≤ 2025-11-25) or as an `input_required` result whose `requestState` is the run id (protocol 2026-07-28) |
+//! | `tasks/get` | the run read from the store: `working`, `input_required` (pending asks as elicitation forms), `completed`, `failed`, `cancelled`; `statusMessage` = the last progress value |
+//! | `tasks/update` | `JournalStore::answer`, exactly once, with the HTTP API's errors as JSON-RPC errors |
+//! | `tasks/cancel` | `JournalStore::request_cancel` (the tool's grace period and cleanup steps apply) |
+//!
+//! Nothing lives only in this process: a task is a run in the journal, so a restarted server, or
+//! another server on the same store, answers `tasks/get` for it.
+//!
+//! # Call identity
+//!
+//! A call's run is keyed (its idempotency key) by the client key in `_meta`
+//! ([`META_CALL_KEY`], any non-empty string) when the client sends one: the same key again, from
+//! any connection or server process, returns the same run (with other arguments it is a -32602
+//! error). Without a key, the identity is the MCP connection's eve session + the JSON-RPC request
+//! id, so a request retried on the same connection does not start a second run. A 2026-07-28
+//! `input_required` retry names its run by the echoed `requestState`.
+//!
+//! # Errors
+//!
+//! Unknown tool, arguments that do not match the schema, arguments over
+//! [`McpConfig::max_arguments_bytes`], a malformed or unknown `taskId`, an answer whose option is
+//! not offered, an answer to a request already answered or withdrawn: JSON-RPC -32602 with a
+//! message saying what is wrong and `data.code` the HTTP API's code (`invalid_input`,
+//! `not_found`, `invalid_answer`, `already_answered`, `withdrawn`, `too_large`). No run is
+//! created or changed. Methods eve does not serve (prompts, resources, …): -32601.
+//!
+//! # Serving
+//!
+//! ```no_run
+//! # async fn demo(store: std::sync::Arc<dyn eve_core::JournalStore>, registry: eve_core::engine::Registry) -> Result<(), Box<dyn std::error::Error>> {
+//! use eve_core::engine::{SystemClock, Worker, WorkerConfig};
+//! use std::sync::Arc;
+//! let worker = Worker::new(store.clone(), registry.clone(), Arc::new(SystemClock), WorkerConfig::default()).await?;
+//! let mcp = eve_mcp::McpServer::new(store, Arc::new(registry)).with_worker(worker.clone());
+//! let running = worker.spawn();
+//! eve_mcp::serve_stdio(mcp).await?; // or: axum::Router::new().nest_service("/mcp", eve_mcp::router(mcp))
+//! running.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+mod error;
+mod handler;
+mod task;
+
+pub use error::McpServeError;
+
+use eve_core::engine::{Clock, Registry, SystemClock, Worker};
+use eve_core::{JournalStore, SessionId};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::ServiceExt;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The `_meta` key of a tool call that carries the client's call key (its identity; see the
+/// crate docs).
+pub const META_CALL_KEY: &str = "eve/callKey";
+/// The `_meta` key of a listed tool saying that it may wait for a person's input (`ctx.ask`):
+/// always `true` for a workflow tool.
+pub const META_MAY_ASK: &str = "eve/mayWaitForInput";
+/// The `_meta` key of a listed tool saying how it executes: `"default"` or `"background"`.
+pub const META_EXECUTION: &str = "eve/execution";
+/// The property of an elicitation form that holds the chosen option id.
+pub const FIELD_OPTION: &str = "option";
+/// The property of an elicitation form that holds free text.
+pub const FIELD_TEXT: &str = "text";
+
+/// Tunables of an [`McpServer`].
+#[derive(Clone, Debug)]
+pub struct McpConfig {
+    /// The largest `arguments` object accepted, in bytes of JSON (default 1 MiB, the HTTP API's
+    /// body limit); a larger one is a -32602 error and starts nothing.
+    pub max_arguments_bytes: usize,
+    /// The `pollIntervalMs` suggested to task clients (default 500 ms).
+    pub task_poll_interval: Duration,
+    /// How often a blocking call re-reads its run when the store cannot notify it (DynamoDB),
+    /// and at most how long it sleeps when it can (default 2 s; notifications wake it at once).
+    pub fallback_poll: Duration,
+}
+
+impl Default for McpConfig {
+    fn default() -> Self {
+        Self {
+            max_arguments_bytes: 1024 * 1024,
+            task_poll_interval: Duration::from_millis(500),
+            fallback_poll: Duration::from_secs(2),
+        }
+    }
+}
+
+/// An MCP server over a store and a registry. Cheap to clone; holds no state of its own: every
+/// answer comes from the store. Each MCP connection gets its own eve session (`mcp_<uuid>`), in
+/// which its calls' runs are started.
+#[derive(Clone)]
+pub struct McpServer {
+    pub(crate) store: Arc<dyn JournalStore>,
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) worker: Option<Worker>,
+    pub(crate) config: McpConfig,
+}
+
+impl fmt::Debug for McpServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("McpServer")
+            .field("store", &self.store.backend())
+            .field("deployment", self.registry.deployment())
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl McpServer {
+    /// A server whose tools are `registry`'s, starting runs in `store`, stamped by the system
+    /// clock. Runs are executed by whatever worker serves the registry's deployment on the store;
+    /// give it this process' worker with [`McpServer::with_worker`].
+    pub fn new(store: Arc<dyn JournalStore>, registry: Arc<Registry>) -> Self {
+        Self {
+            store,
+            registry,
+            clock: Arc::new(SystemClock),
+            worker: None,
+            config: McpConfig::default(),
+        }
+    }
+
+    /// Starts calls through `worker` (same store and deployment, running in this process): a
+    /// call's run is created and claimed in one commit when the worker has room.
+    pub fn with_worker(mut self, worker: Worker) -> Self {
+        self.worker = Some(worker);
+        self
+    }
+
+    /// Stamps deliveries with `clock` instead of the system clock.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The same server with `config`.
+    pub fn with_config(mut self, config: McpConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// The handler of one MCP connection, in a new eve session.
+    fn connection(&self) -> handler::Connection {
+        handler::Connection {
+            server: self.clone(),
+            session: SessionId::new(format!("mcp_{}", uuid::Uuid::new_v4().simple())),
+        }
+    }
+}
+
+/// Serves MCP over this process' stdin and stdout (what desktop agent hosts launch) until the
+/// client closes stdin.
+///
+/// # Errors
+/// The MCP handshake fails, or the transport breaks.
+pub async fn serve_stdio(server: McpServer) -> Result<(), McpServeError> {
+    serve_transport(server, rmcp::transport::stdio()).await
+}
+
+/// Serves MCP over any rmcp transport (a pair of async streams, a socket) until it closes.
+///
+/// # Errors
+/// The MCP handshake fails, or the transport breaks.
+pub async fn serve_transport<T, E, A>(server: McpServer, transport: T) -> Result<(), McpServeError>
+where
+    T: rmcp::transport::IntoTransport<rmcp::RoleServer, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let running = server
+        .connection()
+        .serve(transport)
+        .await
+        .map_err(|e| McpServeError::Handshake(e.to_string()))?;
+    running
+        .waiting()
+        .await
+        .map_err(|e| McpServeError::Transport(e.to_string()))?;
+    Ok(())
+}
+
+/// MCP's streamable HTTP transport as an axum router: mount it with
+/// `Router::nest_service("/mcp", eve_mcp::router(server))`. Each MCP session (`Mcp-Session-Id`)
+/// gets its own eve session; tasks outlive sessions and processes. Like rmcp's server, it only
+/// accepts loopback `Host` headers by default.
+pub fn router(server: McpServer) -> axum::Router {
+    let service = StreamableHttpService::new(
+        move || Ok(server.connection()),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    axum::Router::new().fallback_service(service)
+}

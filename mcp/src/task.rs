@@ -1,0 +1,296 @@
+//! A run as MCP sees it: its task state read from the journal, its pending `ctx.ask` requests as
+//! elicitation forms, and elicitation results as answers.
+
+use crate::error::{from_store, invalid};
+use crate::{FIELD_OPTION, FIELD_TEXT};
+use eve_core::{
+    Event, InputRequest, InputResponse, JournalStore, JournalStoreExt, Payload, RequestId, RunId,
+    RunRecord, RunStatus, Timestamp,
+};
+use rmcp::model::{
+    CallToolResult, ContentBlock, DetailedTask, InputRequests, JsonObject, Task, TaskPayload,
+};
+use rmcp::ErrorData;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// The longest task id accepted (run ids are `run_` + 32 hex digits; ids given by hosts may be
+/// longer, not unbounded).
+const MAX_TASK_ID: usize = 256;
+
+/// What a run's journal says, as far as MCP cares.
+#[derive(Debug, Default)]
+pub(crate) struct RunView {
+    /// Requests asked and neither answered nor withdrawn, in order.
+    pub(crate) pending: Vec<(RequestId, InputRequest)>,
+    /// Every request the run asked.
+    pub(crate) asked: Vec<RequestId>,
+    /// The last progress value.
+    pub(crate) progress: Option<Payload>,
+    /// How the run ended, if it did.
+    pub(crate) end: Option<End>,
+    /// Why it is blocked, if it is.
+    pub(crate) blocked: Option<String>,
+    /// The journal's next seq: events from here on are not in this view.
+    pub(crate) next_seq: u64,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone)]
+pub(crate) enum End {
+    Completed(Payload),
+    Failed(String),
+    Cancelled,
+}
+
+impl RunView {
+    /// Folds journal events into the view.
+    pub(crate) fn apply(&mut self, events: impl IntoIterator<Item = (u64, Event)>) {
+        for (seq, e) in events {
+            self.next_seq = seq + 1;
+            match e {
+                Event::InputRequested {
+                    request_id,
+                    request,
+                    ..
+                } => {
+                    self.asked.push(request_id.clone());
+                    self.pending.push((request_id, request));
+                }
+                Event::InputAnswered { request_id, .. } | Event::InputWithdrawn { request_id } => {
+                    self.pending.retain(|(id, _)| id != &request_id)
+                }
+                Event::Progress { value, .. } => self.progress = Some(value),
+                Event::RunCompleted { output } => self.end = Some(End::Completed(output)),
+                Event::RunFailed { error } => self.end = Some(End::Failed(error)),
+                Event::RunCancelled => self.end = Some(End::Cancelled),
+                Event::RunBlocked { reason, .. } => self.blocked = Some(reason),
+                Event::RunResumed => self.blocked = None,
+                _ => {}
+            }
+        }
+    }
+
+    /// Reads the journal from where the view stopped.
+    pub(crate) async fn refresh(
+        &mut self,
+        store: &dyn JournalStore,
+        run: &RunId,
+    ) -> Result<(), ErrorData> {
+        let events = store
+            .read_all(run, self.next_seq)
+            .await
+            .map_err(from_store)?;
+        self.apply(events.into_iter().map(|e| (e.seq, e.event)));
+        Ok(())
+    }
+}
+
+/// Checks a task id's shape before it reaches the store.
+pub(crate) fn run_id(task_id: &str) -> Result<RunId, ErrorData> {
+    let ok = !task_id.is_empty()
+        && task_id.len() <= MAX_TASK_ID
+        && task_id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.:".contains(&b));
+    if ok {
+        Ok(RunId::new(task_id))
+    } else {
+        Err(invalid(
+            "malformed",
+            format!("malformed taskId {task_id:?}: a task id is the taskId a tools/call returned (1 to {MAX_TASK_ID} characters of A-Z a-z 0-9 _ - . :)"),
+        ))
+    }
+}
+
+/// The run of a task id, or -32602 when there is none.
+pub(crate) async fn get_run(
+    store: &dyn JournalStore,
+    task_id: &str,
+) -> Result<RunRecord, ErrorData> {
+    let run = run_id(task_id)?;
+    store.get_run(&run).await.map_err(|e| match e {
+        eve_core::StoreError::NotFound { .. } => invalid(
+            "not_found",
+            format!("unknown task {task_id:?}: no run has this id in this server's store"),
+        ),
+        e => from_store(e),
+    })
+}
+
+fn rfc3339(t: Timestamp) -> String {
+    chrono::DateTime::from_timestamp_millis(t.millis())
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// A payload as text for a person: a JSON string as itself, anything else as JSON.
+pub(crate) fn render(p: &Payload) -> String {
+    match p.to_value::<Value>() {
+        Ok(Value::String(s)) => s,
+        _ => p.get().to_owned(),
+    }
+}
+
+/// The base task fields of a run (status filled in by [`DetailedTask::new`]).
+pub(crate) fn base_task(run: &RunRecord, poll: Duration) -> Task {
+    Task::new(
+        run.run_id.as_str(),
+        Default::default(),
+        rfc3339(run.created_at),
+        rfc3339(run.updated_at),
+    )
+    .with_poll_interval_ms(u64::try_from(poll.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// A run's output as a tool result: `structuredContent` = the output (when it is an object),
+/// plus its text rendering.
+pub(crate) fn completed(output: &Payload) -> CallToolResult {
+    let value: Value = output.to_value().unwrap_or(Value::Null);
+    let mut result = CallToolResult::success(vec![ContentBlock::text(render(output))]);
+    result.structured_content = Some(value);
+    result
+}
+
+/// A failed run as a JSON-RPC error object: -32603 with the run's error, its bracketed eve code
+/// (`[EVE-…]`) in `data.code` when it has one.
+pub(crate) fn failure(error: &str) -> JsonObject {
+    let code = error
+        .strip_prefix('[')
+        .and_then(|rest| rest.split_once(']'))
+        .map(|(code, _)| code.to_owned())
+        .unwrap_or_else(|| "run_failed".to_owned());
+    object(json!({ "code": -32603, "message": error, "data": { "code": code } }))
+}
+
+fn object(v: Value) -> JsonObject {
+    match v {
+        Value::Object(m) => m,
+        _ => JsonObject::new(),
+    }
+}
+
+/// The run's task state.
+pub(crate) fn detailed(run: &RunRecord, view: &RunView, poll: Duration) -> DetailedTask {
+    let mut task = base_task(run, poll);
+    let payload = match (&view.end, run.status) {
+        (Some(End::Completed(output)), _) => TaskPayload::Completed {
+            result: object(serde_json::to_value(completed(output)).unwrap_or_default()),
+        },
+        (Some(End::Failed(error)), _) => TaskPayload::Failed {
+            error: failure(error),
+        },
+        (Some(End::Cancelled), _) | (None, RunStatus::Cancelled) => TaskPayload::Cancelled,
+        _ if !view.pending.is_empty() && !run.cancel_requested => TaskPayload::InputRequired {
+            input_requests: input_requests(&view.pending),
+        },
+        _ => TaskPayload::Working,
+    };
+    let message = if let Some(reason) = &view.blocked {
+        Some(format!(
+            "blocked until an operator resumes or fails it: {reason}"
+        ))
+    } else if run.cancel_requested && view.end.is_none() {
+        Some("cancelling: cleanup steps run in the tool's grace period".to_owned())
+    } else {
+        view.progress.as_ref().map(render)
+    };
+    if let Some(m) = message {
+        task = task.with_status_message(m);
+    }
+    DetailedTask::new(task, payload)
+}
+
+/// The elicitation form of one request: a confirmation or select is an enum of the option ids
+/// titled with their labels (`option`); free text a string (`text`), required when there are no
+/// options.
+pub(crate) fn form(request: &InputRequest) -> Value {
+    let mut properties = serde_json::Map::new();
+    let mut required = Vec::new();
+    if !request.options.is_empty() {
+        let one_of: Vec<Value> = request
+            .options
+            .iter()
+            .map(|o| json!({ "const": o.id, "title": o.label }))
+            .collect();
+        properties.insert(
+            FIELD_OPTION.into(),
+            json!({ "type": "string", "title": "Choice", "oneOf": one_of }),
+        );
+        if !request.allow_freeform {
+            required.push(FIELD_OPTION);
+        }
+    }
+    if request.allow_freeform || request.options.is_empty() {
+        properties.insert(
+            FIELD_TEXT.into(),
+            json!({ "type": "string", "title": "Answer" }),
+        );
+        if request.options.is_empty() {
+            required.push(FIELD_TEXT);
+        }
+    }
+    json!({
+        "mode": "form",
+        "message": request.prompt,
+        "requestedSchema": { "type": "object", "properties": properties, "required": required },
+    })
+}
+
+/// `inputRequests` keyed by request id.
+pub(crate) fn input_requests(pending: &[(RequestId, InputRequest)]) -> InputRequests {
+    pending
+        .iter()
+        .filter_map(|(id, request)| {
+            let wire = json!({ "method": "elicitation/create", "params": form(request) });
+            match serde_json::from_value(wire) {
+                Ok(r) => Some((id.as_str().to_owned(), r)),
+                Err(e) => {
+                    tracing::error!(request = %id, error = %e, "an input request does not fit an elicitation form");
+                    None
+                }
+            }
+        })
+        .collect()
+}
+
+/// An elicitation result (`{"action": "accept", "content": {...}}`) as an answer to `request`.
+/// `None`: the person declined or dismissed the form without choosing, and the request stays
+/// pending (a declined confirmation that offers `cancel` chooses it).
+pub(crate) fn response(
+    request: &InputRequest,
+    result: &Value,
+) -> Result<Option<InputResponse>, ErrorData> {
+    let action = result.get("action").and_then(Value::as_str).unwrap_or("");
+    match action {
+        "accept" => {
+            let content = result.get("content").cloned().unwrap_or(Value::Null);
+            let field = |name: &str| match content.get(name) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some(other) => Err(invalid(
+                    "invalid_answer",
+                    format!("the form field {name:?} must be a string, got {other}"),
+                )),
+            };
+            let option_id = field(FIELD_OPTION)?;
+            let text = field(FIELD_TEXT)?;
+            if option_id.is_none() && text.is_none() {
+                return Err(invalid(
+                    "invalid_answer",
+                    format!("an accepted answer needs content.{FIELD_OPTION} (an option id) or content.{FIELD_TEXT}"),
+                ));
+            }
+            Ok(Some(InputResponse { option_id, text }))
+        }
+        "decline" | "cancel" => Ok(request
+            .options
+            .iter()
+            .any(|o| o.id == "cancel")
+            .then(|| InputResponse::option("cancel"))),
+        other => Err(invalid(
+            "invalid_answer",
+            format!("an input response is an elicitation result with action \"accept\", \"decline\" or \"cancel\", got {other:?}"),
+        )),
+    }
+}

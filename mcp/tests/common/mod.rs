@@ -1,0 +1,182 @@
+//! What the MCP client tests share: a server on a temp SQLite store, rmcp clients, polling.
+#![allow(dead_code, unreachable_pub)]
+
+use eve_core::engine::{Registry, SystemClock, Worker, WorkerConfig, WorkerHandle};
+use eve_core::JournalStore;
+use eve_mcp::McpServer;
+use eve_storage_sqlite::SqliteStore;
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
+    GetTaskParams, Implementation, ProgressNotificationParam, TaskPayload, TaskStatus,
+};
+use rmcp::service::{NotificationContext, RequestContext, RoleClient};
+use rmcp::{ClientHandler, ErrorData};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A SQLite store, the examples' registry, a worker, and the MCP server over them.
+pub async fn server(db: &Path) -> (McpServer, Arc<dyn JournalStore>, WorkerHandle) {
+    let store: Arc<dyn JournalStore> = Arc::new(SqliteStore::open(db).await.expect("open store"));
+    let registry: Registry = eve_examples::registry();
+    let worker = Worker::new(
+        store.clone(),
+        registry.clone(),
+        Arc::new(SystemClock),
+        WorkerConfig {
+            poll_interval: Duration::from_millis(50),
+            ..WorkerConfig::default()
+        },
+    )
+    .await
+    .expect("register worker");
+    let mcp = McpServer::new(store.clone(), Arc::new(registry)).with_worker(worker.clone());
+    (mcp, store, worker.spawn())
+}
+
+/// An rmcp client handler: declares the tasks extension and/or elicitation, answers every
+/// elicitation with `answer` (accept `{"option": answer}`), and records what it was asked and
+/// the progress it was sent.
+#[derive(Clone, Debug, Default)]
+pub struct TestClient {
+    pub tasks: bool,
+    pub answer: Option<String>,
+    pub asked: Arc<Mutex<Vec<serde_json::Value>>>,
+    pub progress: Arc<Mutex<Vec<String>>>,
+}
+
+impl TestClient {
+    pub fn tasks() -> Self {
+        Self {
+            tasks: true,
+            ..Self::default()
+        }
+    }
+
+    pub fn eliciting(answer: &str) -> Self {
+        Self {
+            answer: Some(answer.to_owned()),
+            ..Self::default()
+        }
+    }
+}
+
+impl ClientHandler for TestClient {
+    fn get_info(&self) -> ClientConfig {
+        let caps = match (self.tasks, self.answer.is_some()) {
+            (true, true) => ClientCapabilities::builder()
+                .enable_tasks()
+                .enable_elicitation()
+                .build(),
+            (true, false) => ClientCapabilities::builder().enable_tasks().build(),
+            (false, true) => ClientCapabilities::builder().enable_elicitation().build(),
+            (false, false) => ClientCapabilities::default(),
+        };
+        ClientConfig::new(caps, Implementation::new("eve-mcp-test", "0"))
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        self.asked
+            .lock()
+            .unwrap()
+            .push(serde_json::to_value(&request).unwrap());
+        let mut result = ElicitResult::new(ElicitationAction::Accept);
+        result.content =
+            Some(serde_json::json!({ "option": self.answer.clone().unwrap_or_default() }));
+        Ok(result)
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.progress
+            .lock()
+            .unwrap()
+            .push(params.message.unwrap_or_default());
+    }
+}
+
+/// Polls `tasks/get` until the task has `status` (panics after 20 s).
+pub async fn wait_status(
+    peer: &rmcp::Peer<RoleClient>,
+    task_id: &str,
+    status: TaskStatus,
+) -> rmcp::model::GetTaskResult {
+    let start = Instant::now();
+    loop {
+        let got = peer
+            .get_task(GetTaskParams::new(task_id))
+            .await
+            .expect("tasks/get");
+        if got.task.status() == status {
+            return got;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "task {task_id} never reached {status:?}: {got:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// The one input request key of an `input_required` task, with the request as JSON.
+pub fn only_request(task: &rmcp::model::GetTaskResult) -> (String, serde_json::Value) {
+    match &task.task.payload {
+        TaskPayload::InputRequired { input_requests } => {
+            assert_eq!(input_requests.len(), 1, "{input_requests:?}");
+            let (k, v) = input_requests.iter().next().unwrap();
+            (k.clone(), serde_json::to_value(v).unwrap())
+        }
+        other => panic!("not input_required: {other:?}"),
+    }
+}
+
+/// Checks the approval form of deploy_approval: an enum of the option ids titled with labels.
+pub fn assert_approval_form(request: &serde_json::Value) {
+    assert_eq!(request["method"], "elicitation/create", "{request}");
+    let params = &request["params"];
+    assert!(
+        params["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Deploy api?"),
+        "{request}"
+    );
+    let option = &params["requestedSchema"]["properties"]["option"];
+    assert_eq!(
+        option["oneOf"],
+        serde_json::json!([
+            {"const": "approve", "title": "Deploy"},
+            {"const": "cancel", "title": "Cancel"}
+        ]),
+        "{request}"
+    );
+    assert_eq!(
+        params["requestedSchema"]["required"],
+        serde_json::json!(["option"])
+    );
+}
+
+/// The answer `{"action": "accept", "content": {"option": id}}` under `key`.
+pub fn choose(key: &str, id: &str) -> rmcp::model::InputResponses {
+    [(
+        key.to_owned(),
+        serde_json::json!({ "action": "accept", "content": { "option": id } }),
+    )]
+    .into_iter()
+    .collect()
+}
+
+/// The output of a completed task.
+pub fn completed_output(task: &rmcp::model::GetTaskResult) -> serde_json::Value {
+    match &task.task.payload {
+        TaskPayload::Completed { result } => result["structuredContent"].clone(),
+        other => panic!("not completed: {other:?}"),
+    }
+}

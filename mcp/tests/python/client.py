@@ -1,0 +1,61 @@
+"""The official MCP Python SDK as a client of `eve-mcp` over stdio.
+
+Usage: client.py SERVER_EXE [ARGS...]  (the server's environment is inherited).
+Lists the tools, calls deploy_approval without the tasks extension and answers its approval
+through elicitation, then prints one JSON line per step for the Rust test to assert on.
+"""
+
+import json
+import os
+import sys
+
+import anyio
+from mcp import types
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+asked = []
+
+
+async def elicit(context, params):
+    schema = params.requested_schema
+    options = [o["const"] for o in schema["properties"]["option"]["oneOf"]]
+    labels = [o["title"] for o in schema["properties"]["option"]["oneOf"]]
+    asked.append({"message": params.message, "options": options, "labels": labels})
+    return types.ElicitResult(action="accept", content={"option": "approve"})
+
+
+def out(step, **fields):
+    print(json.dumps({"step": step, **fields}), flush=True)
+
+
+async def main():
+    server = StdioServerParameters(command=sys.argv[1], args=sys.argv[2:], env=dict(os.environ))
+    async with stdio_client(server) as (read, write):
+        async with ClientSession(read, write, elicitation_callback=elicit) as session:
+            init = await session.initialize()
+            out("initialized", server=init.server_info.name, protocol=init.protocol_version)
+            tools = await session.list_tools()
+            deploy = next(t for t in tools.tools if t.name == "deploy_approval")
+            out(
+                "tools",
+                names=sorted(t.name for t in tools.tools),
+                deploy_schema=deploy.input_schema,
+                deploy_meta=deploy.meta,
+            )
+            result = await session.call_tool("deploy_approval", {"service": "api"})
+            out(
+                "called",
+                is_error=result.is_error,
+                structured=result.structured_content,
+                text=[c.text for c in result.content if c.type == "text"],
+                asked=asked,
+            )
+            try:
+                await session.call_tool("no_such_tool", {})
+                out("unknown_tool", error=None)
+            except Exception as e:  # McpError
+                out("unknown_tool", error=str(e), code=getattr(getattr(e, "error", None), "code", None))
+
+
+anyio.run(main)
