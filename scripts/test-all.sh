@@ -24,4 +24,12 @@ fi
 # The eve-server browser test drives Debian's Chromium through chromedriver (installed once, as root).
 command -v chromium >/dev/null && command -v chromedriver >/dev/null || { [ "$(id -u)" = 0 ] && apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; } || echo "WARNING: chromium/chromedriver could not be installed (not root, or apt-get failed): the eve-server browser test will be skipped"
 
+# The eve-mcp client test drives the server with the official MCP Python SDK (pinned), from a venv
+# made once and reused.
+MCP_VENV="${EVE_MCP_VENV:-/var/tmp/eve-mcp-venv}"
+if [ ! -x "$MCP_VENV/bin/python" ] || ! "$MCP_VENV/bin/python" -c 'import importlib.metadata as m; assert m.version("mcp") == "2.3.0"' 2>/dev/null; then
+  python3 -m venv "$MCP_VENV" && "$MCP_VENV/bin/pip" install -q "mcp==2.3.0" || echo "WARNING: the MCP Python SDK could not be installed: the eve-mcp Python client test will be skipped"
+fi
+"$MCP_VENV/bin/python" -c "import mcp" 2>/dev/null && export EVE_TEST_MCP_PYTHON="$MCP_VENV/bin/python"
+
 cargo test --workspace "$@"
