@@ -53,6 +53,22 @@ impl Connection {
         .with_meta(MetaObject(meta))
     }
 
+    /// The eve session of a request: `mcp_<Mcp-Session-Id>` over streamable HTTP with sessions,
+    /// else the connection's own.
+    fn session(&self, ctx: &RequestContext<RoleServer>) -> SessionId {
+        ctx.extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|p| p.headers.get("mcp-session-id"))
+            .and_then(|v| v.to_str().ok())
+            .filter(|id| {
+                !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_graphic())
+            })
+            .map_or_else(
+                || self.session.clone(),
+                |id| SessionId::new(format!("mcp_{id}")),
+            )
+    }
+
     /// Creates (or finds, for a repeated identity) the run of a call.
     async fn start(
         &self,
@@ -91,14 +107,9 @@ impl Connection {
             Some(k) => format!("mcp-key:{k}"),
             None => format!("mcp-request:{}", ctx.id),
         });
-        let mut new = tool_call_run(
-            &self.server.registry,
-            &self.session,
-            &call,
-            &request.name,
-            args,
-        )
-        .map_err(from_engine)?;
+        let session = self.session(ctx);
+        let mut new = tool_call_run(&self.server.registry, &session, &call, &request.name, args)
+            .map_err(from_engine)?;
         if let Some(k) = key {
             // A client key names the call across connections and processes.
             new.idempotency_key = Some(format!("mcp-key:{k}"));

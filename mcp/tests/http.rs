@@ -366,3 +366,54 @@ async fn bad_input_is_a_json_rpc_error_and_changes_nothing() {
     assert_eq!(e.code, ErrorCode::METHOD_NOT_FOUND, "{e:?}");
     c.cancel().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2026_client_answers_an_input_required_result_and_retries_the_same_run() {
+    use rmcp::model::ProtocolVersion;
+    use rmcp::service::{serve_client_with_lifecycle, ClientLifecycleMode};
+    let f = fixture().await;
+    let client = TestClient::eliciting("approve");
+    let c = serve_client_with_lifecycle(
+        client.clone(),
+        StreamableHttpClientTransport::from_uri(f.url.clone()),
+        ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        },
+    )
+    .await
+    .expect("connect with server/discover");
+    // rmcp's call_tool fulfils input_required rounds through the client's elicitation handler
+    // and retries with the echoed requestState (the run id).
+    let result = c
+        .call_tool(call("deploy_approval", json!({"service": "api"})))
+        .await
+        .unwrap();
+    assert_eq!(
+        result.structured_content,
+        Some(json!({"deployed": true, "url": "https://deploy.example/api/1"}))
+    );
+    assert_eq!(client.asked.lock().unwrap().len(), 1);
+    assert_eq!(runs(&*f.store).await, 1, "the retry continued the same run");
+    c.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_session_is_an_eve_session() {
+    let f = fixture().await;
+    let c = connect(&f, TestClient::tasks()).await;
+    let a = start_task(&c, call("remind", json!({"note": "a", "delay": "1h"}))).await;
+    let b = start_task(&c, call("remind", json!({"note": "b", "delay": "1h"}))).await;
+    let other = connect(&f, TestClient::tasks()).await;
+    let o = start_task(&other, call("remind", json!({"note": "o", "delay": "1h"}))).await;
+    let session = |id: &str| {
+        let store = f.store.clone();
+        let id = RunId::new(id);
+        async move { store.get_run(&id).await.unwrap().session_id }
+    };
+    let (sa, sb, so) = (session(&a).await, session(&b).await, session(&o).await);
+    assert!(sa.as_str().starts_with("mcp_"), "{sa}");
+    assert_eq!(sa, sb, "one MCP session, one eve session");
+    assert_ne!(sa, so, "another MCP session, another eve session");
+    c.cancel().await.unwrap();
+    other.cancel().await.unwrap();
+}
