@@ -162,14 +162,38 @@ async fn a_background_task_reports_progress_in_status_message() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancel_ends_a_sleeping_task_cancelled() {
+async fn cancel_ends_a_sleeping_task_cancelled_after_its_cleanup_step() {
     let f = fixture().await;
     let c = connect(&f, TestClient::tasks()).await;
-    let id = start_task(&c, call("remind", json!({"note": "tea", "delay": "1h"}))).await;
+    let id = start_task(&c, call("nap", json!({}))).await;
+    // Parked on its sleep (the progress and the sleep are journaled together).
+    let run = RunId::new(id.clone());
+    let start = std::time::Instant::now();
+    while c
+        .get_task(GetTaskParams::new(id.clone()))
+        .await
+        .unwrap()
+        .task
+        .task
+        .status_message
+        .as_deref()
+        != Some("napping")
+    {
+        assert!(start.elapsed().as_secs() < 10, "the nap never started");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     c.cancel_task(CancelTaskParams::new(id.clone()))
         .await
         .unwrap();
     wait_status(c.peer(), &id, TaskStatus::Cancelled).await;
+    let journal = f.store.read_all(&run, 0).await.unwrap();
+    assert!(
+        journal.iter().any(|e| matches!(
+            &e.event,
+            Event::StepCompleted { name, .. } if name == "cleanup"
+        )),
+        "the cleanup step ran in the grace period: {journal:?}"
+    );
     c.cancel().await.unwrap();
 }
 

@@ -51,7 +51,7 @@ async fn any_server_on_the_store_serves_any_task() {
     };
     let schema = format!("eve_t_{}", uuid::Uuid::new_v4().simple());
     let (a_store, b_store) = (open(&url, &schema).await, open(&url, &schema).await);
-    let registry = Arc::new(eve_examples::registry());
+    let registry = Arc::new(common::registry());
     let worker = Worker::new(
         a_store.clone(),
         (*registry).clone(),

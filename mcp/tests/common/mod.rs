@@ -15,10 +15,44 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// A SQLite store, the examples' registry, a worker, and the MCP server over them.
+mod nap {
+    use eve_core::engine::{
+        define_workflow_tool, Either, WorkflowCtx, WorkflowError, WorkflowTool,
+    };
+    use eve_core::workflow;
+
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    pub struct Input {}
+
+    /// Reports "napping" and sleeps an hour; cancelled, it runs a `cleanup` step in its grace period.
+    pub async fn execute(ctx: WorkflowCtx, _: Input) -> Result<String, WorkflowError> {
+        ctx.progress("napping");
+        match ctx.race(ctx.sleep("1h"), ctx.abort_signal()).await {
+            Either::Left(()) => Ok("slept".into()),
+            Either::Right(()) => Ok(ctx
+                .step("cleanup", |_| async { Ok("cleaned".to_owned()) })
+                .await?),
+        }
+    }
+
+    pub fn tool() -> WorkflowTool {
+        define_workflow_tool(
+            "Sleep an hour; clean up when cancelled.",
+            workflow!(execute),
+        )
+        .named("nap")
+    }
+}
+
+/// The tools the tests call: the examples' and `nap` (sleeps; cleans up when cancelled).
+pub fn registry() -> Registry {
+    eve_examples::registry().with(nap::tool())
+}
+
+/// A SQLite store, [`registry`], a worker, and the MCP server over them.
 pub async fn server(db: &Path) -> (McpServer, Arc<dyn JournalStore>, WorkerHandle) {
     let store: Arc<dyn JournalStore> = Arc::new(SqliteStore::open(db).await.expect("open store"));
-    let registry: Registry = eve_examples::registry();
+    let registry: Registry = registry();
     let worker = Worker::new(
         store.clone(),
         registry.clone(),
