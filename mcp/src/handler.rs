@@ -142,14 +142,14 @@ impl Connection {
                 format!("{request_id:?} is not an input request of task {run}; answer the keys of the task's inputRequests"),
             ));
         }
-        let request: Option<&InputRequest> =
-            view.pending.iter().find(|(r, _)| r == &id).map(|(_, q)| q);
-        let Some(response) = (match request {
-            Some(q) => task::response(q, result)?,
-            // Answered or withdrawn already: the store says which (a repeat of the same answer
-            // is a duplicate success).
-            None => task::response(&InputRequest::text(""), result)?,
-        }) else {
+        // A request answered or withdrawn already is no longer pending: the store says which
+        // (the same answer again is a duplicate success).
+        let options = view
+            .pending
+            .iter()
+            .find(|(r, _)| r == &id)
+            .map_or(&[][..], |(_, q)| &q.options[..]);
+        let Some(response) = task::response(options, result)? else {
             return Ok(false);
         };
         self.server

@@ -4,8 +4,8 @@
 use crate::error::{from_store, invalid};
 use crate::{FIELD_OPTION, FIELD_TEXT};
 use eve_core::{
-    Event, InputRequest, InputResponse, JournalStore, JournalStoreExt, Payload, RequestId, RunId,
-    RunRecord, RunStatus, Timestamp,
+    Event, InputOption, InputRequest, InputResponse, JournalStore, JournalStoreExt, Payload,
+    RequestId, RunId, RunRecord, RunStatus, Timestamp,
 };
 use rmcp::model::{
     CallToolResult, ContentBlock, DetailedTask, InputRequests, JsonObject, Task, TaskPayload,
@@ -254,11 +254,11 @@ pub(crate) fn input_requests(pending: &[(RequestId, InputRequest)]) -> InputRequ
         .collect()
 }
 
-/// An elicitation result (`{"action": "accept", "content": {...}}`) as an answer to `request`.
-/// `None`: the person declined or dismissed the form without choosing, and the request stays
-/// pending (a declined confirmation that offers `cancel` chooses it).
+/// An elicitation result (`{"action": "accept", "content": {...}}`) as an answer to a request
+/// offering `options`. `None`: the person declined or dismissed the form without choosing, and
+/// the request stays pending (a declined request that offers `cancel` chooses it).
 pub(crate) fn response(
-    request: &InputRequest,
+    options: &[InputOption],
     result: &Value,
 ) -> Result<Option<InputResponse>, ErrorData> {
     let action = result.get("action").and_then(Value::as_str).unwrap_or("");
@@ -283,8 +283,7 @@ pub(crate) fn response(
             }
             Ok(Some(InputResponse { option_id, text }))
         }
-        "decline" | "cancel" => Ok(request
-            .options
+        "decline" | "cancel" => Ok(options
             .iter()
             .any(|o| o.id == "cancel")
             .then(|| InputResponse::option("cancel"))),

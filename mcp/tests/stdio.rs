@@ -20,8 +20,11 @@ use serde_json::json;
 use std::path::Path;
 use std::process::Stdio;
 
-/// Set in the server process: the SQLite file to serve.
+/// Set in the server process: the SQLite file to serve over stdio.
 const SERVE_VAR: &str = "EVE_MCP_TEST_SERVE";
+/// Set in the server process: the SQLite file to serve over streamable HTTP on 127.0.0.1:0 (the
+/// process prints its URL, then serves until stdin closes).
+const SERVE_HTTP_VAR: &str = "EVE_MCP_TEST_SERVE_HTTP";
 
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -37,10 +40,28 @@ fn main() {
         });
         return;
     }
+    if let Ok(db) = std::env::var(SERVE_HTTP_VAR) {
+        rt.block_on(async {
+            let (mcp, _store, worker) = server(Path::new(&db)).await;
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            println!("http://{}/mcp", listener.local_addr().unwrap());
+            let app = axum::Router::new().nest_service("/mcp", eve_mcp::router(mcp));
+            let stdin_closed = async {
+                use tokio::io::AsyncReadExt;
+                let _ = tokio::io::stdin().read_to_end(&mut Vec::new()).await;
+            };
+            axum::serve(listener, app)
+                .with_graceful_shutdown(stdin_closed)
+                .await
+                .unwrap();
+            worker.shutdown().await;
+        });
+        return;
+    }
     rt.block_on(async {
         sigkill_while_a_task_waits_then_answer_after_restart().await;
         println!("ok: stdio, rmcp client: list, task, SIGKILL while input_required, restart, answer, completed");
-        python_sdk_over_stdio().await;
+        python_sdk_over_stdio_and_http().await;
     });
 }
 
@@ -108,22 +129,54 @@ async fn sigkill_while_a_task_waits_then_answer_after_restart() {
     c.cancel().await.unwrap();
 }
 
-async fn python_sdk_over_stdio() {
+async fn python_sdk_over_stdio_and_http() {
     let Ok(python) = std::env::var("EVE_TEST_MCP_PYTHON") else {
         println!("SKIPPED: the official MCP Python SDK client test: EVE_TEST_MCP_PYTHON is not set (scripts/test-all.sh sets it to a venv's python with the pinned `mcp` package)");
         return;
     };
+    let version = python_sdk_version(&python).await;
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("eve.db");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/client.py");
+    // stdio: the client spawns the server.
     let out = tokio::process::Command::new(&python)
         .arg(&script)
         .arg(std::env::current_exe().unwrap())
-        .env(SERVE_VAR, &db)
+        .env(SERVE_VAR, dir.path().join("stdio.db"))
         .stderr(Stdio::inherit())
         .output()
         .await
         .expect("run the Python client");
+    assert_python_session(&out);
+    println!("ok: stdio, official Python SDK (mcp {version}) client: list, blocking call answered through elicitation, unknown tool");
+    // Streamable HTTP: the server runs until its stdin closes.
+    let mut server = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .env(SERVE_HTTP_VAR, dir.path().join("http.db"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut url = String::new();
+    {
+        use tokio::io::AsyncBufReadExt;
+        let mut lines = tokio::io::BufReader::new(server.stdout.take().unwrap());
+        lines.read_line(&mut url).await.unwrap();
+    }
+    let out = tokio::process::Command::new(&python)
+        .arg(&script)
+        .arg(url.trim())
+        .stderr(Stdio::inherit())
+        .output()
+        .await
+        .expect("run the Python client");
+    assert_python_session(&out);
+    drop(server.stdin.take());
+    assert!(server.wait().await.unwrap().success());
+    println!("ok: streamable HTTP, official Python SDK (mcp {version}) client: list, blocking call answered through elicitation, unknown tool");
+}
+
+fn assert_python_session(out: &std::process::Output) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "the Python client failed: {stdout}");
     let steps: Vec<serde_json::Value> = stdout
@@ -162,7 +215,6 @@ async fn python_sdk_over_stdio() {
         "{unknown}"
     );
     assert_eq!(unknown["code"], -32602);
-    println!("ok: stdio, official Python SDK (mcp {}) client: list, blocking call answered through elicitation, unknown tool", python_sdk_version(&python).await);
 }
 
 async fn python_sdk_version(python: &str) -> String {

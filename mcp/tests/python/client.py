@@ -1,6 +1,7 @@
 """The official MCP Python SDK as a client of `eve-mcp` over stdio.
 
-Usage: client.py SERVER_EXE [ARGS...]  (the server's environment is inherited).
+Usage: client.py SERVER_EXE [ARGS...]  (stdio: spawns the server; its environment is inherited)
+   or: client.py http://HOST:PORT/mcp   (streamable HTTP).
 Lists the tools, calls deploy_approval without the tasks extension and answers its approval
 through elicitation, then prints one JSON line per step for the Rust test to assert on.
 """
@@ -13,6 +14,7 @@ import anyio
 from mcp import types
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 
 asked = []
 
@@ -29,9 +31,15 @@ def out(step, **fields):
     print(json.dumps({"step": step, **fields}), flush=True)
 
 
-async def main():
+def transport():
+    if sys.argv[1].startswith("http"):
+        return streamable_http_client(sys.argv[1])
     server = StdioServerParameters(command=sys.argv[1], args=sys.argv[2:], env=dict(os.environ))
-    async with stdio_client(server) as (read, write):
+    return stdio_client(server)
+
+
+async def main():
+    async with transport() as (read, write):
         async with ClientSession(read, write, elicitation_callback=elicit) as session:
             init = await session.initialize()
             out("initialized", server=init.server_info.name, protocol=init.protocol_version)
