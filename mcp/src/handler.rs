@@ -192,10 +192,7 @@ impl Connection {
             store,
             &WatchKey::Session(run.session_id.clone()),
             self.server.config.fallback_poll,
-            self.server
-                .config
-                .fallback_poll
-                .min(std::time::Duration::from_millis(100)),
+            crate::UNNOTIFIED_POLL,
         )
         .await;
         let mut view = RunView::default();
@@ -333,6 +330,15 @@ impl ServerHandler for Connection {
             // A 2026-07-28 retry after input_required: the state names the run.
             Some(state) => {
                 let run = task::get_run(&*self.server.store, state).await?;
+                if run.tool != request.name {
+                    return Err(invalid(
+                        "invalid_input",
+                        format!(
+                            "requestState names a call of {:?}, not of {:?}; echo the requestState of this call's input_required result",
+                            run.tool, request.name
+                        ),
+                    ));
+                }
                 if let Some(responses) = &request.input_responses {
                     self.answer_all(&run.run_id, responses).await?;
                 }

@@ -73,6 +73,9 @@ pub const FIELD_OPTION: &str = "option";
 /// The property of an elicitation form that holds free text.
 pub const FIELD_TEXT: &str = "text";
 
+/// How often a blocking call re-reads its run on a store that cannot notify it of changes.
+pub const UNNOTIFIED_POLL: Duration = Duration::from_millis(100);
+
 /// Tunables of an [`McpServer`].
 #[derive(Clone, Debug)]
 pub struct McpConfig {
@@ -81,8 +84,9 @@ pub struct McpConfig {
     pub max_arguments_bytes: usize,
     /// The `pollIntervalMs` suggested to task clients (default 500 ms).
     pub task_poll_interval: Duration,
-    /// How often a blocking call re-reads its run when the store cannot notify it (DynamoDB),
-    /// and at most how long it sleeps when it can (default 2 s; notifications wake it at once).
+    /// At most how long a blocking call sleeps between reads of its run on a store that notifies
+    /// it (default 2 s; notifications wake it at once). On a store that cannot notify
+    /// (DynamoDB) it re-reads every [`UNNOTIFIED_POLL`].
     pub fallback_poll: Duration,
 }
 

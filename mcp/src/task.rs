@@ -143,8 +143,8 @@ pub(crate) fn base_task(run: &RunRecord, poll: Duration) -> Task {
     .with_poll_interval_ms(u64::try_from(poll.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// A run's output as a tool result: `structuredContent` = the output (when it is an object),
-/// plus its text rendering.
+/// A run's output as a tool result: `structuredContent` = the output, plus its text rendering
+/// (rmcp drops a non-object `structuredContent` for clients before protocol 2026-07-28).
 pub(crate) fn completed(output: &Payload) -> CallToolResult {
     let value: Value = output.to_value().unwrap_or(Value::Null);
     let mut result = CallToolResult::success(vec![ContentBlock::text(render(output))]);
