@@ -293,3 +293,90 @@ pub(crate) fn response(
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_text_is_a_required_string_and_select_with_freeform_adds_an_optional_one() {
+        let text = form(&InputRequest::text("Why?"));
+        assert_eq!(
+            text["requestedSchema"],
+            json!({
+                "type": "object",
+                "properties": { "text": { "type": "string", "title": "Answer" } },
+                "required": ["text"],
+            })
+        );
+        let select = form(
+            &InputRequest::select(
+                "Which?",
+                vec![InputOption::new("a", "A"), InputOption::new("b", "B")],
+            )
+            .freeform(),
+        );
+        let schema = &select["requestedSchema"];
+        assert_eq!(
+            schema["properties"]["option"]["oneOf"],
+            json!([{ "const": "a", "title": "A" }, { "const": "b", "title": "B" }])
+        );
+        assert_eq!(schema["properties"]["text"]["type"], "string");
+        assert_eq!(schema["required"], json!([]));
+        // Every form parses as rmcp's elicitation request.
+        let requests = input_requests(&[
+            (RequestId::new("r1"), InputRequest::text("Why?")),
+            (RequestId::new("r2"), InputRequest::confirmation("Go?")),
+        ]);
+        assert_eq!(requests.len(), 2);
+    }
+
+    #[test]
+    fn elicitation_results_become_answers() {
+        let options = InputRequest::confirmation("Go?").options;
+        let accept = json!({ "action": "accept", "content": { "option": "approve" } });
+        assert_eq!(
+            response(&options, &accept).unwrap(),
+            Some(InputResponse::option("approve"))
+        );
+        let text = json!({ "action": "accept", "content": { "text": "because" } });
+        assert_eq!(
+            response(&[], &text).unwrap().unwrap().text.as_deref(),
+            Some("because")
+        );
+        // Declining a confirmation chooses its cancel option; without one nothing is answered.
+        let decline = json!({ "action": "decline" });
+        assert_eq!(
+            response(&options, &decline).unwrap(),
+            Some(InputResponse::option("cancel"))
+        );
+        assert_eq!(response(&[], &decline).unwrap(), None);
+        for bad in [
+            json!({ "action": "accept", "content": {} }),
+            json!({ "action": "accept", "content": { "option": 3 } }),
+            json!({ "action": "shrug" }),
+        ] {
+            assert_eq!(
+                response(&options, &bad).unwrap_err().code,
+                rmcp::model::ErrorCode::INVALID_PARAMS,
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn task_ids_are_checked_before_the_store() {
+        assert!(run_id("run_0123abcd").is_ok());
+        for bad in ["", "a b", "../x", &"x".repeat(MAX_TASK_ID + 1)] {
+            assert!(run_id(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_failed_run_carries_its_eve_code() {
+        let e = failure("[EVE-ND-001] the body changed");
+        assert_eq!(e["code"], -32603);
+        assert_eq!(e["data"]["code"], "EVE-ND-001");
+        assert_eq!(failure("boom")["data"]["code"], "run_failed");
+    }
+}
