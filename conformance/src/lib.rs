@@ -425,6 +425,8 @@ macro_rules! __store_cases {
             deliveries::answer_semantics,
             deliveries::deliveries_to_ended_run_refused,
             deliveries::cancel_request_once,
+            deliveries::cancel_withdraws_pending_requests_atomically,
+            deliveries::answer_racing_cancel_kept_or_withdrawn,
             hooks::hook_token_unique_and_released,
             hooks::concurrent_hook_registration_one_winner,
             leases::two_claimers_one_holder,
@@ -451,6 +453,7 @@ macro_rules! __store_cases {
             sessions::queries_by_session_and_status,
             sessions::list_runs_ties_by_run_id,
             blocked::resolve_blocked_resume_and_fail,
+            blocked::cancel_ends_a_blocked_run,
             sequences::random_sequences_match_model,
         ] }
     };
