@@ -4,12 +4,9 @@
 use crate::error::CliError;
 use crate::factory::UrlFactory;
 use crate::store_url::StoreUrl;
-use eve_conformance::{engine_cases, store_cases, CaseOutcome, CaseResult, Report};
-use futures::FutureExt;
+use eve_conformance::{engine_cases, run_case, store_cases, Report};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::Write;
-use std::panic::AssertUnwindSafe;
-use std::time::Instant;
 
 /// Which levels of the suite to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -80,26 +77,9 @@ pub async fn run(
     let mut report = Report::default();
     for (name, case) in cases {
         bar.set_message(*name);
-        let start = Instant::now();
-        let outcome = match AssertUnwindSafe(case(&factory)).catch_unwind().await {
-            Ok(()) => CaseOutcome::Passed,
-            Err(panic) => CaseOutcome::Failed(panic_message(&*panic)),
-        };
-        let result = CaseResult {
-            name,
-            outcome,
-            elapsed: start.elapsed(),
-        };
+        let result = run_case(&factory, name, *case).await;
         bar.suspend(|| {
-            let _ = match &result.outcome {
-                CaseOutcome::Passed => writeln!(out, "ok     {name} ({:.2?})", result.elapsed),
-                CaseOutcome::Failed(m) => writeln!(
-                    out,
-                    "FAILED {name} ({:.2?}): {}",
-                    result.elapsed,
-                    m.replace('\n', " / ")
-                ),
-            };
+            let _ = writeln!(out, "{result}");
         });
         report.cases.push(result);
         bar.inc(1);
@@ -107,9 +87,9 @@ pub async fn run(
     std::panic::set_hook(hook);
     bar.finish_and_clear();
     let cleanup = factory.cleanup().await;
-    let failed = report.failures().count();
+    let (passed, skipped, failed) = report.counts();
     let total = report.cases.len();
-    let _ = writeln!(out, "{} passed, {failed} failed", total - failed);
+    let _ = writeln!(out, "{passed} passed, {skipped} skipped, {failed} failed");
     if let Err(e) = cleanup {
         let _ = writeln!(out, "note: could not remove every test schema/table: {e}");
     }
@@ -121,14 +101,4 @@ pub async fn run(
         });
     }
     Ok(report)
-}
-
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "panicked with a non-string payload".to_owned()
-    }
 }

@@ -13,7 +13,12 @@
 //!
 //! The factory expression is evaluated inside each generated (async) test, so it may `.await`.
 //! It may yield a [`StoreFactory`], or an `Option` of one (`None` skips the case with a printed
-//! `skipped:` line). Each case becomes one `#[test]` running on a two-worker multi-thread tokio
+//! `skipped:` line).
+//!
+//! A case that cannot run on a store reports why: [`Skip::NotApplicable`] when the backend
+//! declared it cannot apply (a memory store cannot be reopened and has no rows to damage), which
+//! is not a failure, and [`Skip::Missing`] when the factory lacks what the case needs, which the
+//! generated test turns into a failure, so CI never counts a case that did not run as passed. Each case becomes one `#[test]` running on a two-worker multi-thread tokio
 //! runtime (what `#[tokio::test(flavor = "multi_thread", worker_threads = 2)]` builds); the
 //! caller needs no tokio dependency of its own.
 //!
@@ -114,8 +119,9 @@ pub trait StoreFactory: Send + Sync + 'static {
 
     /// Damages, behind the store's back, the stored row holding the last append of `run` in the
     /// storage at `location` (never its `RunStarted`), as disk corruption or a buggy writer
-    /// would. `Ok(false)` (the default) when the backend cannot: the corruption cases then print
-    /// `skipped:`.
+    /// would. `Ok(false)` (the default) when the factory cannot: the corruption case is then
+    /// [`Skip::Missing`] (a failure of the generated test), unless
+    /// [`corrupt_not_applicable`](Self::corrupt_not_applicable) says why it cannot apply.
     async fn corrupt(
         &self,
         location: &str,
@@ -125,6 +131,32 @@ pub trait StoreFactory: Send + Sync + 'static {
         let _ = (location, run, how);
         Ok(false)
     }
+
+    /// Why damaging a stored row cannot apply to this backend at all (the memory store keeps
+    /// decoded events, no rows), if so: the corruption case is then [`Skip::NotApplicable`].
+    /// `None` (the default): the backend has rows, and [`corrupt`](Self::corrupt) must damage
+    /// them.
+    fn corrupt_not_applicable(&self) -> Option<&'static str> {
+        None
+    }
+}
+
+/// Why a case did not run. A case skips by [`skip`], and the runners report it as skipped,
+/// never as passed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Skip {
+    /// The case cannot apply to this backend, as its factory declared (with the reason): not a
+    /// failure.
+    NotApplicable(String),
+    /// The factory lacks what the case needs though the backend could give it: the generated
+    /// test fails.
+    Missing(String),
+}
+
+/// Ends the running case as skipped for `why`. Unwinds (without the panic hook's message), so
+/// it can be called anywhere in a case; [`run_case`] and the generated tests catch it.
+pub fn skip(why: Skip) -> ! {
+    std::panic::resume_unwind(Box::new(why))
 }
 
 /// How [`StoreFactory::corrupt`] damages a row.
@@ -199,6 +231,8 @@ pub fn engine_cases() -> &'static [(&'static str, StoreCase)] {
 pub enum CaseOutcome {
     /// Passed.
     Passed,
+    /// Did not run, and why (see [`Skip`]).
+    Skipped(Skip),
     /// Panicked with this message.
     Failed(String),
 }
@@ -222,9 +256,26 @@ pub struct Report {
 }
 
 impl Report {
-    /// Whether every case passed.
+    /// Whether every case passed or was declared not applicable to the backend (no case
+    /// failed, none skipped for a missing factory capability).
     pub fn passed(&self) -> bool {
-        self.cases.iter().all(|c| c.outcome == CaseOutcome::Passed)
+        self.cases.iter().all(|c| {
+            matches!(
+                c.outcome,
+                CaseOutcome::Passed | CaseOutcome::Skipped(Skip::NotApplicable(_))
+            )
+        })
+    }
+
+    /// How many cases passed, were skipped and failed.
+    pub fn counts(&self) -> (usize, usize, usize) {
+        let count =
+            |f: fn(&CaseOutcome) -> bool| self.cases.iter().filter(|c| f(&c.outcome)).count();
+        (
+            count(|o| matches!(o, CaseOutcome::Passed)),
+            count(|o| matches!(o, CaseOutcome::Skipped(_))),
+            count(|o| matches!(o, CaseOutcome::Failed(_))),
+        )
     }
 
     /// The failed cases.
@@ -238,20 +289,31 @@ impl Report {
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for c in &self.cases {
-            match &c.outcome {
-                CaseOutcome::Passed => writeln!(f, "ok     {} ({:.2?})", c.name, c.elapsed)?,
-                CaseOutcome::Failed(m) => {
-                    writeln!(f, "FAILED {} ({:.2?}): {m}", c.name, c.elapsed)?
-                }
-            }
+            writeln!(f, "{}", c)?;
         }
-        let failed = self.failures().count();
+        let (passed, skipped, failed) = self.counts();
         write!(
             f,
-            "{} cases: {} passed, {failed} failed",
-            self.cases.len(),
-            self.cases.len() - failed
+            "{} cases: {passed} passed, {skipped} skipped, {failed} failed",
+            self.cases.len()
         )
+    }
+}
+
+impl fmt::Display for CaseResult {
+    /// One line: `ok`, `skip` (with why) or `FAILED` (with the message on one line).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (name, t) = (self.name, self.elapsed);
+        match &self.outcome {
+            CaseOutcome::Passed => write!(f, "ok     {name} ({t:.2?})"),
+            CaseOutcome::Skipped(Skip::NotApplicable(why)) => {
+                write!(f, "skip   {name}: not applicable: {why}")
+            }
+            CaseOutcome::Skipped(Skip::Missing(why)) => write!(f, "skip   {name}: MISSING: {why}"),
+            CaseOutcome::Failed(m) => {
+                write!(f, "FAILED {name} ({t:.2?}): {}", m.replace('\n', " / "))
+            }
+        }
     }
 }
 
@@ -274,18 +336,30 @@ pub async fn run_engine_suite(factory: &dyn StoreFactory) -> Report {
 async fn run_cases(factory: &dyn StoreFactory, cases: &[(&'static str, StoreCase)]) -> Report {
     let mut report = Report::default();
     for (name, case) in cases {
-        let start = Instant::now();
-        let outcome = match AssertUnwindSafe(case(factory)).catch_unwind().await {
-            Ok(()) => CaseOutcome::Passed,
-            Err(panic) => CaseOutcome::Failed(panic_message(&*panic)),
-        };
-        report.cases.push(CaseResult {
-            name,
-            outcome,
-            elapsed: start.elapsed(),
-        });
+        report.cases.push(run_case(factory, name, *case).await);
     }
     report
+}
+
+/// Runs one case against `factory`, catching its panic (a failure) or its [`skip`].
+pub async fn run_case(
+    factory: &dyn StoreFactory,
+    name: &'static str,
+    case: StoreCase,
+) -> CaseResult {
+    let start = Instant::now();
+    let outcome = match AssertUnwindSafe(case(factory)).catch_unwind().await {
+        Ok(()) => CaseOutcome::Passed,
+        Err(panic) => match panic.downcast::<Skip>() {
+            Ok(skip) => CaseOutcome::Skipped(*skip),
+            Err(panic) => CaseOutcome::Failed(panic_message(&*panic)),
+        },
+    };
+    CaseResult {
+        name,
+        outcome,
+        elapsed: start.elapsed(),
+    }
 }
 
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
@@ -319,6 +393,27 @@ pub mod __private {
     pub fn skipped(case: &str, why: &str) {
         use std::io::Write;
         let _ = writeln!(std::io::stderr(), "skipped: {case}: {why}");
+    }
+
+    /// Runs a generated test's case: a [`Skip::NotApplicable`](crate::Skip) prints a
+    /// `skipped:` line and passes; a [`Skip::Missing`](crate::Skip) prints it and fails the
+    /// test; a failure panics on as it was.
+    pub async fn run_generated(name: &str, case: impl std::future::Future<Output = ()>) {
+        use futures::FutureExt;
+        if let Err(panic) = std::panic::AssertUnwindSafe(case).catch_unwind().await {
+            match panic.downcast::<crate::Skip>() {
+                Ok(skip) => match *skip {
+                    crate::Skip::NotApplicable(why) => {
+                        skipped(name, &format!("not applicable to this backend: {why}"))
+                    }
+                    crate::Skip::Missing(why) => {
+                        skipped(name, &why);
+                        panic!("{name} was skipped but should run on this backend: {why}")
+                    }
+                },
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
     }
 
     /// Whether `var` is set and non-empty.
@@ -397,7 +492,7 @@ macro_rules! __engine_cases {
                     }
                     match $crate::FactorySource::into_factory($factory) {
                         ::std::result::Result::Ok(factory) => {
-                            $crate::engine::$case(&*factory).await
+                            $crate::__private::run_generated(name, $crate::engine::$case(&*factory)).await
                         }
                         ::std::result::Result::Err(why) => $crate::__private::skipped(name, &why),
                     }
@@ -425,6 +520,8 @@ macro_rules! __store_cases {
             deliveries::answer_semantics,
             deliveries::deliveries_to_ended_run_refused,
             deliveries::cancel_request_once,
+            deliveries::cancel_withdraws_pending_requests_atomically,
+            deliveries::answer_racing_cancel_kept_or_withdrawn,
             hooks::hook_token_unique_and_released,
             hooks::concurrent_hook_registration_one_winner,
             leases::two_claimers_one_holder,
@@ -451,6 +548,7 @@ macro_rules! __store_cases {
             sessions::queries_by_session_and_status,
             sessions::list_runs_ties_by_run_id,
             blocked::resolve_blocked_resume_and_fail,
+            blocked::cancel_ends_a_blocked_run,
             sequences::random_sequences_match_model,
         ] }
     };
@@ -481,7 +579,7 @@ macro_rules! __store_cases {
                     }
                     match $crate::FactorySource::into_factory($factory) {
                         ::std::result::Result::Ok(factory) => {
-                            $crate::store::$family::$case(&*factory).await
+                            $crate::__private::run_generated(name, $crate::store::$family::$case(&*factory)).await
                         }
                         ::std::result::Result::Err(why) => $crate::__private::skipped(name, &why),
                     }

@@ -729,15 +729,35 @@ impl Model {
             }
         }
         if matches!(expected, CancelOutcome::Requested { .. }) {
-            self.write(
-                run_id,
-                vec![Event::CancelRequested {
-                    reason: reason.to_owned(),
-                }],
-                now,
-            );
+            // One append: the request, the withdrawal of every pending request and, on a
+            // blocked run (which no worker will claim to act on it), the end.
+            let blocked = run.rec.status == RunStatus::Blocked;
+            let mut events = vec![Event::CancelRequested {
+                reason: reason.to_owned(),
+            }];
+            events.extend(self.withdrawals(run_id));
+            if blocked {
+                events.push(Event::RunCancelled);
+            }
+            self.write(run_id, events, now);
         }
         Ok(())
+    }
+
+    /// `InputWithdrawn` for every pending request of a run, ordered by cmd.
+    fn withdrawals(&self, run_id: &RunId) -> Vec<Event> {
+        let mut pending: Vec<&MReq> = self
+            .requests
+            .values()
+            .filter(|r| &r.info.run_id == run_id && r.state == ReqState::Pending)
+            .collect();
+        pending.sort_by_key(|r| r.info.cmd);
+        pending
+            .iter()
+            .map(|r| Event::InputWithdrawn {
+                request_id: r.info.request_id.clone(),
+            })
+            .collect()
     }
 
     /// `resolve_blocked(run, resolution, now)`.
@@ -770,18 +790,7 @@ impl Model {
         let events = match resolution {
             Resolution::Resume => vec![Event::RunResumed],
             Resolution::Fail { error } => {
-                let mut pending: Vec<&MReq> = self
-                    .requests
-                    .values()
-                    .filter(|r| &r.info.run_id == run_id && r.state == ReqState::Pending)
-                    .collect();
-                pending.sort_by_key(|r| r.info.cmd);
-                let mut ev: Vec<Event> = pending
-                    .iter()
-                    .map(|r| Event::InputWithdrawn {
-                        request_id: r.info.request_id.clone(),
-                    })
-                    .collect();
+                let mut ev = self.withdrawals(run_id);
                 ev.push(Event::RunFailed {
                     error: error.clone(),
                 });

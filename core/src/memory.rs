@@ -308,6 +308,20 @@ impl State {
         Ok((first, next))
     }
 
+    /// The pending requests of a run, ordered by cmd.
+    fn pending_of(&self, run: &RunId) -> Vec<RequestId> {
+        let mut pending: Vec<&MemRequest> = self
+            .requests
+            .values()
+            .filter(|r| &r.pending.run_id == run && matches!(r.state, RequestState::Pending))
+            .collect();
+        pending.sort_by_key(|r| r.pending.cmd);
+        pending
+            .into_iter()
+            .map(|r| r.pending.request_id.clone())
+            .collect()
+    }
+
     /// Whether `lease` is valid at `now`.
     fn lease_valid(&self, lease: &Lease, now: Timestamp) -> bool {
         self.valid(&lease.worker, lease.epoch, now)
@@ -552,11 +566,10 @@ impl JournalStore for MemoryStore {
         if r.cancel_requested {
             return Ok(CancelOutcome::AlreadyRequested);
         }
-        let event = Event::CancelRequested {
-            reason: reason.to_owned(),
-        };
-        check_limits(std::slice::from_ref(&event))?;
-        let (seq, _) = st.write(run, vec![event], now)?;
+        let blocked = r.status == RunStatus::Blocked;
+        let events = crate::store::cancel_events(reason, blocked, st.pending_of(run));
+        check_limits(&events[..1])?;
+        let (seq, _) = st.write(run, events, now)?;
         self.delivered(&st, run);
         Ok(CancelOutcome::Requested { seq })
     }
@@ -578,19 +591,10 @@ impl JournalStore for MemoryStore {
         let events = match resolution {
             Resolution::Resume => vec![Event::RunResumed],
             Resolution::Fail { error } => {
-                let mut pending: Vec<&MemRequest> = st
-                    .requests
-                    .values()
-                    .filter(|r| {
-                        &r.pending.run_id == run && matches!(r.state, RequestState::Pending)
-                    })
-                    .collect();
-                pending.sort_by_key(|r| r.pending.cmd);
-                let mut events: Vec<Event> = pending
+                let mut events: Vec<Event> = st
+                    .pending_of(run)
                     .into_iter()
-                    .map(|r| Event::InputWithdrawn {
-                        request_id: r.pending.request_id.clone(),
-                    })
+                    .map(|request_id| Event::InputWithdrawn { request_id })
                     .collect();
                 events.push(Event::RunFailed { error });
                 events

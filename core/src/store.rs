@@ -401,6 +401,30 @@ pub fn check_limits(events: &[Event]) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// The events [`JournalStore::request_cancel`] writes, in one append, on a run that has not
+/// ended and has no cancel request yet: `CancelRequested`, then the withdrawal of every request
+/// in `pending` (the run's pending requests, ordered by cmd), so an answer racing the cancel
+/// either landed before it or is refused as `Withdrawn`; and on a `blocked` run, which no
+/// worker claims, `RunCancelled` too, so its tool call settles at once.
+pub fn cancel_events(
+    reason: &str,
+    blocked: bool,
+    pending: impl IntoIterator<Item = RequestId>,
+) -> Vec<Event> {
+    let mut events = vec![Event::CancelRequested {
+        reason: reason.to_owned(),
+    }];
+    events.extend(
+        pending
+            .into_iter()
+            .map(|request_id| Event::InputWithdrawn { request_id }),
+    );
+    if blocked {
+        events.push(Event::RunCancelled);
+    }
+    events
+}
+
 /// Checks the arguments of [`JournalStore::register_worker`]: non-empty worker and deployment
 /// ids.
 ///
@@ -590,8 +614,11 @@ impl Effects {
 ///    the request is pending and accepts the response; the same answer again is a duplicate
 ///    success, a different one `AlreadyAnswered`, after the run ended `Withdrawn`),
 ///    [`deliver_hook`](Self::deliver_hook) (deduped by an optional caller key; without one,
-///    at-least-once) and [`request_cancel`](Self::request_cancel): each writes one event at the
-///    next seq, chosen by the store, and needs no lease. Ended runs refuse deliveries.
+///    at-least-once; a key belongs to one hook) and [`request_cancel`](Self::request_cancel):
+///    each writes at the next seq, chosen by the store, and needs no lease. Ended runs refuse
+///    deliveries. A cancel request withdraws the run's pending requests in the same append
+///    (an answer racing it lands before it and is kept, or is refused as `Withdrawn`), and on a
+///    blocked run also ends it cancelled, so its call settles ([`cancel_events`]).
 /// 3. **Idempotent starts.** [`create_run`](Self::create_run) returns the existing run for a
 ///    repeated idempotency key, also under concurrent duplicates; the same key with a different
 ///    input is `IdempotencyMismatch`.
@@ -718,7 +745,9 @@ pub trait JournalStore: Debug + Send + Sync + 'static {
         now: Timestamp,
     ) -> Result<Delivered, StoreError>;
 
-    /// Requests cancellation: writes `CancelRequested` once.
+    /// Requests cancellation: writes [`cancel_events`] once, in one append: `CancelRequested`,
+    /// the withdrawal of every pending request and, on a blocked run, `RunCancelled`. An ended
+    /// run answers `AlreadyEnded`, even when a cancel had been requested before it ended.
     ///
     /// # Errors
     /// `NotFound`.

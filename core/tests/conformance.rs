@@ -21,6 +21,10 @@ impl StoreFactory for MemoryFactory {
     async fn open(&self, _location: &str) -> Result<Option<Arc<dyn JournalStore>>, StoreError> {
         Ok(None)
     }
+
+    fn corrupt_not_applicable(&self) -> Option<&'static str> {
+        Some("the memory store keeps decoded events, it has no stored rows to damage")
+    }
 }
 
 eve_conformance::store_suite!(MemoryFactory);

@@ -526,7 +526,7 @@ on_both_stores!(
     steer_while_waiting_on_ask,
     session_end_cancels_two_background_tasks,
     background_failure_is_a_task_notification,
-    answer_racing_a_steer_is_kept_and_never_withdrawn,
+    answer_racing_a_steer_is_kept_or_withdrawn_never_both,
     task_cancel_rules,
     two_concurrent_answers_exactly_one_wins,
     answers_days_later_from_another_handle,
@@ -1142,10 +1142,10 @@ async fn background_failure_is_a_task_notification(env: Env) {
     );
 }
 
-/// An answer accepted after the steer's cancel request but before the engine handled it is
-/// kept: the request was answered, so the run's end does not withdraw it, and the answer does
-/// not undo the steer.
-async fn answer_racing_a_steer_is_kept_and_never_withdrawn(env: Env) {
+/// A steer's cancel request withdraws the run's pending requests in the same append, so an
+/// answer that arrives after it is refused as withdrawn (never accepted and then dropped), and
+/// an answer that landed before it is kept.
+async fn answer_racing_a_steer_is_kept_or_withdrawn_never_both(env: Env) {
     let s = env.session("s1");
     let run = parked(
         &s.call_tool("c", "approve", json!({"what": "z"}))
@@ -1161,23 +1161,47 @@ async fn answer_racing_a_steer_is_kept_and_never_withdrawn(env: Env) {
             cancelled: vec![run.clone()]
         }
     );
-    env.session_on(&env.second, "s1")
-        .answer(&request, InputResponse::option("approve"))
-        .await
-        .expect("still pending when answered");
+    assert!(matches!(
+        env.session_on(&env.second, "s1")
+            .answer(&request, InputResponse::option("approve"))
+            .await,
+        Err(SessionError::Withdrawn { .. })
+    ));
     w.drain().await.unwrap();
     env.clock.advance(PAST_GRACE);
     w.drain().await.unwrap();
     assert_eq!(env.status(&run).await, RunStatus::Cancelled);
     assert_eq!(
         kinds(&events_of(&log(&s).await, &run)),
-        ["input.requested", "input.answered", "tool.settled"]
+        ["input.requested", "input.withdrawn", "tool.settled"]
     );
     assert_eq!(
         s.settlement(&call("c")).await.unwrap(),
-        Some(ToolResult::Cancelled),
-        "a response never steers back: the turn stays cancelled"
+        Some(ToolResult::Cancelled)
     );
+
+    // Answered first: the answer is kept and the cancel withdraws nothing.
+    let run = parked(
+        &s.call_tool("c2", "approve", json!({"what": "y"}))
+            .await
+            .unwrap(),
+    );
+    w.drain().await.unwrap();
+    let request = request_of(&s, &run).await;
+    env.session_on(&env.second, "s1")
+        .answer(&request, InputResponse::option("approve"))
+        .await
+        .expect("pending when answered");
+    env.store
+        .request_cancel(&run, "steer", env.clock.now())
+        .await
+        .unwrap();
+    w.drain().await.unwrap();
+    env.clock.advance(PAST_GRACE);
+    w.drain().await.unwrap();
+    let kinds = kinds(&events_of(&log(&s).await, &run));
+    assert_eq!(&kinds[..2], ["input.requested", "input.answered"]);
+    assert!(!kinds.contains(&"input.withdrawn"), "{kinds:?}");
 }
 
 async fn task_cancel_rules(env: Env) {
@@ -1709,9 +1733,9 @@ async fn no_new_request_is_published_in_the_grace_period(env: Env) {
 }
 
 /// A blocked default-execution call is part of the parked turn; steering must settle it too,
-/// or the steering message never gets its turn.
+/// or the steering message never gets its turn. No worker claims a blocked run, so the cancel
+/// request itself ends it, in the same append.
 #[tokio::test]
-#[ignore = "engine/store gap: a cancel requested for a blocked run is never acted on (blocked runs are not claimable), so a steered blocked call never settles; see the h4 report"]
 async fn steer_settles_a_blocked_call() {
     let env = Env::memory().await;
     let s = env.session("s1");
@@ -1731,14 +1755,13 @@ async fn steer_settles_a_blocked_call() {
             cancelled: vec![run.clone()]
         }
     );
-    w.drain().await.unwrap();
-    env.clock.advance(PAST_GRACE);
-    w.drain().await.unwrap();
     assert_eq!(env.status(&run).await, RunStatus::Cancelled);
     assert_eq!(
         s.settlement(&call("c")).await.unwrap(),
         Some(ToolResult::Cancelled)
     );
+    w.drain().await.unwrap();
+    assert_eq!(env.status(&run).await, RunStatus::Cancelled);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 use crate::error::{bad_row, map_err};
 use crate::reads::decode_json;
 use crate::Db;
+use eve_core::store::cancel_events;
 use eve_core::{
     check_limits, CancelOutcome, Delivered, Event, InputRequest, InputResponse, Payload, RequestId,
     Resolution, RunId, RunStatus, StoreError, Timestamp,
@@ -200,13 +201,11 @@ impl Db {
         if locked.run.cancel_requested {
             return Ok(CancelOutcome::AlreadyRequested);
         }
-        let event = Event::CancelRequested {
-            reason: reason.to_owned(),
-        };
-        check_limits(std::slice::from_ref(&event))?;
-        let (seq, _) = self
-            .write(&mut tx, &locked.run, vec![event], now, None)
-            .await?;
+        let pending = self.pending_of(&mut tx, run).await?;
+        let blocked = locked.run.status == RunStatus::Blocked;
+        let events = cancel_events(reason, blocked, pending);
+        check_limits(&events[..1])?;
+        let (seq, _) = self.write(&mut tx, &locked.run, events, now, None).await?;
         tx.commit().await.map_err(map_err)?;
         Ok(CancelOutcome::Requested { seq })
     }
@@ -232,19 +231,11 @@ impl Db {
         let events = match resolution {
             Resolution::Resume => vec![Event::RunResumed],
             Resolution::Fail { error } => {
-                let pending: Vec<String> = sqlx::query_scalar(self.sql(
-                    "SELECT request_id FROM {s}.requests WHERE run_id = $1 AND state = 'pending' \
-                     ORDER BY cmd, request_id COLLATE \"C\"",
-                ))
-                .bind(run.as_str())
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(map_err)?;
-                let mut events: Vec<Event> = pending
+                let mut events: Vec<Event> = self
+                    .pending_of(&mut tx, run)
+                    .await?
                     .into_iter()
-                    .map(|r| Event::InputWithdrawn {
-                        request_id: RequestId::new(r),
-                    })
+                    .map(|request_id| Event::InputWithdrawn { request_id })
                     .collect();
                 events.push(Event::RunFailed { error });
                 events
@@ -253,5 +244,22 @@ impl Db {
         let (seq, _) = self.write(&mut tx, &locked.run, events, now, None).await?;
         tx.commit().await.map_err(map_err)?;
         Ok(seq)
+    }
+
+    /// The pending requests of a run (whose row `tx` has locked), ordered by cmd.
+    async fn pending_of(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        run: &RunId,
+    ) -> Result<Vec<RequestId>, StoreError> {
+        let pending: Vec<String> = sqlx::query_scalar(self.sql(
+            "SELECT request_id FROM {s}.requests WHERE run_id = $1 AND state = 'pending' \
+             ORDER BY cmd, request_id COLLATE \"C\"",
+        ))
+        .bind(run.as_str())
+        .fetch_all(&mut **tx)
+        .await
+        .map_err(map_err)?;
+        Ok(pending.into_iter().map(RequestId::new).collect())
     }
 }

@@ -11,6 +11,7 @@ use crate::error::{batch_failed, map_sqlx};
 use crate::rows::RUN_COLS;
 use crate::rows::{execution_str, opt_i64, run_cols, run_cols_r, run_record, text, u64_col};
 use eve_core::codec::{decode_batch, encode_batch, FORMAT_VERSION};
+use eve_core::store::cancel_events;
 use eve_core::{
     check_limits, Append, AppendId, Appended, CancelOutcome, CreatedRun, Delivered, DeploymentId,
     Effects, Event, InputRequest, InputResponse, Lease, NewRun, Payload, RequestId, Resolution,
@@ -908,20 +909,31 @@ async fn request_cancel(
     if rec.cancel_requested {
         return Ok(CancelOutcome::AlreadyRequested);
     }
-    let event = Event::CancelRequested { reason };
-    check_limits(std::slice::from_ref(&event))?;
+    let pending = pending_of(conn, run).await?;
+    let events = cancel_events(&reason, rec.status == RunStatus::Blocked, pending);
+    check_limits(&events[..1])?;
     let mut plan = Plan::default();
-    let (seq, _) = write(
-        conn,
-        &rec,
-        std::slice::from_ref(&event),
-        now,
-        None,
-        &mut plan,
-    )
-    .await?;
+    let (seq, _) = write(conn, &rec, &events, now, None, &mut plan).await?;
     apply(conn, plan).await?;
     Ok(CancelOutcome::Requested { seq })
+}
+
+/// The pending requests of a run, ordered by cmd.
+async fn pending_of(
+    conn: &mut SqliteConnection,
+    run: &RunId,
+) -> Result<Vec<RequestId>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT request_id FROM requests WHERE run_id = ? AND state = 'pending' \
+         ORDER BY cmd, request_id",
+    )
+    .bind(run.as_str())
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(map_sqlx)?;
+    rows.iter()
+        .map(|r| Ok(RequestId::new(text(r, 0)?)))
+        .collect()
 }
 
 async fn resolve_blocked(
@@ -942,22 +954,11 @@ async fn resolve_blocked(
     let events = match resolution {
         Resolution::Resume => vec![Event::RunResumed],
         Resolution::Fail { error } => {
-            let rows = sqlx::query(
-                "SELECT request_id FROM requests WHERE run_id = ? AND state = 'pending' \
-                 ORDER BY cmd, request_id",
-            )
-            .bind(run.as_str())
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(map_sqlx)?;
-            let mut events = rows
-                .iter()
-                .map(|r| {
-                    Ok(Event::InputWithdrawn {
-                        request_id: RequestId::new(text(r, 0)?),
-                    })
-                })
-                .collect::<Result<Vec<_>, StoreError>>()?;
+            let mut events: Vec<Event> = pending_of(conn, run)
+                .await?
+                .into_iter()
+                .map(|request_id| Event::InputWithdrawn { request_id })
+                .collect();
             events.push(Event::RunFailed { error });
             events
         }

@@ -127,3 +127,77 @@ pub async fn resolve_blocked_resume_and_fail(factory: &dyn StoreFactory) {
         }
     );
 }
+
+/// No worker claims a blocked run, so a cancel request ends it in the same append:
+/// `CancelRequested`, the withdrawal of its pending requests and `RunCancelled`; its hooks are
+/// released and its call settles once, as cancelled.
+pub async fn cancel_ends_a_blocked_run(factory: &dyn StoreFactory) {
+    let s = fresh(factory).await;
+    let st = &*s.store;
+    let (run, lease) = started(st, new_run("blocked-cancel"), at(0)).await;
+    let id = &run.run_id;
+    let token = unique("token");
+    let (req, a) = ask(id, 2);
+    let blocked = Event::RunBlocked {
+        reason: "[EVE0001] panicked".into(),
+    };
+    let ok = must_append(
+        st,
+        append(id, 1, &lease, vec![hook(1, &token), a, blocked], at(1)),
+    )
+    .await;
+    st.release(&lease, id, ok.next_seq, at(2))
+        .await
+        .expect("release");
+    assert_eq!(
+        st.request_cancel(id, "steer", at(3)).await.expect("cancel"),
+        eve_core::CancelOutcome::Requested { seq: 4 }
+    );
+    let j = journal(st, id).await;
+    assert_eq!(
+        j[4..].iter().map(|e| e.event.clone()).collect::<Vec<_>>(),
+        vec![
+            Event::CancelRequested {
+                reason: "steer".into()
+            },
+            Event::InputWithdrawn {
+                request_id: req.clone()
+            },
+            Event::RunCancelled,
+        ]
+    );
+    let rec = record(st, id).await;
+    assert_eq!((rec.status, rec.owner), (RunStatus::Cancelled, None));
+    assert_err!(
+        st.deliver_hook(&token, json("1"), None, at(4)).await,
+        StoreError::NotFound { .. },
+        "the hook of a blocked run cancelled"
+    );
+    assert_err!(
+        st.answer(&req, InputResponse::option("yes"), at(4)).await,
+        StoreError::Withdrawn { .. },
+        "an answer to a blocked run cancelled"
+    );
+    assert_eq!(
+        st.request_cancel(id, "again", at(5)).await.expect("cancel"),
+        eve_core::CancelOutcome::AlreadyEnded {
+            status: RunStatus::Cancelled
+        }
+    );
+    let log = st
+        .read_session(&run.session_id, 0, 100)
+        .await
+        .expect("read_session");
+    let settled: Vec<_> = log
+        .iter()
+        .filter(|e| matches!(e.event, SessionEvent::ToolSettled { .. }))
+        .map(|e| e.event.clone())
+        .collect();
+    assert_eq!(
+        settled,
+        vec![SessionEvent::ToolSettled {
+            result: ToolResult::Cancelled
+        }],
+        "one call, one result"
+    );
+}

@@ -2,7 +2,7 @@
 
 use crate::fixtures::*;
 use crate::{assert_err, StoreFactory};
-use eve_core::{CancelOutcome, Event, InputResponse, StoreError};
+use eve_core::{CancelOutcome, Event, InputResponse, RunStatus, StoreError};
 use std::sync::Arc;
 
 /// Concurrent deliveries with one dedupe key write one `HookReceived`; all callers succeed and
@@ -309,4 +309,113 @@ pub async fn cancel_request_once(factory: &dyn StoreFactory) {
         StoreError::NotFound { .. },
         "cancel of an unknown run"
     );
+}
+
+/// A cancel request withdraws the run's pending requests in the same append: an answer that
+/// landed before it is kept, an answer after it is `Withdrawn` and writes nothing. Once the run
+/// ended, a cancel answers `AlreadyEnded` even though a cancel had been requested before.
+pub async fn cancel_withdraws_pending_requests_atomically(factory: &dyn StoreFactory) {
+    let s = fresh(factory).await;
+    let st = &*s.store;
+    let (run, lease) = started(st, new_run("cancel-withdraw"), at(0)).await;
+    let id = &run.run_id;
+    let (r1, a1) = ask(id, 1);
+    let (r2, a2) = ask(id, 2);
+    must_append(st, append(id, 1, &lease, vec![a1, a2], at(1))).await;
+    st.answer(&r1, InputResponse::option("yes"), at(2))
+        .await
+        .expect("answer before the cancel");
+    let outcome = st
+        .request_cancel(id, "steer", at(3))
+        .await
+        .expect("request_cancel");
+    assert_eq!(outcome, CancelOutcome::Requested { seq: 4 });
+    let j = journal(st, id).await;
+    assert_eq!(
+        j[4..].iter().map(|e| e.event.clone()).collect::<Vec<_>>(),
+        vec![
+            Event::CancelRequested {
+                reason: "steer".into()
+            },
+            Event::InputWithdrawn {
+                request_id: r2.clone()
+            },
+        ],
+        "the cancel withdraws the pending request (not the answered one) in its own append"
+    );
+    let rec = record(st, id).await;
+    assert_eq!((rec.next_seq, rec.status), (6, RunStatus::Running));
+    assert_err!(
+        st.answer(&r2, InputResponse::option("yes"), at(4)).await,
+        StoreError::Withdrawn { .. },
+        "an answer after the cancel request, while the run still runs"
+    );
+    let dup = st
+        .answer(&r1, InputResponse::option("yes"), at(4))
+        .await
+        .expect("the kept answer again");
+    assert!(dup.duplicate && dup.seq == 3, "{dup:?}");
+    assert_eq!(
+        journal(st, id).await.len(),
+        6,
+        "refused and duplicate answers write nothing"
+    );
+    assert!(
+        st.pending_requests(&run.session_id)
+            .await
+            .expect("pending_requests")
+            .is_empty(),
+        "nothing pending after the cancel"
+    );
+    must_append(st, append(id, 6, &lease, vec![Event::RunCancelled], at(5))).await;
+    assert_eq!(
+        st.request_cancel(id, "again", at(6)).await.expect("cancel"),
+        CancelOutcome::AlreadyEnded {
+            status: RunStatus::Cancelled
+        },
+        "an ended run answers AlreadyEnded, though a cancel was requested before it ended"
+    );
+}
+
+/// An answer racing a cancel request either lands first and is kept, or is refused as
+/// `Withdrawn`: never accepted and withdrawn both.
+pub async fn answer_racing_cancel_kept_or_withdrawn(factory: &dyn StoreFactory) {
+    let s = fresh(factory).await;
+    for round in 0..6 {
+        let (run, lease) = started(&*s.store, new_run("race-cancel"), at(0)).await;
+        let id = run.run_id.clone();
+        let (req, a) = ask(&id, 1);
+        must_append(&*s.store, append(&id, 1, &lease, vec![a], at(1))).await;
+        let (st1, st2) = (Arc::clone(&s.store), Arc::clone(&s.store));
+        let (req1, id2) = (req.clone(), id.clone());
+        let answer = tokio::spawn(async move {
+            retrying(|| st1.answer(&req1, InputResponse::option("no"), at(2))).await
+        });
+        let cancel =
+            tokio::spawn(async move { retrying(|| st2.request_cancel(&id2, "race", at(2))).await });
+        let answered = answer.await.expect("answer task");
+        cancel.await.expect("cancel task").expect("request_cancel");
+        let events: Vec<Event> = journal(&*s.store, &id)
+            .await
+            .into_iter()
+            .map(|e| e.event)
+            .collect();
+        let withdrawn = events
+            .iter()
+            .any(|e| matches!(e, Event::InputWithdrawn { .. }));
+        let kept = events
+            .iter()
+            .any(|e| matches!(e, Event::InputAnswered { .. }));
+        match answered {
+            Ok(_) => assert!(
+                kept && !withdrawn,
+                "round {round}: an accepted answer must be kept, not withdrawn: {events:?}"
+            ),
+            Err(StoreError::Withdrawn { .. }) => assert!(
+                withdrawn && !kept,
+                "round {round}: a refused answer writes nothing and the cancel withdrew the request: {events:?}"
+            ),
+            Err(e) => panic!("round {round}: answer racing a cancel: unexpected {e:?}"),
+        }
+    }
 }

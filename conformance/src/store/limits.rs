@@ -192,7 +192,7 @@ pub async fn empty_keys_are_invalid(factory: &dyn StoreFactory) {
 
 /// A damaged row (truncated, garbage, unknown format version) reads as `Corrupt` naming the run
 /// and the row's first seq, never a panic; the events before it and other runs stay readable.
-/// Needs [`StoreFactory::corrupt`]; skipped, with a printed note, without it.
+/// Needs [`StoreFactory::corrupt`] (see [`crate::Skip`]).
 pub async fn corrupt_rows_are_typed_errors(factory: &dyn StoreFactory) {
     use crate::Corruption;
     for how in [
@@ -229,11 +229,13 @@ pub async fn corrupt_rows_are_typed_errors(factory: &dyn StoreFactory) {
             .await
             .unwrap_or_else(|e| panic!("StoreFactory::corrupt failed: {e}"));
         if !done {
-            crate::__private::skipped(
-                "limits::corrupt_rows_are_typed_errors",
-                "this factory cannot damage rows (StoreFactory::corrupt gave false)",
-            );
-            return;
+            crate::skip(match factory.corrupt_not_applicable() {
+                Some(why) => crate::Skip::NotApplicable(why.to_owned()),
+                None => crate::Skip::Missing(
+                    "this factory cannot damage rows (StoreFactory::corrupt gave false); implement it"
+                        .to_owned(),
+                ),
+            });
         }
         match s.store.read(&run.run_id, 0, 100).await {
             Err(StoreError::Corrupt {

@@ -1,25 +1,17 @@
 //! Dedupe, idempotency, answers, leases and epochs survive reopening the store; two handles on
-//! one storage behave as one store. Skipped, with a printed note, for non-persistent backends.
+//! one storage behave as one store. Not applicable to non-persistent backends (see [`crate::Skip`]).
 
 use crate::fixtures::*;
 use crate::{assert_err, StoreFactory};
 use eve_core::{InputResponse, JournalStore, RunId, RunQuery, StoreError};
 use std::sync::Arc;
 
-async fn reopen(
-    factory: &dyn StoreFactory,
-    location: &str,
-    case: &str,
-) -> Option<Arc<dyn JournalStore>> {
+async fn reopen(factory: &dyn StoreFactory, location: &str) -> Arc<dyn JournalStore> {
     match factory.open(location).await {
-        Ok(Some(h)) => Some(h),
-        Ok(None) => {
-            crate::__private::skipped(
-                case,
-                "this backend is not persistent (StoreFactory::open gave None)",
-            );
-            None
-        }
+        Ok(Some(h)) => h,
+        Ok(None) => crate::skip(crate::Skip::NotApplicable(
+            "the store is not persistent (StoreFactory::open gave None)".into(),
+        )),
         Err(e) => panic!("StoreFactory::open({location:?}) failed: {e}"),
     }
 }
@@ -59,15 +51,7 @@ pub async fn everything_survives_reopen(factory: &dyn StoreFactory) {
         .read_session(&run.session_id, 0, 1000)
         .await
         .expect("read_session");
-    let Some(h) = reopen(
-        factory,
-        &s.location,
-        "persistence::everything_survives_reopen",
-    )
-    .await
-    else {
-        return;
-    };
+    let h = reopen(factory, &s.location).await;
     let h = &*h;
     assert_eq!(
         journal(h, id).await,
@@ -160,15 +144,7 @@ pub async fn everything_survives_reopen(factory: &dyn StoreFactory) {
 /// deduped across them.
 pub async fn two_handles_share_one_store(factory: &dyn StoreFactory) {
     let s = fresh(factory).await;
-    let Some(h2) = reopen(
-        factory,
-        &s.location,
-        "persistence::two_handles_share_one_store",
-    )
-    .await
-    else {
-        return;
-    };
+    let h2 = reopen(factory, &s.location).await;
     let h1 = Arc::clone(&s.store);
     for round in 0..4 {
         let c = h1

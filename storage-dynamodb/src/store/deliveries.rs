@@ -4,6 +4,7 @@
 use super::tx::Role;
 use super::{contention, corrupt, DynamoStore, MAX_ROUNDS};
 use crate::item::*;
+use eve_core::store::cancel_events;
 use eve_core::{
     check_limits, CancelOutcome, Delivered, Event, InputRequest, InputResponse, Payload, RequestId,
     Resolution, RunId, RunStatus, StoreError, Timestamp,
@@ -167,11 +168,10 @@ pub(super) async fn request_cancel(
         if h.rec.cancel_requested {
             return Ok(CancelOutcome::AlreadyRequested);
         }
-        let event = Event::CancelRequested {
-            reason: reason.to_owned(),
-        };
-        check_limits(std::slice::from_ref(&event))?;
-        if let Ok(seq) = store.deliver(&h, &[event], now, None, vec![]).await? {
+        let blocked = h.rec.status == RunStatus::Blocked;
+        let events = cancel_events(reason, blocked, pending_of(&h));
+        check_limits(&events[..1])?;
+        if let Ok(seq) = store.deliver(&h, &events, now, None, vec![]).await? {
             return Ok(CancelOutcome::Requested { seq });
         }
     }
@@ -196,13 +196,9 @@ pub(super) async fn resolve_blocked(
         let events = match &resolution {
             Resolution::Resume => vec![Event::RunResumed],
             Resolution::Fail { error } => {
-                let mut pending = h.reqs.clone();
-                pending.sort_by_key(|p| p.cmd);
-                let mut events: Vec<Event> = pending
+                let mut events: Vec<Event> = pending_of(&h)
                     .into_iter()
-                    .map(|p| Event::InputWithdrawn {
-                        request_id: RequestId::new(p.id),
-                    })
+                    .map(|request_id| Event::InputWithdrawn { request_id })
                     .collect();
                 events.push(Event::RunFailed {
                     error: error.clone(),
@@ -215,4 +211,12 @@ pub(super) async fn resolve_blocked(
         }
     }
     Err(contention("resolve_blocked"))
+}
+
+/// The pending requests the header lists, ordered by cmd (the commit is conditioned on the
+/// header, so the list is current when it lands).
+fn pending_of(h: &Header) -> Vec<RequestId> {
+    let mut pending = h.reqs.clone();
+    pending.sort_by_key(|p| p.cmd);
+    pending.into_iter().map(|p| RequestId::new(p.id)).collect()
 }

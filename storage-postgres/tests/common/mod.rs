@@ -3,8 +3,8 @@
 #![allow(dead_code, unreachable_pub)]
 
 use async_trait::async_trait;
-use eve_conformance::{Opened, StoreFactory};
-use eve_core::{JournalStore, StoreError};
+use eve_conformance::{Corruption, Opened, StoreFactory};
+use eve_core::{JournalStore, RunId, StoreError};
 use eve_storage_postgres::{PostgresOptions, PostgresStore};
 use std::sync::{Arc, Mutex};
 
@@ -82,6 +82,36 @@ impl StoreFactory for PgFactory {
     async fn open(&self, location: &str) -> Result<Option<Arc<dyn JournalStore>>, StoreError> {
         let store = PostgresStore::connect_with(&self.url, options(location)).await?;
         Ok(Some(Arc::new(store)))
+    }
+    /// Rewrites the run's last `events` row in schema `location` over a connection of its own.
+    async fn corrupt(
+        &self,
+        location: &str,
+        run: &RunId,
+        how: Corruption,
+    ) -> Result<bool, StoreError> {
+        use sqlx::Connection;
+        let set = match how {
+            Corruption::Truncated => "body = substring(body from 1 for length(body) / 2)",
+            Corruption::Garbage => "body = '\\x00ff6e6f74206a736f6e'::bytea",
+            Corruption::UnknownVersion => "version = 9999",
+            _ => return Ok(false),
+        };
+        let sql = format!(
+            "UPDATE \"{location}\".events SET {set} WHERE run_id = $1 AND first_seq = \
+             (SELECT MAX(first_seq) FROM \"{location}\".events WHERE run_id = $1)"
+        );
+        let fail = |e: sqlx::Error| StoreError::Other {
+            backend: "postgres",
+            source: Box::new(e),
+        };
+        let mut conn = sqlx::PgConnection::connect(&self.url).await.map_err(fail)?;
+        let done = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(run.as_str())
+            .execute(&mut conn)
+            .await
+            .map_err(fail)?;
+        Ok(done.rows_affected() == 1)
     }
 }
 
