@@ -451,6 +451,8 @@ macro_rules! __store_cases {
             sessions::queries_by_session_and_status,
             sessions::list_runs_ties_by_run_id,
             blocked::resolve_blocked_resume_and_fail,
+            keys::keys_create_find_list,
+            keys::keys_revoke_once_and_persist,
             sequences::random_sequences_match_model,
         ] }
     };
