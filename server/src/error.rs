@@ -131,33 +131,3 @@ pub(crate) fn body(
         ))),
     }
 }
-
-/// Refuses a request whose `Origin` (sent by browsers) is not this server's own origin, so a
-/// page on another site cannot answer or cancel through a person's browser. Requests without
-/// `Origin` (non-browser clients) pass.
-pub(crate) async fn same_origin(
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Result<Response, ApiError> {
-    use axum::http::header::{HOST, ORIGIN};
-    if let Some(origin) = req.headers().get(ORIGIN) {
-        let host = req
-            .headers()
-            .get(HOST)
-            .and_then(|h| h.to_str().ok())
-            .or_else(|| req.uri().authority().map(|a| a.as_str()));
-        let origin_host = origin
-            .to_str()
-            .ok()
-            .and_then(|o| o.split_once("://"))
-            .map(|(_, rest)| rest.trim_end_matches('/'));
-        if origin_host.is_none() || origin_host != host {
-            return Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "cross_origin",
-                "this request came from a page of another origin; answer from the eve page or a client that sends no Origin header",
-            ));
-        }
-    }
-    Ok(next.run(req).await)
-}

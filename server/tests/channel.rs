@@ -368,6 +368,7 @@ async fn an_idle_stream_does_not_poll_and_wakes_at_once_on_this_servers_writes()
     )
     .with_config(eve_server::ServerConfig {
         poll_interval: std::time::Duration::from_millis(50),
+        insecure_no_auth: true,
         ..eve_server::ServerConfig::default()
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -360,7 +360,11 @@ async fn bad_requests_are_refused_without_touching_the_run() {
 async fn router_nests_in_another_app() {
     // The router is an ordinary axum Router: a host may merge it with its own routes.
     let (_dir, store) = sqlite().await;
-    let state = eve_server::AppState::new(store, Arc::new(eve_core::engine::SystemClock));
+    let state = eve_server::AppState::new(store, Arc::new(eve_core::engine::SystemClock))
+        .with_config(eve_server::ServerConfig {
+            insecure_no_auth: true,
+            ..eve_server::ServerConfig::default()
+        });
     let app = Router::new()
         .route("/health", axum::routing::get(|| async { "ok" }))
         .merge(eve_server::router(state));
