@@ -65,7 +65,7 @@ mod webhook;
 
 pub use auth::{create_key, key_hash, NewKey, COOKIE, KEY_PREFIX};
 pub use error::ApiError;
-pub use webhook::{is_webhook_token, IDEMPOTENCY_KEY_MAX};
+pub use webhook::{is_webhook_token, IDEMPOTENCY_KEY_MAX, MAX_JSON_DEPTH, SENSITIVE_HEADERS};
 
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
@@ -108,6 +108,12 @@ pub struct ServerConfig {
     /// Serve every route without a key (default false). For tests only: anyone who reaches
     /// the server then reads every journal, answers every request and cancels every task.
     pub insecure_no_auth: bool,
+    /// Webhook request headers left out of the journaled payload beside
+    /// [`SENSITIVE_HEADERS`] (case-insensitive names; default none).
+    pub webhook_drop_headers: Vec<String>,
+    /// Sensitive headers journaled anyway, for tools that must see them (e.g. a sender that
+    /// signs with `authorization`); default none.
+    pub webhook_keep_headers: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -117,6 +123,8 @@ impl Default for ServerConfig {
             base_url: "http://127.0.0.1:8787".into(),
             poll_interval: DEFAULT_POLL_INTERVAL,
             insecure_no_auth: false,
+            webhook_drop_headers: Vec::new(),
+            webhook_keep_headers: Vec::new(),
         }
     }
 }
