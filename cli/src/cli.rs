@@ -20,6 +20,10 @@ pub struct Cli {
     #[arg(long, global = true, env = STORE_URL_ENV, default_value = DEFAULT_STORE_URL, value_name = "URL")]
     pub store: String,
 
+    /// Log lines on stderr as text or JSON (filter with RUST_LOG, e.g. RUST_LOG=debug).
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    pub log_format: crate::logging::LogFormat,
+
     /// What to do.
     #[command(subcommand)]
     pub command: Command,

@@ -17,6 +17,7 @@ pub mod factory;
 pub mod format;
 pub mod inspect;
 pub mod keys;
+pub mod logging;
 pub mod serve;
 pub mod store_url;
 

@@ -74,11 +74,13 @@ pub async fn run(url: &StoreUrl, args: &ServeArgs, out: &mut dyn Write) -> Resul
     } else {
         first_key(&*store, out).await?;
     }
-    let state = AppState::new(store.clone(), clock).with_config(ServerConfig {
-        base_url: base.clone(),
-        insecure_no_auth: args.insecure_no_auth,
-        ..ServerConfig::default()
-    });
+    let state = AppState::new(store.clone(), clock)
+        .with_config(ServerConfig {
+            base_url: base.clone(),
+            insecure_no_auth: args.insecure_no_auth,
+            ..ServerConfig::default()
+        })
+        .with_metrics(crate::logging::metrics());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(eve_server::serve_with_shutdown(
         listener,

@@ -131,3 +131,59 @@ pub(crate) fn body(
         ))),
     }
 }
+
+/// Marks a response whose body is the workflow's own (a webhook's `respond_with`), which
+/// [`json_errors`] leaves as it is.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OwnBody;
+
+/// Turns every error answer that is not JSON yet (a 405 for a wrong method, a path or query
+/// the router could not decode, …) into the `{"code", "message"}` body every route uses.
+pub(crate) async fn json_errors(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let resp = next.run(req).await;
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if status.as_u16() < 400 || is_json || resp.extensions().get::<OwnBody>().is_some() {
+        return resp;
+    }
+    let allow = resp.headers().get(axum::http::header::ALLOW).cloned();
+    let text = match axum::body::to_bytes(resp.into_body(), 4096).await {
+        Ok(b) => String::from_utf8_lossy(&b).trim().to_owned(),
+        Err(_) => String::new(),
+    };
+    let code = match status {
+        StatusCode::BAD_REQUEST => "malformed",
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::PAYLOAD_TOO_LARGE => "too_large",
+        StatusCode::URI_TOO_LONG => "uri_too_long",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        s if s.is_server_error() => "internal",
+        _ => "error",
+    };
+    let message = if text.is_empty() {
+        match status {
+            StatusCode::METHOD_NOT_ALLOWED => format!(
+                "this route does not take this method; it takes {}",
+                allow
+                    .as_ref()
+                    .and_then(|a| a.to_str().ok())
+                    .unwrap_or("another")
+            ),
+            s => s.canonical_reason().unwrap_or("error").to_owned(),
+        }
+    } else {
+        text
+    };
+    let mut out = ApiError::new(status, code, message).into_response();
+    if let Some(a) = allow {
+        out.headers_mut().insert(axum::http::header::ALLOW, a);
+    }
+    out
+}

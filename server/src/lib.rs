@@ -15,6 +15,7 @@
 //! | `GET /v1/keys`, `POST /v1/keys`, `POST /v1/keys/{id}/revoke` | admin | list, create (`{"name", "scope"}`; the key is in the answer only) and revoke API keys |
 //! | `POST /v1/auth/session`, `DELETE /v1/auth/session` | (the key in the body) | signs the page in with `{"key": …}` (an HttpOnly, SameSite=Strict cookie), signs it out |
 //! | `GET /` | none | a page for a person: sign in with a key, then pending requests to answer, live updates, the runs and their journals |
+//! | `GET /metrics` | read | Prometheus text format (see [`Metrics`]) |
 //! | `GET /healthz`, `GET /readyz` | none | the process answers; the store answers |
 //!
 //! The server holds no state of its own beyond caches: every answer comes from the store, so
@@ -58,6 +59,7 @@ mod auth;
 mod error;
 mod guard;
 mod health;
+mod metrics;
 mod page;
 mod runs;
 mod session;
@@ -65,6 +67,7 @@ mod webhook;
 
 pub use auth::{create_key, key_hash, NewKey, COOKIE, KEY_PREFIX};
 pub use error::ApiError;
+pub use metrics::{Metrics, SpanMetrics};
 pub use webhook::{is_webhook_token, IDEMPOTENCY_KEY_MAX, MAX_JSON_DEPTH, SENSITIVE_HEADERS};
 
 use axum::extract::DefaultBodyLimit;
@@ -146,6 +149,8 @@ pub struct AppState {
     pub clock: Arc<dyn Clock>,
     /// Tunables.
     pub config: ServerConfig,
+    /// Where the server counts (see [`Metrics`]); fresh ones by default.
+    pub metrics: Arc<Metrics>,
 }
 
 impl AppState {
@@ -155,7 +160,15 @@ impl AppState {
             store,
             clock,
             config: ServerConfig::default(),
+            metrics: Metrics::new(),
         }
+    }
+
+    /// The same state counting into `metrics` (shared with a [`Metrics::layer`], so `/metrics`
+    /// shows the worker's steps too).
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// The same state with `config`.
@@ -179,6 +192,7 @@ pub(crate) struct Inner {
     pub(crate) config: ServerConfig,
     /// The host and origin of `config.base_url`, for the host and origin checks.
     pub(crate) origins: guard::Origins,
+    pub(crate) metrics: Arc<Metrics>,
     /// Bumped after every write this server makes, so SSE streams look at once.
     pub(crate) changed: watch::Sender<u64>,
     /// Set when the server shuts down: SSE streams end, so connections can close.
@@ -207,6 +221,7 @@ fn build(state: AppState, shutdown: watch::Receiver<bool>) -> Router {
         store: state.store,
         clock: state.clock,
         origins: guard::Origins::of(&state.config.base_url),
+        metrics: state.metrics,
         config: state.config,
         changed: watch::Sender::new(0),
         shutdown,
@@ -219,6 +234,7 @@ fn build(state: AppState, shutdown: watch::Receiver<bool>) -> Router {
         .route("/v1/sessions/{id}/tasks", get(session::tasks))
         .route("/v1/runs", get(runs::list))
         .route("/v1/runs/{id}", get(runs::show))
+        .route("/metrics", get(metrics::scrape))
         .route_layer(scope(KeyScope::Read));
     let answer = Router::new()
         .route("/v1/requests/{id}/answer", post(session::answer))
@@ -255,7 +271,9 @@ fn build(state: AppState, shutdown: watch::Receiver<bool>) -> Router {
         .fallback(error::not_found)
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(from_fn_with_state(inner.clone(), guard::host))
+        .layer(from_fn(error::json_errors))
         .layer(from_fn(guard::headers))
+        .layer(from_fn_with_state(inner.clone(), metrics::access_log))
         .with_state(inner)
 }
 

@@ -291,10 +291,20 @@ pub(crate) async fn answer(
         option_id: body.option_id,
         text: body.text,
     };
-    let d = inner
+    let d = match inner
         .store
         .answer(&request_id, response, inner.clock.now())
-        .await?;
+        .await
+    {
+        Ok(d) => d,
+        Err(e) => {
+            inner.metrics.answer("refused");
+            return Err(e.into());
+        }
+    };
+    inner
+        .metrics
+        .answer(if d.duplicate { "duplicate" } else { "accepted" });
     if !d.duplicate {
         inner.wrote();
     }

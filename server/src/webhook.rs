@@ -78,6 +78,26 @@ pub(crate) async fn receive(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let result = deliver(&inner, &token, method, headers, body).await;
+    inner.metrics.webhook(match &result {
+        Ok((_, true)) => "duplicate",
+        Ok((_, false)) => "delivered",
+        Err(e) if e.code() == "unknown_webhook" => "unknown",
+        Err(e) if e.status().is_client_error() => "refused",
+        Err(_) => "failed",
+    });
+    result.map(|(resp, _)| resp)
+}
+
+/// The delivery, and whether it was a duplicate.
+async fn deliver(
+    inner: &Arc<Inner>,
+    token: &str,
+    method: Method,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(Response, bool), ApiError> {
+    let (inner, token) = (inner.clone(), token.to_owned());
     if !is_webhook_token(&token) {
         return Err(unknown_webhook());
     }
@@ -116,10 +136,11 @@ pub(crate) async fn receive(
             None
         }
     };
-    Ok(match respond_with {
+    let resp = match respond_with {
         Some(r) => custom_response(&r),
         None => accepted(),
-    })
+    };
+    Ok((resp, delivered.duplicate))
 }
 
 fn accepted() -> Response {
@@ -326,7 +347,9 @@ fn custom_response(r: &WebhookResponse) -> Response {
             other.to_string()
         }
     };
-    (status, headers, body).into_response()
+    let mut resp = (status, headers, body).into_response();
+    resp.extensions_mut().insert(crate::error::OwnBody);
+    resp
 }
 
 #[cfg(test)]
