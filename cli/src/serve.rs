@@ -80,7 +80,8 @@ pub async fn run(url: &StoreUrl, args: &ServeArgs, out: &mut dyn Write) -> Resul
             insecure_no_auth: args.insecure_no_auth,
             ..ServerConfig::default()
         })
-        .with_metrics(crate::logging::metrics());
+        .with_metrics(crate::logging::metrics())
+        .with_registry(registry.clone());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(eve_server::serve_with_shutdown(
         listener,

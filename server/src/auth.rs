@@ -195,8 +195,7 @@ pub(crate) async fn sign_in(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = crate::error::body(&inner, body)?;
-    let SignIn { key } = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::malformed(format!("send {{\"key\": \"eve_…\"}}: {e}")))?;
+    let SignIn { key } = crate::error::json_object(&body, "{\"key\": \"eve_…\"}")?;
     let record = check_key(&*inner.store, key.trim()).await?;
     let secure = if inner.config.base_url.starts_with("https://") {
         "; Secure"
@@ -244,11 +243,10 @@ pub(crate) async fn create(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = crate::error::body(&inner, body)?;
-    let req: CreateKey = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::malformed(format!(
-            "send {{\"name\": …, \"scope\": \"read|answer|operate|admin\"}}: {e}"
-        ))
-    })?;
+    let req: CreateKey = crate::error::json_object(
+        &body,
+        "{\"name\": …, \"scope\": \"read|answer|operate|admin\"}",
+    )?;
     let scope = KeyScope::parse(&req.scope).ok_or_else(|| {
         ApiError::malformed(format!(
             "unknown scope {:?}; use read, answer, operate or admin",

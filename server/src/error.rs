@@ -187,3 +187,29 @@ pub(crate) async fn json_errors(
     }
     out
 }
+
+/// A request body that must be one JSON object of type `T` (serde alone would also take a
+/// struct from an array of its fields in order): 400 `malformed` naming `expected` otherwise.
+pub(crate) fn json_object<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+    expected: &str,
+) -> Result<T, ApiError> {
+    let malformed = |why: String| ApiError::malformed(format!("send {expected}: {why}"));
+    match serde_json::from_slice(body).map_err(|e| malformed(e.to_string()))? {
+        serde_json::Value::Object(o) => {
+            serde_json::from_value(o.into()).map_err(|e| malformed(e.to_string()))
+        }
+        other => Err(malformed(format!("got {}", json_kind(&other)))),
+    }
+}
+
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}

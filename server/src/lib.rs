@@ -12,6 +12,8 @@
 //! | `GET /v1/runs/{id}` | read | one run's record and journal |
 //! | `POST /v1/requests/{id}/answer` | answer | answers a request with `{"optionId": …}` or `{"text": …}` |
 //! | `POST /v1/tasks/{id}/cancel` | operate | requests cancellation of a background run |
+//! | `GET /v1/tools` | read | the tools this server starts: name, description, execution, input schema |
+//! | `POST /v1/tools/{name}/calls?wait=30s` | operate | starts a call with `{session, call_id, input}`: 201, 200 on a retry, 409 on the same key with another input; `wait` long-polls a default-execution call until it settles |
 //! | `GET /v1/keys`, `POST /v1/keys`, `POST /v1/keys/{id}/revoke` | admin | list, create (`{"name", "scope"}`; the key is in the answer only) and revoke API keys |
 //! | `POST /v1/auth/session`, `DELETE /v1/auth/session` | (the key in the body) | signs the page in with `{"key": …}` (an HttpOnly, SameSite=Strict cookie), signs it out |
 //! | `GET /` | none | a page for a person: sign in with a key, then pending requests to answer, live updates, the runs and their journals |
@@ -56,6 +58,7 @@
 //! ```
 
 mod auth;
+mod calls;
 mod error;
 mod guard;
 mod health;
@@ -66,6 +69,7 @@ mod session;
 mod webhook;
 
 pub use auth::{create_key, key_hash, NewKey, COOKIE, KEY_PREFIX};
+pub use calls::MAX_WAIT;
 pub use error::ApiError;
 pub use metrics::{Metrics, SpanMetrics};
 pub use webhook::{is_webhook_token, IDEMPOTENCY_KEY_MAX, MAX_JSON_DEPTH, SENSITIVE_HEADERS};
@@ -73,7 +77,7 @@ pub use webhook::{is_webhook_token, IDEMPOTENCY_KEY_MAX, MAX_JSON_DEPTH, SENSITI
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
-use eve_core::engine::Clock;
+use eve_core::engine::{Clock, Registry};
 use eve_core::{JournalStore, KeyScope, RunId, WebhookResponse};
 use std::collections::HashMap;
 use std::future::Future;
@@ -151,6 +155,9 @@ pub struct AppState {
     pub config: ServerConfig,
     /// Where the server counts (see [`Metrics`]); fresh ones by default.
     pub metrics: Arc<Metrics>,
+    /// The tools `GET /v1/tools` lists and `POST /v1/tools/{name}/calls` starts; none by
+    /// default.
+    pub registry: Option<Registry>,
 }
 
 impl AppState {
@@ -161,7 +168,14 @@ impl AppState {
             clock,
             config: ServerConfig::default(),
             metrics: Metrics::new(),
+            registry: None,
         }
+    }
+
+    /// The same state starting calls of `registry`'s tools over HTTP.
+    pub fn with_registry(mut self, registry: Registry) -> Self {
+        self.registry = Some(registry);
+        self
     }
 
     /// The same state counting into `metrics` (shared with a [`Metrics::layer`], so `/metrics`
@@ -193,6 +207,7 @@ pub(crate) struct Inner {
     /// The host and origin of `config.base_url`, for the host and origin checks.
     pub(crate) origins: guard::Origins,
     pub(crate) metrics: Arc<Metrics>,
+    pub(crate) registry: Option<Registry>,
     /// Bumped after every write this server makes, so SSE streams look at once.
     pub(crate) changed: watch::Sender<u64>,
     /// Set when the server shuts down: SSE streams end, so connections can close.
@@ -222,6 +237,7 @@ fn build(state: AppState, shutdown: watch::Receiver<bool>) -> Router {
         clock: state.clock,
         origins: guard::Origins::of(&state.config.base_url),
         metrics: state.metrics,
+        registry: state.registry,
         config: state.config,
         changed: watch::Sender::new(0),
         shutdown,
@@ -235,12 +251,14 @@ fn build(state: AppState, shutdown: watch::Receiver<bool>) -> Router {
         .route("/v1/runs", get(runs::list))
         .route("/v1/runs/{id}", get(runs::show))
         .route("/metrics", get(metrics::scrape))
+        .route("/v1/tools", get(calls::list))
         .route_layer(scope(KeyScope::Read));
     let answer = Router::new()
         .route("/v1/requests/{id}/answer", post(session::answer))
         .route_layer(scope(KeyScope::Answer));
     let operate = Router::new()
         .route("/v1/tasks/{id}/cancel", post(session::cancel))
+        .route("/v1/tools/{name}/calls", post(calls::start))
         .route_layer(scope(KeyScope::Operate));
     let admin = Router::new()
         .route("/v1/keys", get(auth::list).post(auth::create))

@@ -244,17 +244,6 @@ struct AnswerBody {
     text: Option<String>,
 }
 
-fn json_kind(v: &serde_json::Value) -> &'static str {
-    match v {
-        serde_json::Value::Null => "null",
-        serde_json::Value::Bool(_) => "a boolean",
-        serde_json::Value::Number(_) => "a number",
-        serde_json::Value::String(_) => "a string",
-        serde_json::Value::Array(_) => "an array",
-        serde_json::Value::Object(_) => "an object",
-    }
-}
-
 /// What an accepted answer returns.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -274,18 +263,11 @@ pub(crate) async fn answer(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Answered>, ApiError> {
     let body = crate::error::body(&inner, body)?;
-    let malformed = |e: &dyn std::fmt::Display| {
-        ApiError::malformed(format!(
-            "the answer must be a JSON object {{\"optionId\": …}} or {{\"text\": …}}: {e}"
-        ))
-    };
-    // Parsed as a value first: serde would take a struct from an array too (`["approve"]`).
-    let body = match serde_json::from_slice(&body).map_err(|e| malformed(&e))? {
-        serde_json::Value::Object(o) => {
-            serde_json::from_value::<AnswerBody>(o.into()).map_err(|e| malformed(&e))?
-        }
-        other => return Err(malformed(&format!("got {}", json_kind(&other)))),
-    };
+    // The same answer as before for a body that is not one object (an array included).
+    let body: AnswerBody = crate::error::json_object(
+        &body,
+        "the answer as a JSON object {\"optionId\": …} or {\"text\": …}",
+    )?;
     let request_id = RequestId::new(request);
     let response = InputResponse {
         option_id: body.option_id,
