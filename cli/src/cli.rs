@@ -3,7 +3,7 @@
 use crate::bench::BenchConfig;
 use crate::error::CliError;
 use crate::store_url::{StoreUrl, DEFAULT_STORE_URL, STORE_URL_ENV};
-use crate::{bench, conformance, inspect, serve};
+use crate::{bench, conformance, inspect, keys, serve};
 use clap::{Args, Parser, Subcommand};
 use eve_core::{JournalStore, Resolution, Timestamp};
 use std::io::Write;
@@ -19,6 +19,10 @@ pub struct Cli {
     /// dynamodb://TABLE?endpoint=URL[&region=REGION].
     #[arg(long, global = true, env = STORE_URL_ENV, default_value = DEFAULT_STORE_URL, value_name = "URL")]
     pub store: String,
+
+    /// Log lines on stderr as text or JSON (filter with RUST_LOG, e.g. RUST_LOG=debug).
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    pub log_format: crate::logging::LogFormat,
 
     /// What to do.
     #[command(subcommand)]
@@ -61,6 +65,9 @@ pub enum Command {
     /// Deliver to hooks.
     #[command(subcommand)]
     Hook(HookCommand),
+    /// Create, list and revoke the API keys that open `eve serve`'s routes.
+    #[command(subcommand)]
+    Keys(keys::KeysCommand),
     /// Request cancellation of a run or background task.
     Cancel {
         /// The task's (run's) id.
@@ -109,6 +116,10 @@ pub struct ServeArgs {
     /// on one host its own: a second process with the same id fences the first, which stops.
     #[arg(long, env = "EVE_WORKER_ID", value_name = "ID")]
     pub worker_id: Option<String>,
+    /// Serve every route without an API key. For tests only: anyone who reaches the server
+    /// reads every journal, answers every request and cancels every task.
+    #[arg(long)]
+    pub insecure_no_auth: bool,
 }
 
 /// `eve bench` options.
@@ -239,6 +250,7 @@ pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
             let store = open(&cli).await?;
             inspect::hook_resume(&*store, token, json, key.as_deref(), now(), out).await
         }
+        Command::Keys(command) => keys::run(&*open(&cli).await?, command, now(), out).await,
         Command::Cancel { task, reason } => {
             inspect::cancel(&*open(&cli).await?, task, reason, now(), out).await
         }

@@ -5,7 +5,7 @@
 //!   `EVE_STORE_URL`, a SQLite file `eve.db` in the working directory by default.
 //! - The commands ([`cli::Command`]): `eve serve`, `eve runs list|show|resume|fail`,
 //!   `eve journal`, `eve requests`, `eve answer`, `eve hook resume`, `eve cancel`,
-//!   `eve conformance`, `eve bench`. Each fails with one [`CliError`], printed as one line on
+//!   `eve keys create|list|revoke`, `eve conformance`, `eve bench`. Each fails with one [`CliError`], printed as one line on
 //!   stderr with a non-zero exit code.
 
 pub mod bench;
@@ -16,6 +16,8 @@ pub mod error;
 pub mod factory;
 pub mod format;
 pub mod inspect;
+pub mod keys;
+pub mod logging;
 pub mod serve;
 pub mod store_url;
 

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    eve_cli::logging::init(cli.log_format);
     if let Command::Conformance { cases: Some(n), .. } = &cli.command {
         // Read by the suite's model-based case; set before any thread exists.
         std::env::set_var("EVE_CONFORMANCE_CASES", n.to_string());

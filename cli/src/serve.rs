@@ -65,10 +65,23 @@ pub async fn run(url: &StoreUrl, args: &ServeArgs, out: &mut dyn Write) -> Resul
         "eve serve: worker {worker_id} runs deployment {DEPLOYMENT}: {}",
         tools.join(", ")
     );
-    let state = AppState::new(store.clone(), clock).with_config(ServerConfig {
-        base_url: base.clone(),
-        ..ServerConfig::default()
-    });
+    if args.insecure_no_auth {
+        let warning = format!(
+            "eve serve: WARNING: --insecure-no-auth: every route of {base}/ is open to anyone who reaches it, without a key (reading journals, answering, cancelling). For tests only."
+        );
+        let _ = writeln!(out, "{warning}");
+        eprintln!("{warning}");
+    } else {
+        first_key(&*store, out).await?;
+    }
+    let state = AppState::new(store.clone(), clock)
+        .with_config(ServerConfig {
+            base_url: base.clone(),
+            insecure_no_auth: args.insecure_no_auth,
+            ..ServerConfig::default()
+        })
+        .with_metrics(crate::logging::metrics())
+        .with_registry(registry.clone());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(eve_server::serve_with_shutdown(
         listener,
@@ -123,6 +136,40 @@ pub async fn run(url: &StoreUrl, args: &ServeArgs, out: &mut dyn Write) -> Resul
     worker.shutdown().await;
     let _ = writeln!(out, "eve serve: stopped");
     outcome
+}
+
+/// Secure by default: when the store holds no active key, creates an admin key and prints it,
+/// once (like a notebook server's token). Later starts print nothing: the key is only hashed in
+/// the store.
+async fn first_key(
+    store: &dyn eve_core::JournalStore,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let keys = store
+        .list_keys()
+        .await
+        .map_err(CliError::store("cannot read the API keys"))?;
+    if keys.iter().any(|k| k.revoked_at.is_none()) {
+        let _ = writeln!(
+            out,
+            "eve serve: routes need an API key (`eve keys list`, `eve keys create`)"
+        );
+        return Ok(());
+    }
+    let key = eve_server::create_key(
+        store,
+        "admin (created by eve serve's first start)",
+        eve_core::KeyScope::Admin,
+        eve_core::Timestamp::now(),
+    )
+    .await
+    .map_err(CliError::store("cannot create the first API key"))?;
+    let _ = writeln!(
+        out,
+        "eve serve: no API key in the store; created admin key {} (shown once, store it now):\neve serve:   {}\neve serve: sign in on the page with it or send `Authorization: Bearer <key>`; more keys: eve keys create --name NAME --scope read|answer|operate|admin",
+        key.record.id, key.text
+    );
+    Ok(())
 }
 
 /// Completes on Ctrl-C or SIGTERM.

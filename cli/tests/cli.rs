@@ -385,14 +385,19 @@ impl Drop for Served {
     }
 }
 
-/// A plain HTTP/1.1 request on loopback; returns (status, body).
-fn http(base: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+/// A plain HTTP/1.1 request on loopback with an API key; returns (status, body).
+fn http(base: &str, key: &str, method: &str, path: &str, body: &str) -> (u16, String) {
     let host = base.trim_start_matches("http://");
     let mut s = std::net::TcpStream::connect(host).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let auth = if key.is_empty() {
+        String::new()
+    } else {
+        format!("Authorization: Bearer {key}\r\n")
+    };
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\n{auth}Connection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
@@ -430,7 +435,10 @@ async fn serve_runs_the_tools_and_answers_over_http() {
     let mut served = Served::start(d, &[]);
     let base = served.base();
     served.wait_for("runs deployment");
-    let (status, page) = http(&base, "GET", "/", "");
+    // Secure by default: the first start creates an admin key and prints it once.
+    let line = served.wait_for("eve serve:   eve_");
+    let key = line.trim_start_matches("eve serve:").trim().to_owned();
+    let (status, page) = http(&base, "", "GET", "/", "");
     assert_eq!(status, 200);
     assert!(
         page.contains("<html") || page.contains("<!doctype"),
@@ -455,19 +463,45 @@ async fn serve_runs_the_tools_and_answers_over_http() {
         assert!(Instant::now() < deadline, "no request was asked");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let (status, body) = http(&base, "GET", "/v1/sessions/s1/requests", "");
+    let (status, _) = http(&base, "", "GET", "/v1/sessions/s1/requests", "");
+    assert_eq!(status, 401, "no key, no requests");
+    let (status, body) = http(&base, &key, "GET", "/v1/sessions/s1/requests", "");
     assert_eq!(status, 200);
     assert!(body.contains(&request), "{body}");
     // Answered by the CLI, in another process; the served worker finishes the run.
     assert!(ok(d, &["answer", &request, "approve"]).contains("answered"));
     assert_eq!(until_ended(&*store, &run).await, RunStatus::Completed);
-    let (status, body) = http(&base, "GET", &format!("/v1/runs/{run}"), "");
+    let (status, body) = http(&base, &key, "GET", &format!("/v1/runs/{run}"), "");
     assert_eq!(status, 200);
     assert!(body.contains("RunCompleted"), "{body}");
 
     // A second server on the same address is refused with one line.
     let addr = base.trim_start_matches("http://").to_owned();
     fails(d, &["serve", "--listen", &addr], 1, "cannot listen on");
+
+    // Keys from the command line: created (shown once), listed (never shown), revoked.
+    let listed = ok(d, &["keys", "list"]);
+    assert!(
+        listed.contains("admin") && !listed.contains(&key),
+        "{listed}"
+    );
+    let made = ok(d, &["keys", "create", "--name", "ci", "--scope", "read"]);
+    let read_key = made.lines().next().unwrap().to_owned();
+    assert!(read_key.starts_with("eve_"), "{made}");
+    let (status, _) = http(&base, &read_key, "GET", "/v1/runs", "");
+    assert_eq!(status, 200);
+    let (status, _) = http(
+        &base,
+        &read_key,
+        "POST",
+        &format!("/v1/requests/{request}/answer"),
+        r#"{"optionId":"approve"}"#,
+    );
+    assert_eq!(status, 403, "a read key cannot answer");
+    let id = read_key.split('_').nth(1).unwrap();
+    assert!(ok(d, &["keys", "revoke", id]).contains("revoked"));
+    let (status, _) = http(&base, &read_key, "GET", "/v1/runs", "");
+    assert_eq!(status, 401, "a revoked key opens nothing");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -549,6 +549,8 @@ macro_rules! __store_cases {
             sessions::list_runs_ties_by_run_id,
             blocked::resolve_blocked_resume_and_fail,
             blocked::cancel_ends_a_blocked_run,
+            keys::keys_create_find_list,
+            keys::keys_revoke_once_and_persist,
             sequences::random_sequences_match_model,
         ] }
     };

@@ -10,6 +10,7 @@ pub mod engine;
 pub mod error;
 pub mod event;
 pub mod ids;
+pub mod keys;
 pub mod memory;
 pub mod session;
 pub mod store;
@@ -24,6 +25,7 @@ pub use event::{
     StoredEvent, WebhookRequest, WebhookResponse,
 };
 pub use ids::{AppendId, CallId, DeploymentId, RequestId, RunId, SessionId, WorkerId, WorkflowId};
+pub use keys::{ApiKey, KeyScope};
 pub use memory::MemoryStore;
 pub use session::{SessionEntry, SessionEvent, ToolResult};
 pub use store::{

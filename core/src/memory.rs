@@ -5,6 +5,7 @@
 use crate::error::StoreError;
 use crate::event::{Event, InputResponse, Payload, StoredEvent};
 use crate::ids::{AppendId, DeploymentId, RequestId, RunId, SessionId, WorkerId};
+use crate::keys::ApiKey;
 use crate::session::SessionEntry;
 use crate::store::{
     check_limits, Append, Appended, CancelOutcome, CreatedRun, Delivered, Effects, JournalStore,
@@ -122,6 +123,8 @@ struct State {
     workers: HashMap<WorkerId, MemWorker>,
     /// Session-log and run watchers.
     hub: WatchHub,
+    /// API keys in creation order.
+    api_keys: Vec<ApiKey>,
 }
 
 #[derive(Debug)]
@@ -778,6 +781,47 @@ impl JournalStore for MemoryStore {
 
     fn store_id(&self) -> String {
         format!("memory:{}", self.id)
+    }
+
+    async fn create_key(&self, key: ApiKey) -> Result<(), StoreError> {
+        key.validate()?;
+        let mut st = self.state.lock().expect("memory store lock");
+        if st
+            .api_keys
+            .iter()
+            .any(|k| k.id == key.id || k.hash == key.hash)
+        {
+            return Err(key.exists());
+        }
+        st.api_keys.push(key);
+        Ok(())
+    }
+
+    async fn list_keys(&self) -> Result<Vec<ApiKey>, StoreError> {
+        let mut keys = self
+            .state
+            .lock()
+            .expect("memory store lock")
+            .api_keys
+            .clone();
+        keys.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        Ok(keys)
+    }
+
+    async fn revoke_key(&self, id: &str, now: Timestamp) -> Result<ApiKey, StoreError> {
+        let mut st = self.state.lock().expect("memory store lock");
+        let key = st
+            .api_keys
+            .iter_mut()
+            .find(|k| k.id == id)
+            .ok_or_else(|| StoreError::not_found("api key", id))?;
+        key.revoked_at.get_or_insert(now);
+        Ok(key.clone())
+    }
+
+    async fn key_by_hash(&self, hash: &str) -> Result<Option<ApiKey>, StoreError> {
+        let st = self.state.lock().expect("memory store lock");
+        Ok(st.api_keys.iter().find(|k| k.hash == hash).cloned())
     }
 
     async fn next_wake(

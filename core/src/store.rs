@@ -5,6 +5,7 @@ use crate::event::{Event, Execution, InputRequest, InputResponse, Payload, Store
 use crate::ids::{
     AppendId, CallId, DeploymentId, RequestId, RunId, SessionId, WorkerId, WorkflowId,
 };
+use crate::keys::ApiKey;
 use crate::session::{SessionEntry, SessionEvent, ToolResult};
 use crate::time::Timestamp;
 use crate::wake::WatchKey;
@@ -646,6 +647,10 @@ impl Effects {
 ///    payloads byte for byte, paged; payloads up to [`MAX_PAYLOAD_BYTES`].
 /// 7. **Queries.** Runs by id, by session, by status; pending requests by session; the session
 ///    log by seq.
+/// 8. **API keys.** [`create_key`](Self::create_key) stores an [`ApiKey`] (its hash, never its
+///    secret) whose id and hash are unique store-wide; [`key_by_hash`](Self::key_by_hash) finds
+///    it, revoked or not; [`revoke_key`](Self::revoke_key) marks it revoked once (the first
+///    revocation time stays); [`list_keys`](Self::list_keys) lists every key, oldest first.
 ///
 /// Time is always an argument (`now`), never the store's own clock, so tests can simulate it.
 /// Limits are the same on every backend: [`MAX_EVENTS_PER_APPEND`], [`MAX_PAYLOAD_BYTES`],
@@ -886,6 +891,51 @@ pub trait JournalStore: Debug + Send + Sync + 'static {
     /// predecessor's runs. The default is [`backend`](Self::backend).
     fn store_id(&self) -> String {
         self.backend().to_owned()
+    }
+
+    /// Stores a new API key (contract clause 8). The default: keys are not supported.
+    ///
+    /// # Errors
+    /// `InvalidInput` (see [`ApiKey::validate`]), `AlreadyExists` (its id or hash is taken).
+    async fn create_key(&self, key: ApiKey) -> Result<(), StoreError> {
+        let _ = key;
+        Err(keys_unsupported(self.backend()))
+    }
+
+    /// Every API key, revoked ones included, oldest first (by creation time, then id).
+    ///
+    /// # Errors
+    /// Backend faults only.
+    async fn list_keys(&self) -> Result<Vec<ApiKey>, StoreError> {
+        Err(keys_unsupported(self.backend()))
+    }
+
+    /// Revokes the key `id` at `now` and returns its record. Revoking a revoked key changes
+    /// nothing and returns it as it is.
+    ///
+    /// # Errors
+    /// `NotFound`.
+    async fn revoke_key(&self, id: &str, now: Timestamp) -> Result<ApiKey, StoreError> {
+        let _ = (id, now);
+        Err(keys_unsupported(self.backend()))
+    }
+
+    /// The key whose hash is `hash`, revoked or not; `None` when no key has it.
+    ///
+    /// # Errors
+    /// Backend faults only.
+    async fn key_by_hash(&self, hash: &str) -> Result<Option<ApiKey>, StoreError> {
+        let _ = hash;
+        Err(keys_unsupported(self.backend()))
+    }
+}
+
+/// The answer of the default key methods of a store without API keys.
+fn keys_unsupported(backend: &'static str) -> StoreError {
+    StoreError::Other {
+        backend,
+        source: "this store keeps no API keys; use the memory, SQLite, Postgres or DynamoDB store"
+            .into(),
     }
 }
 

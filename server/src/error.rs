@@ -132,32 +132,84 @@ pub(crate) fn body(
     }
 }
 
-/// Refuses a request whose `Origin` (sent by browsers) is not this server's own origin, so a
-/// page on another site cannot answer or cancel through a person's browser. Requests without
-/// `Origin` (non-browser clients) pass.
-pub(crate) async fn same_origin(
+/// Marks a response whose body is the workflow's own (a webhook's `respond_with`), which
+/// [`json_errors`] leaves as it is.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OwnBody;
+
+/// Turns every error answer that is not JSON yet (a 405 for a wrong method, a path or query
+/// the router could not decode, …) into the `{"code", "message"}` body every route uses.
+pub(crate) async fn json_errors(
     req: axum::extract::Request,
     next: axum::middleware::Next,
-) -> Result<Response, ApiError> {
-    use axum::http::header::{HOST, ORIGIN};
-    if let Some(origin) = req.headers().get(ORIGIN) {
-        let host = req
-            .headers()
-            .get(HOST)
-            .and_then(|h| h.to_str().ok())
-            .or_else(|| req.uri().authority().map(|a| a.as_str()));
-        let origin_host = origin
-            .to_str()
-            .ok()
-            .and_then(|o| o.split_once("://"))
-            .map(|(_, rest)| rest.trim_end_matches('/'));
-        if origin_host.is_none() || origin_host != host {
-            return Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "cross_origin",
-                "this request came from a page of another origin; answer from the eve page or a client that sends no Origin header",
-            ));
-        }
+) -> Response {
+    let resp = next.run(req).await;
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if status.as_u16() < 400 || is_json || resp.extensions().get::<OwnBody>().is_some() {
+        return resp;
     }
-    Ok(next.run(req).await)
+    let allow = resp.headers().get(axum::http::header::ALLOW).cloned();
+    let text = match axum::body::to_bytes(resp.into_body(), 4096).await {
+        Ok(b) => String::from_utf8_lossy(&b).trim().to_owned(),
+        Err(_) => String::new(),
+    };
+    let code = match status {
+        StatusCode::BAD_REQUEST => "malformed",
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::PAYLOAD_TOO_LARGE => "too_large",
+        StatusCode::URI_TOO_LONG => "uri_too_long",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        s if s.is_server_error() => "internal",
+        _ => "error",
+    };
+    let message = if text.is_empty() {
+        match status {
+            StatusCode::METHOD_NOT_ALLOWED => format!(
+                "this route does not take this method; it takes {}",
+                allow
+                    .as_ref()
+                    .and_then(|a| a.to_str().ok())
+                    .unwrap_or("another")
+            ),
+            s => s.canonical_reason().unwrap_or("error").to_owned(),
+        }
+    } else {
+        text
+    };
+    let mut out = ApiError::new(status, code, message).into_response();
+    if let Some(a) = allow {
+        out.headers_mut().insert(axum::http::header::ALLOW, a);
+    }
+    out
+}
+
+/// A request body that must be one JSON object of type `T` (serde alone would also take a
+/// struct from an array of its fields in order): 400 `malformed` naming `expected` otherwise.
+pub(crate) fn json_object<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+    expected: &str,
+) -> Result<T, ApiError> {
+    let malformed = |why: String| ApiError::malformed(format!("send {expected}: {why}"));
+    match serde_json::from_slice(body).map_err(|e| malformed(e.to_string()))? {
+        serde_json::Value::Object(o) => {
+            serde_json::from_value(o.into()).map_err(|e| malformed(e.to_string()))
+        }
+        other => Err(malformed(format!("got {}", json_kind(&other)))),
+    }
+}
+
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
 }

@@ -2,17 +2,23 @@
 //!
 //! One [`router`] serves, for any [`JournalStore`]:
 //!
-//! | route | what |
-//! | --- | --- |
-//! | `POST /.well-known/workflow/v1/webhook/{token}` | delivers the request to the run waiting on the webhook ([`WEBHOOK_PATH`]) |
-//! | `GET /v1/sessions/{id}/events` | the session's channel as Server-Sent Events, resumable with `Last-Event-ID` |
-//! | `GET /v1/sessions/{id}/requests` | the session's pending input requests |
-//! | `POST /v1/requests/{id}/answer` | answers a request with `{"optionId": …}` or `{"text": …}` |
-//! | `GET /v1/sessions/{id}/tasks` | the session's background runs (its task index) |
-//! | `POST /v1/tasks/{id}/cancel` | requests cancellation of a background run |
-//! | `GET /v1/runs?session=&status=&limit=` | runs, oldest first |
-//! | `GET /v1/runs/{id}` | one run's record and journal |
-//! | `GET /` | a page for a person: pending requests to answer, live updates, the runs and their journals |
+//! | route | scope | what |
+//! | --- | --- | --- |
+//! | `POST /.well-known/workflow/v1/webhook/{token}` | (the token) | delivers the request to the run waiting on the webhook ([`WEBHOOK_PATH`]) |
+//! | `GET /v1/sessions/{id}/events` | read | the session's channel as Server-Sent Events, resumable with `Last-Event-ID` |
+//! | `GET /v1/sessions/{id}/requests` | read | the session's pending input requests |
+//! | `GET /v1/sessions/{id}/tasks` | read | the session's background runs (its task index) |
+//! | `GET /v1/runs?session=&status=&limit=` | read | runs, oldest first |
+//! | `GET /v1/runs/{id}` | read | one run's record and journal |
+//! | `POST /v1/requests/{id}/answer` | answer | answers a request with `{"optionId": …}` or `{"text": …}` |
+//! | `POST /v1/tasks/{id}/cancel` | operate | requests cancellation of a background run |
+//! | `GET /v1/tools` | read | the tools this server starts: name, description, execution, input schema |
+//! | `POST /v1/tools/{name}/calls?wait=30s` | operate | starts a call with `{session, call_id, input}`: 201, 200 on a retry, 409 on the same key with another input; `wait` long-polls a default-execution call until it settles |
+//! | `GET /v1/keys`, `POST /v1/keys`, `POST /v1/keys/{id}/revoke` | admin | list, create (`{"name", "scope"}`; the key is in the answer only) and revoke API keys |
+//! | `POST /v1/auth/session`, `DELETE /v1/auth/session` | (the key in the body) | signs the page in with `{"key": …}` (an HttpOnly, SameSite=Strict cookie), signs it out |
+//! | `GET /` | none | a page for a person: sign in with a key, then pending requests to answer, live updates, the runs and their journals |
+//! | `GET /metrics` | read | Prometheus text format (see [`Metrics`]) |
+//! | `GET /healthz`, `GET /readyz` | none | the process answers; the store answers |
 //!
 //! The server holds no state of its own beyond caches: every answer comes from the store, so
 //! several server processes may serve one store, and a restarted server continues where the
@@ -20,15 +26,28 @@
 //! [`Worker`](eve_core::engine::Worker) beside it to execute the runs.
 //!
 //! Errors are JSON objects `{"code": "...", "message": "..."}` with a status that says the
-//! kind: 400 malformed request, 403 cross-origin browser request, 404 unknown id or token, 409
-//! already answered (or not a task), 410 withdrawn, 413 body too large, 422 invalid answer, 503
-//! store unavailable (retry).
+//! kind: 400 malformed request, 401 no usable key, 403 a key of too small a scope or a
+//! cross-origin browser request, 404 unknown id or token, 409 already answered (or not a task),
+//! 410 withdrawn, 413 body too large, 421 a `Host` this server does not answer for, 422
+//! invalid answer, 503 store unavailable (retry).
 //!
-//! The server has no authentication: bind it to loopback or put it behind a proxy that
-//! authenticates everything but the webhook path (webhook tokens are capabilities: ≥128 random
-//! bits, which is why the runs API shows them redacted). Answers and cancels sent by a browser
-//! from another origin (a web page the person happens to visit) are refused with 403; clients
-//! that send no `Origin` header (curl, the CLI) are not affected.
+//! # Security
+//!
+//! - **Keys.** Every route but webhooks (their ≥128-bit token is the credential, which is why
+//!   the runs API shows tokens redacted), the page's HTML and the health routes needs an API key
+//!   (`Authorization: Bearer eve_…`, or the page's cookie) of the route's scope; scopes are
+//!   ordered read < answer < operate < admin. Keys are minted by [`create_key`], stored as
+//!   SHA-256 hashes by the store (contract clause 8), compared in constant time, revocable.
+//!   [`ServerConfig::insecure_no_auth`] turns this off, for tests only.
+//! - **Host.** A request whose `Host` is neither the base URL's host nor a loopback name
+//!   (`localhost`, `127.0.0.1`, `[::1]`) is refused 421, so a page that rebinds its DNS name to
+//!   this server's address (DNS rebinding) reaches nothing.
+//! - **Origin.** Browser requests that act (answer, cancel, sign in, keys) must come from the
+//!   configured origin (or the same port on a loopback name), never compared with the request's
+//!   own `Host`; clients that send no `Origin` header (curl, the CLI) are not affected.
+//! - **Headers.** Every response carries `X-Content-Type-Options: nosniff`,
+//!   `Referrer-Policy: no-referrer`, `X-Frame-Options: DENY` and a content security policy with
+//!   `frame-ancestors 'none'`.
 //!
 //! ```no_run
 //! # async fn demo(store: std::sync::Arc<dyn eve_core::JournalStore>) -> std::io::Result<()> {
@@ -38,20 +57,28 @@
 //! # }
 //! ```
 
+mod auth;
+mod calls;
 mod error;
+mod guard;
+mod health;
+mod metrics;
 mod page;
 mod runs;
 mod session;
 mod webhook;
 
+pub use auth::{create_key, key_hash, NewKey, COOKIE, KEY_PREFIX};
+pub use calls::MAX_WAIT;
 pub use error::ApiError;
-pub use webhook::{is_webhook_token, IDEMPOTENCY_KEY_MAX};
+pub use metrics::{Metrics, SpanMetrics};
+pub use webhook::{is_webhook_token, IDEMPOTENCY_KEY_MAX, MAX_JSON_DEPTH, SENSITIVE_HEADERS};
 
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
-use eve_core::engine::Clock;
-use eve_core::{JournalStore, RunId, WebhookResponse};
+use eve_core::engine::{Clock, Registry};
+use eve_core::{JournalStore, KeyScope, RunId, WebhookResponse};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -85,6 +112,15 @@ pub struct ServerConfig {
     /// worker's included, and re-read every 2 s at most (or this interval if longer) for
     /// writes the notifications cannot see.
     pub poll_interval: Duration,
+    /// Serve every route without a key (default false). For tests only: anyone who reaches
+    /// the server then reads every journal, answers every request and cancels every task.
+    pub insecure_no_auth: bool,
+    /// Webhook request headers left out of the journaled payload beside
+    /// [`SENSITIVE_HEADERS`] (case-insensitive names; default none).
+    pub webhook_drop_headers: Vec<String>,
+    /// Sensitive headers journaled anyway, for tools that must see them (e.g. a sender that
+    /// signs with `authorization`); default none.
+    pub webhook_keep_headers: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -93,6 +129,9 @@ impl Default for ServerConfig {
             body_limit: DEFAULT_BODY_LIMIT,
             base_url: "http://127.0.0.1:8787".into(),
             poll_interval: DEFAULT_POLL_INTERVAL,
+            insecure_no_auth: false,
+            webhook_drop_headers: Vec::new(),
+            webhook_keep_headers: Vec::new(),
         }
     }
 }
@@ -114,6 +153,11 @@ pub struct AppState {
     pub clock: Arc<dyn Clock>,
     /// Tunables.
     pub config: ServerConfig,
+    /// Where the server counts (see [`Metrics`]); fresh ones by default.
+    pub metrics: Arc<Metrics>,
+    /// The tools `GET /v1/tools` lists and `POST /v1/tools/{name}/calls` starts; none by
+    /// default.
+    pub registry: Option<Registry>,
 }
 
 impl AppState {
@@ -123,7 +167,22 @@ impl AppState {
             store,
             clock,
             config: ServerConfig::default(),
+            metrics: Metrics::new(),
+            registry: None,
         }
+    }
+
+    /// The same state starting calls of `registry`'s tools over HTTP.
+    pub fn with_registry(mut self, registry: Registry) -> Self {
+        self.registry = Some(registry);
+        self
+    }
+
+    /// The same state counting into `metrics` (shared with a [`Metrics::layer`], so `/metrics`
+    /// shows the worker's steps too).
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// The same state with `config`.
@@ -145,6 +204,10 @@ pub(crate) struct Inner {
     pub(crate) store: Arc<dyn JournalStore>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) config: ServerConfig,
+    /// The host and origin of `config.base_url`, for the host and origin checks.
+    pub(crate) origins: guard::Origins,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) registry: Option<Registry>,
     /// Bumped after every write this server makes, so SSE streams look at once.
     pub(crate) changed: watch::Sender<u64>,
     /// Set when the server shuts down: SSE streams end, so connections can close.
@@ -167,15 +230,50 @@ pub fn router(state: AppState) -> Router {
 }
 
 fn build(state: AppState, shutdown: watch::Receiver<bool>) -> Router {
+    use axum::middleware::{from_fn, from_fn_with_state};
     let body_limit = state.config.body_limit;
     let inner = Arc::new(Inner {
         store: state.store,
         clock: state.clock,
+        origins: guard::Origins::of(&state.config.base_url),
+        metrics: state.metrics,
+        registry: state.registry,
         config: state.config,
         changed: watch::Sender::new(0),
         shutdown,
         hooks: Mutex::new(HashMap::new()),
     });
+    let scope = |s: KeyScope| from_fn_with_state((inner.clone(), s), auth::require);
+    let read = Router::new()
+        .route("/v1/sessions/{id}/events", get(session::events))
+        .route("/v1/sessions/{id}/requests", get(session::requests))
+        .route("/v1/sessions/{id}/tasks", get(session::tasks))
+        .route("/v1/runs", get(runs::list))
+        .route("/v1/runs/{id}", get(runs::show))
+        .route("/metrics", get(metrics::scrape))
+        .route("/v1/tools", get(calls::list))
+        .route_layer(scope(KeyScope::Read));
+    let answer = Router::new()
+        .route("/v1/requests/{id}/answer", post(session::answer))
+        .route_layer(scope(KeyScope::Answer));
+    let operate = Router::new()
+        .route("/v1/tasks/{id}/cancel", post(session::cancel))
+        .route("/v1/tools/{name}/calls", post(calls::start))
+        .route_layer(scope(KeyScope::Operate));
+    let admin = Router::new()
+        .route("/v1/keys", get(auth::list).post(auth::create))
+        .route("/v1/keys/{id}/revoke", post(auth::revoke))
+        .route_layer(scope(KeyScope::Admin));
+    // What a person does (answer, cancel, sign in, manage keys) must not be doable by another
+    // web site the person visits: cross-origin browser requests are refused.
+    let acts = answer
+        .merge(operate)
+        .merge(admin)
+        .route(
+            "/v1/auth/session",
+            post(auth::sign_in).delete(auth::sign_out),
+        )
+        .route_layer(from_fn_with_state(inner.clone(), guard::same_origin));
     Router::new()
         .route(
             "/.well-known/workflow/v1/webhook/{token}",
@@ -183,22 +281,17 @@ fn build(state: AppState, shutdown: watch::Receiver<bool>) -> Router {
                 .put(webhook::receive)
                 .patch(webhook::receive),
         )
-        .route("/v1/sessions/{id}/events", get(session::events))
-        .route("/v1/sessions/{id}/requests", get(session::requests))
-        .route("/v1/sessions/{id}/tasks", get(session::tasks))
-        .merge(
-            // What a person does (answer, cancel) must not be doable by another web site the
-            // person visits: cross-origin browser requests are refused.
-            Router::new()
-                .route("/v1/requests/{id}/answer", post(session::answer))
-                .route("/v1/tasks/{id}/cancel", post(session::cancel))
-                .route_layer(axum::middleware::from_fn(error::same_origin)),
-        )
-        .route("/v1/runs", get(runs::list))
-        .route("/v1/runs/{id}", get(runs::show))
+        .merge(read)
+        .merge(acts)
         .route("/", get(page::index))
+        .route("/healthz", get(health::alive))
+        .route("/readyz", get(health::ready))
         .fallback(error::not_found)
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(from_fn_with_state(inner.clone(), guard::host))
+        .layer(from_fn(error::json_errors))
+        .layer(from_fn(guard::headers))
+        .layer(from_fn_with_state(inner.clone(), metrics::access_log))
         .with_state(inner)
 }
 

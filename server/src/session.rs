@@ -263,20 +263,30 @@ pub(crate) async fn answer(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Answered>, ApiError> {
     let body = crate::error::body(&inner, body)?;
-    let body: AnswerBody = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::malformed(format!(
-            "the answer must be a JSON object {{\"optionId\": …}} or {{\"text\": …}}: {e}"
-        ))
-    })?;
+    // The same answer as before for a body that is not one object (an array included).
+    let body: AnswerBody = crate::error::json_object(
+        &body,
+        "the answer as a JSON object {\"optionId\": …} or {\"text\": …}",
+    )?;
     let request_id = RequestId::new(request);
     let response = InputResponse {
         option_id: body.option_id,
         text: body.text,
     };
-    let d = inner
+    let d = match inner
         .store
         .answer(&request_id, response, inner.clock.now())
-        .await?;
+        .await
+    {
+        Ok(d) => d,
+        Err(e) => {
+            inner.metrics.answer("refused");
+            return Err(e.into());
+        }
+    };
+    inner
+        .metrics
+        .answer(if d.duplicate { "duplicate" } else { "accepted" });
     if !d.duplicate {
         inner.wrote();
     }

@@ -24,6 +24,20 @@ use subtle::ConstantTimeEq;
 /// The longest `Idempotency-Key` accepted, in bytes.
 pub const IDEMPOTENCY_KEY_MAX: usize = 255;
 
+/// The deepest nesting of arrays and objects a webhook's JSON body may have; a deeper body is
+/// refused 400 before anything is delivered (the run could not decode it).
+pub const MAX_JSON_DEPTH: usize = 64;
+
+/// Request headers never journaled (credentials of the sender or of a proxy), whatever the
+/// configuration; [`crate::ServerConfig::webhook_drop_headers`] adds more and
+/// [`crate::ServerConfig::webhook_keep_headers`] keeps some back.
+pub const SENSITIVE_HEADERS: [&str; 4] = [
+    "authorization",
+    "cookie",
+    "proxy-authorization",
+    "x-api-key",
+];
+
 const TOKEN_PREFIX: &str = "wh_";
 
 /// Whether `token` has the shape of a webhook token minted by `ctx.create_webhook`: `wh_`
@@ -64,13 +78,34 @@ pub(crate) async fn receive(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let result = deliver(&inner, &token, method, headers, body).await;
+    inner.metrics.webhook(match &result {
+        Ok((_, true)) => "duplicate",
+        Ok((_, false)) => "delivered",
+        Err(e) if e.code() == "unknown_webhook" => "unknown",
+        Err(e) if e.status().is_client_error() => "refused",
+        Err(_) => "failed",
+    });
+    result.map(|(resp, _)| resp)
+}
+
+/// The delivery, and whether it was a duplicate.
+async fn deliver(
+    inner: &Arc<Inner>,
+    token: &str,
+    method: Method,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(Response, bool), ApiError> {
+    let (inner, token) = (inner.clone(), token.to_owned());
     if !is_webhook_token(&token) {
         return Err(unknown_webhook());
     }
     let body = crate::error::body(&inner, body)?;
     let key = idempotency_key(&headers)?;
-    let recorded = record_headers(&headers)?;
+    let recorded = record_headers(&inner.config, &headers)?;
     let body = body_json(&headers, &body)?;
+    check_depth(body.get())?;
     let payload = Payload::from_value(&WireRequest {
         method: method.as_str(),
         headers: &recorded,
@@ -101,10 +136,11 @@ pub(crate) async fn receive(
             None
         }
     };
-    Ok(match respond_with {
+    let resp = match respond_with {
         Some(r) => custom_response(&r),
         None => accepted(),
-    })
+    };
+    Ok((resp, delivered.duplicate))
 }
 
 fn accepted() -> Response {
@@ -137,10 +173,25 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     Ok(v.to_str().ok().map(str::to_owned))
 }
 
-/// Lower-case names (as HTTP/1 and 2 give them); repeated headers joined with ", ".
-fn record_headers(headers: &HeaderMap) -> Result<BTreeMap<String, String>, ApiError> {
+/// Whether a header is journaled: not a sensitive one (the built-in list and the configured
+/// additions) unless the configuration keeps it.
+fn recorded(config: &crate::ServerConfig, name: &str) -> bool {
+    let listed = |list: &[String]| list.iter().any(|h| h.eq_ignore_ascii_case(name));
+    let sensitive = SENSITIVE_HEADERS.contains(&name) || listed(&config.webhook_drop_headers);
+    !sensitive || listed(&config.webhook_keep_headers)
+}
+
+/// Lower-case names (as HTTP/1 and 2 give them); repeated headers joined with ", "; sensitive
+/// headers left out (see [`recorded`]).
+fn record_headers(
+    config: &crate::ServerConfig,
+    headers: &HeaderMap,
+) -> Result<BTreeMap<String, String>, ApiError> {
     let mut out: BTreeMap<String, String> = BTreeMap::new();
     for (name, value) in headers {
+        if !recorded(config, name.as_str()) {
+            continue;
+        }
         let v = value.to_str().map_err(|_| {
             ApiError::malformed(format!(
                 "header {name} is not visible ASCII; webhook headers are recorded as text"
@@ -191,6 +242,37 @@ fn body_json(headers: &HeaderMap, body: &Bytes) -> Result<Box<RawValue>, ApiErro
             Ok(RawValue::from_string(quoted).expect("a JSON string is JSON"))
         }
     }
+}
+
+/// 400 when the JSON text nests arrays and objects deeper than [`MAX_JSON_DEPTH`]. The text is
+/// valid JSON, so brackets inside strings are the only ones to skip.
+fn check_depth(json: &str) -> Result<(), ApiError> {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for b in json.bytes() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_JSON_DEPTH {
+                    return Err(ApiError::malformed(format!(
+                        "the JSON body nests deeper than {MAX_JSON_DEPTH} levels; flatten it"
+                    )));
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// The `respond_with` recorded in the `HookCreated` of the hook that received `delivered`.
@@ -265,7 +347,9 @@ fn custom_response(r: &WebhookResponse) -> Response {
             other.to_string()
         }
     };
-    (status, headers, body).into_response()
+    let mut resp = (status, headers, body).into_response();
+    resp.extensions_mut().insert(crate::error::OwnBody);
+    resp
 }
 
 #[cfg(test)]
@@ -304,6 +388,41 @@ mod tests {
         assert_eq!(err.status(), StatusCode::BAD_REQUEST);
         let err = body_json(&HeaderMap::new(), &Bytes::from_static(&[0xff, 0xfe])).unwrap_err();
         assert_eq!(err.code(), "malformed");
+    }
+
+    #[test]
+    fn depth_limit() {
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert!(check_depth(&deep(MAX_JSON_DEPTH)).is_ok());
+        assert!(check_depth(&deep(MAX_JSON_DEPTH + 1)).is_err());
+        let quoted = format!(r#"{{"a": "{}\"[[", "b": [1]}}"#, "[".repeat(500));
+        assert!(
+            check_depth(&quoted).is_ok(),
+            "brackets in strings do not count"
+        );
+    }
+
+    #[test]
+    fn sensitive_headers_are_not_recorded() {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("authorization", "Bearer secret"),
+            ("cookie", "a=b"),
+            ("proxy-authorization", "Basic x"),
+            ("x-api-key", "k"),
+            ("x-signature", "sig"),
+            ("x-custom-secret", "s"),
+            ("content-type", "application/json"),
+        ] {
+            h.insert(HeaderName::from_static(k), HeaderValue::from_static(v));
+        }
+        let config = crate::ServerConfig {
+            webhook_drop_headers: vec!["X-Custom-Secret".into()],
+            webhook_keep_headers: vec!["x-api-key".into()],
+            ..crate::ServerConfig::default()
+        };
+        let kept: Vec<String> = record_headers(&config, &h).unwrap().into_keys().collect();
+        assert_eq!(kept, ["content-type", "x-api-key", "x-signature"]);
     }
 
     #[test]

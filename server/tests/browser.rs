@@ -139,6 +139,15 @@ impl Browser {
             .await;
     }
 
+    async fn type_into(&self, element: &str, text: &str) {
+        self.cmd(
+            "POST",
+            &format!("/element/{element}/value"),
+            json!({ "text": text }),
+        )
+        .await;
+    }
+
     async fn text(&self, element: &str) -> String {
         self.cmd("GET", &format!("/element/{element}/text"), Value::Null)
             .await
@@ -209,7 +218,16 @@ async fn clicking_approve_in_chromium_completes_the_run() {
     }
     let (_dir, store) = sqlite().await;
     let worker = worker(store.clone()).await;
-    let server = TestServer::start(store.clone(), |_| {}).await;
+    let keys_on = |c: &mut eve_server::ServerConfig| c.insecure_no_auth = false;
+    let server = TestServer::start(store.clone(), keys_on).await;
+    let key = eve_server::create_key(
+        &*store,
+        "browser",
+        eve_core::KeyScope::Answer,
+        eve_core::Timestamp::now(),
+    )
+    .await
+    .expect("create key");
     let run = start(
         &store,
         "s-browser",
@@ -230,6 +248,11 @@ async fn clicking_approve_in_chromium_completes_the_run() {
 
     let browser = Browser::start().await;
     browser.goto(&server.url("/?session=s-browser")).await;
+    // The page asks for a key first, and signs in with it (an HttpOnly cookie).
+    let input = browser.find("#signin:not([hidden]) #key").await;
+    browser.type_into(&input, &key.text).await;
+    let submit = browser.find("#signin-submit").await;
+    browser.click(&submit).await;
 
     let approve = browser.find(r#"button[data-option="approve"]"#).await;
     let cancel = browser.find(r#"button[data-option="cancel"]"#).await;
@@ -258,7 +281,7 @@ async fn clicking_approve_in_chromium_completes_the_run() {
     // Last-Event-ID) and the click goes to the new server.
     let addr = server.addr;
     server.stop().await;
-    let server = TestServer::start_on(addr, store.clone(), |_| {}).await;
+    let server = TestServer::start_on(addr, store.clone(), keys_on).await;
     browser.find("#conn.live").await;
 
     browser.click(&approve).await;

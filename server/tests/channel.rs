@@ -193,6 +193,20 @@ async fn answers_tasks_and_runs_over_http() {
     assert_eq!((s, e["code"].as_str()), (422, Some("invalid_answer")));
     let (s, e) = answer(&server, &deploy_req, json!({ "option": "approve" })).await;
     assert_eq!((s, e["code"].as_str()), (400, Some("malformed")));
+    // An array is not an answer (serde alone would read it as the struct's fields in order).
+    for not_an_object in [
+        json!(["approve"]),
+        json!(["approve", null]),
+        json!("approve"),
+        json!(null),
+    ] {
+        let (s, e) = answer(&server, &deploy_req, not_an_object.clone()).await;
+        assert_eq!(
+            (s, e["code"].as_str()),
+            (400, Some("malformed")),
+            "{not_an_object}"
+        );
+    }
     let resp = reqwest::Client::new()
         .post(server.url(&format!("/v1/requests/{deploy_req}/answer")))
         .body("{\"optionId\": ")
@@ -368,6 +382,7 @@ async fn an_idle_stream_does_not_poll_and_wakes_at_once_on_this_servers_writes()
     )
     .with_config(eve_server::ServerConfig {
         poll_interval: std::time::Duration::from_millis(50),
+        insecure_no_auth: true,
         ..eve_server::ServerConfig::default()
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

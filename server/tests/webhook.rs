@@ -324,6 +324,26 @@ async fn bad_requests_are_refused_without_touching_the_run() {
         .await
         .unwrap();
     assert_eq!(code(resp).await, (400, "malformed".into()));
+    // JSON nested deeper than the limit (the 200 levels, and just past the limit),
+    // under a JSON content type or none: refused before any ack.
+    for depth in [eve_server::MAX_JSON_DEPTH + 1, 100, 200] {
+        let deep = format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+        let resp = client
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(deep.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(code(resp).await, (400, "malformed".into()), "depth {depth}");
+    }
+    let deep = format!("{}1{}", "{\"a\":".repeat(100), "}".repeat(100));
+    let resp = client.post(&url).body(deep).send().await.unwrap();
+    assert_eq!(
+        code(resp).await,
+        (400, "malformed".into()),
+        "deep objects, no content type"
+    );
     // GET is not a delivery.
     let resp = client.get(&url).send().await.unwrap();
     assert_eq!(resp.status(), 405);
@@ -356,11 +376,81 @@ async fn bad_requests_are_refused_without_touching_the_run() {
     server.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_in_webhook_headers_are_never_journaled() {
+    let (_dir, store) = sqlite().await;
+    let server = TestServer::start(store.clone(), |c| {
+        c.webhook_drop_headers = vec!["X-Vendor-Token".into()];
+    })
+    .await;
+    let worker = worker(store.clone()).await;
+    let announced = expect_url("redact");
+    let mut events = SseClient::connect(&server.url("/v1/sessions/s-redact/events"), None).await;
+    let run = start(
+        &store,
+        "s-redact",
+        "call-1",
+        "collect",
+        json!({ "key": "redact", "count": 1 }),
+    )
+    .await;
+    let url = server.url(&announced.await.expect("webhook announced"));
+    let resp = reqwest::Client::new()
+        .post(&url)
+        .header("authorization", "Bearer sekret-1")
+        .header("cookie", "session=sekret-2")
+        .header("proxy-authorization", "Basic sekret-3")
+        .header("x-api-key", "sekret-4")
+        .header("x-vendor-token", "sekret-5")
+        .header("x-request-id", "req-77")
+        .json(&json!({ "status": "ok" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 202);
+    let settled = events.until("tool.settled").await.pop().unwrap().json();
+    let headers = &settled["event"]["data"]["result"]["data"]["output"][0]["headers"];
+    assert_eq!(headers["x-request-id"], "req-77", "{headers}");
+    for name in [
+        "authorization",
+        "cookie",
+        "proxy-authorization",
+        "x-api-key",
+        "x-vendor-token",
+    ] {
+        assert!(
+            headers.get(name).is_none(),
+            "{name} reached the run: {headers}"
+        );
+    }
+    // Not in the journal, not in the runs API, not on the channel.
+    let journal = format!("{:?}", journal(&store, &run).await);
+    let api = reqwest::get(server.url(&format!("/v1/runs/{run}")))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for text in [&journal, &api, &settled.to_string()] {
+        assert!(
+            !text.contains("sekret"),
+            "a credential was journaled: {text}"
+        );
+        assert!(text.contains("req-77"));
+    }
+    worker.shutdown().await;
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn router_nests_in_another_app() {
     // The router is an ordinary axum Router: a host may merge it with its own routes.
     let (_dir, store) = sqlite().await;
-    let state = eve_server::AppState::new(store, Arc::new(eve_core::engine::SystemClock));
+    let state = eve_server::AppState::new(store, Arc::new(eve_core::engine::SystemClock))
+        .with_config(eve_server::ServerConfig {
+            insecure_no_auth: true,
+            ..eve_server::ServerConfig::default()
+        });
     let app = Router::new()
         .route("/health", axum::routing::get(|| async { "ok" }))
         .merge(eve_server::router(state));

@@ -69,6 +69,8 @@
 //! | session counter | `SESS#{session}` | `CTR` | `next`: the session log's next seq |
 //! | session log batch | `SESS#{session}` | `LOG#{last_seq}` | `f`, `n`, `b`: the [`SessionEntry`](eve_core::SessionEntry)s one write made |
 //! | worker | `WORKER#{worker}` | `-` | `epoch`, `dep`, `exp` (lease expiry), `ret` (retired), `rat` (when), `cln` (the epoch whose lapse entry was dropped); its lapse entry (`g4` keys) |
+//! | api key | `APIKEYS` | `KEY#{id}` | `id`, `name`, `scope`, `hash`, `cat`, `rat` (revoked at): contract clause 8 |
+//! | api key hash | `KEYHASH#{hash}` | `-` | `id`: finds a key by hash; written with the key, so hashes are unique |
 //! | superseded epoch | `WORKER#{worker}` | `OLD#{epoch}#{superseded_at}` | only its lapse entry, until the runs that epoch held are taken |
 //!
 //! Event and session batches are keyed by their **last** seq, so one `Query` with

@@ -33,6 +33,7 @@
 //! | `requests` | `request_id` | input requests: pending, answered (with the response), withdrawn |
 //! | `session_heads`, `session_log` | `session_id`; `(session_id, seq)` | the session log |
 //! | `workers` | `worker_id` | leases: deployment, epoch, expiry, retired |
+//! | `api_keys` | `id`; unique `hash` | API keys: name, scope, created_at, revoked_at (contract clause 8) |
 //!
 //! Undecodable rows (unknown format version, truncated body, wrong count) read back as
 //! [`StoreError::Corrupt`] naming the run and the row's first seq.
@@ -142,7 +143,7 @@
 
 use async_trait::async_trait;
 use eve_core::{
-    Append, Appended, CancelOutcome, CreatedRun, Delivered, DeploymentId, InputResponse,
+    ApiKey, Append, Appended, CancelOutcome, CreatedRun, Delivered, DeploymentId, InputResponse,
     JournalStore, Lease, NewRun, Payload, PendingRequest, RequestId, Resolution, RunId, RunQuery,
     RunRecord, SessionEntry, SessionId, StoreError, StoredEvent, Timestamp, WatchHub, WatchKey,
     WorkerId,
@@ -157,6 +158,7 @@ mod commit;
 mod config;
 mod deliveries;
 mod error;
+mod keys;
 mod reads;
 mod schema;
 mod wake;
@@ -252,6 +254,22 @@ impl JournalStore for PostgresStore {
     /// `postgres://host:port/database#schema`, as the URL names the host.
     fn store_id(&self) -> String {
         self.inner.db.id.clone()
+    }
+
+    async fn create_key(&self, key: ApiKey) -> Result<(), StoreError> {
+        self.db().create_key(key).await
+    }
+
+    async fn list_keys(&self) -> Result<Vec<ApiKey>, StoreError> {
+        self.db().list_keys().await
+    }
+
+    async fn revoke_key(&self, id: &str, now: Timestamp) -> Result<ApiKey, StoreError> {
+        self.db().revoke_key(id, now).await
+    }
+
+    async fn key_by_hash(&self, hash: &str) -> Result<Option<ApiKey>, StoreError> {
+        self.db().key_by_hash(hash).await
     }
 
     async fn create_run(&self, new: NewRun, now: Timestamp) -> Result<CreatedRun, StoreError> {

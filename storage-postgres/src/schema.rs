@@ -30,10 +30,11 @@ pub(crate) fn validate_schema(schema: &str) -> Result<(), StoreError> {
 
 /// The migrations, in order. `{s}` stands for the quoted schema. Never edit a released one:
 /// add a new version.
-const MIGRATIONS: &[(i32, &str, &str)] = &[(
-    1,
-    "journal, runs, indexes, workers, sessions",
-    r#"
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (
+        1,
+        "journal, runs, indexes, workers, sessions",
+        r#"
 CREATE TABLE {s}.runs (
     run_id           TEXT PRIMARY KEY,
     ord              BIGSERIAL NOT NULL UNIQUE,
@@ -132,7 +133,22 @@ CREATE TABLE {s}.workers (
     retired       BOOLEAN NOT NULL DEFAULT FALSE
 );
 "#,
-)];
+    ),
+    (
+        2,
+        "api keys",
+        r#"
+CREATE TABLE {s}.api_keys (
+    id         TEXT PRIMARY KEY,
+    name       TEXT NOT NULL,
+    scope      TEXT NOT NULL,
+    hash       TEXT NOT NULL UNIQUE,
+    created_at BIGINT NOT NULL,
+    revoked_at BIGINT
+);
+"#,
+    ),
+];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;

@@ -31,6 +31,7 @@
 //! | `requests` | `request_id` | `state` pending / answered / withdrawn, the request, the response and its seq |
 //! | `session_log` | `(session_id, seq)` | session channel entries |
 //! | `workers` | `worker_id` | `deployment`, `epoch`, `expires_at`, `retired` |
+//! | `api_keys` | `id`; unique `hash` | `name`, `scope`, `created_at`, `revoked_at` (contract clause 8) |
 //!
 //! Every index change is derived from [`eve_core::Effects::of`], as `MemoryStore` does; when
 //! events end a run its hooks are released, its pending requests withdrawn, its timers dropped
@@ -110,6 +111,7 @@
 //! - [x] notifications of other processes' writes (`PRAGMA data_version` read every 100 ms)
 
 mod error;
+mod keys;
 mod rows;
 mod schema;
 mod watch;
@@ -120,10 +122,10 @@ use crate::rows::{opt_i64, run_cols, run_record, text, u64_col};
 use async_trait::async_trait;
 use eve_core::codec::decode_batch;
 use eve_core::{
-    check_limits, Append, Appended, CancelOutcome, CreatedRun, Delivered, DeploymentId, Event,
-    InputRequest, InputResponse, JournalStore, Lease, NewRun, Payload, PendingRequest, RequestId,
-    Resolution, RunId, RunQuery, RunRecord, SessionEntry, SessionEvent, SessionId, StoreError,
-    StoredEvent, Timestamp, WatchHub, WatchKey, WorkerId,
+    check_limits, ApiKey, Append, Appended, CancelOutcome, CreatedRun, Delivered, DeploymentId,
+    Event, InputRequest, InputResponse, JournalStore, Lease, NewRun, Payload, PendingRequest,
+    RequestId, Resolution, RunId, RunQuery, RunRecord, SessionEntry, SessionEvent, SessionId,
+    StoreError, StoredEvent, Timestamp, WatchHub, WatchKey, WorkerId,
 };
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
@@ -406,6 +408,22 @@ impl JournalStore for SqliteStore {
 
     fn store_id(&self) -> String {
         self.id.to_string()
+    }
+
+    async fn create_key(&self, key: ApiKey) -> Result<(), StoreError> {
+        keys::create(&self.reads, key).await
+    }
+
+    async fn list_keys(&self) -> Result<Vec<ApiKey>, StoreError> {
+        keys::list(&self.reads).await
+    }
+
+    async fn revoke_key(&self, id: &str, now: Timestamp) -> Result<ApiKey, StoreError> {
+        keys::revoke(&self.reads, id, now).await
+    }
+
+    async fn key_by_hash(&self, hash: &str) -> Result<Option<ApiKey>, StoreError> {
+        keys::by_hash(&self.reads, hash).await
     }
 
     async fn create_run(&self, run: NewRun, now: Timestamp) -> Result<CreatedRun, StoreError> {

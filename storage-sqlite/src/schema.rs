@@ -5,10 +5,11 @@ use eve_core::StoreError;
 use sqlx::{Row, SqliteConnection};
 
 /// The schema version this build writes and reads.
-pub(crate) const SCHEMA_VERSION: i64 = 1;
+pub(crate) const SCHEMA_VERSION: i64 = 2;
 
 /// Migrations in order; entry `i` brings the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE runs (
     run_id           TEXT PRIMARY KEY,
     idempotency_key  TEXT NOT NULL UNIQUE,
@@ -106,7 +107,18 @@ CREATE TABLE workers (
     expires_at INTEGER NOT NULL,
     retired    INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
-"#];
+"#,
+    r#"
+CREATE TABLE api_keys (
+    id         TEXT PRIMARY KEY,
+    name       TEXT NOT NULL,
+    scope      TEXT NOT NULL,
+    hash       TEXT NOT NULL UNIQUE,
+    created_at INTEGER NOT NULL,
+    revoked_at INTEGER
+);
+"#,
+];
 
 /// Brings the database to [`SCHEMA_VERSION`] in one `BEGIN IMMEDIATE` transaction, so two
 /// processes opening a fresh file at once apply each migration once.

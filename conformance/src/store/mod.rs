@@ -6,6 +6,7 @@ pub mod blocked;
 pub mod deliveries;
 pub mod hooks;
 pub mod isolation;
+pub mod keys;
 pub mod leases;
 pub mod limits;
 pub mod persistence;

@@ -60,6 +60,8 @@ impl TestServer {
         let mut config = ServerConfig {
             base_url: base.clone(),
             poll_interval: Duration::from_millis(20),
+            // The tests of what routes do run without keys; tests/auth.rs turns keys on.
+            insecure_no_auth: true,
             ..ServerConfig::default()
         };
         tune(&mut config);
@@ -378,9 +380,17 @@ pub struct SseClient {
 
 impl SseClient {
     pub async fn connect(url: &str, last_event_id: Option<u64>) -> Self {
+        Self::connect_with(url, last_event_id, None).await
+    }
+
+    /// [`SseClient::connect`] with an API key.
+    pub async fn connect_with(url: &str, last_event_id: Option<u64>, key: Option<&str>) -> Self {
         let mut req = reqwest::Client::new()
             .get(url)
             .header("accept", "text/event-stream");
+        if let Some(k) = key {
+            req = req.bearer_auth(k);
+        }
         if let Some(id) = last_event_id {
             req = req.header("last-event-id", id.to_string());
         }

@@ -10,6 +10,7 @@
 
 mod commit;
 mod deliveries;
+mod keys;
 mod leases;
 mod reads;
 mod sessions;
@@ -24,7 +25,7 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::Client;
 use eve_core::{
-    Append, Appended, CancelOutcome, CreatedRun, Delivered, DeploymentId, InputResponse,
+    ApiKey, Append, Appended, CancelOutcome, CreatedRun, Delivered, DeploymentId, InputResponse,
     JournalStore, Lease, NewRun, Payload, PendingRequest, RequestId, Resolution, RunId, RunQuery,
     RunRecord, SessionEntry, SessionId, StoreError, StoredEvent, Timestamp, WorkerId,
 };
@@ -308,6 +309,22 @@ impl JournalStore for DynamoStore {
 
     async fn create_run(&self, new: NewRun, now: Timestamp) -> Result<CreatedRun, StoreError> {
         commit::create_run(self, new, now).await
+    }
+
+    async fn create_key(&self, key: ApiKey) -> Result<(), StoreError> {
+        DynamoStore::create_key(self, key).await
+    }
+
+    async fn list_keys(&self) -> Result<Vec<ApiKey>, StoreError> {
+        DynamoStore::list_keys(self).await
+    }
+
+    async fn revoke_key(&self, id: &str, now: Timestamp) -> Result<ApiKey, StoreError> {
+        DynamoStore::revoke_key(self, id, now).await
+    }
+
+    async fn key_by_hash(&self, hash: &str) -> Result<Option<ApiKey>, StoreError> {
+        DynamoStore::key_by_hash(self, hash).await
     }
 
     async fn append(&self, a: Append) -> Result<Appended, StoreError> {

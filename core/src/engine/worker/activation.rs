@@ -61,6 +61,11 @@ impl Inner {
         rec: RunRecord,
         journal: Option<Vec<StoredEvent>>,
     ) -> ActivationEnd {
+        if rec.processed_seq == 0 {
+            info!(run_id = %rec.run_id, tool = %rec.tool, session_id = %rec.session_id, "run started");
+        } else if rec.activations > 1 {
+            info!(run_id = %rec.run_id, activations = rec.activations, "run retried: an earlier activation died");
+        }
         let span = info_span!("activation", run_id = %rec.run_id, activations = rec.activations);
         let run = rec.run_id.clone();
         let end = self.activate_inner(&rec, journal).instrument(span).await;
@@ -329,7 +334,14 @@ impl Inner {
                 events.truncate(crate::store::MAX_EVENTS_PER_APPEND);
             }
             match self.append_deliver(run, exec, events).await? {
-                Ok(Appendix::Done) if last => return Ok(()),
+                Ok(Appendix::Done) if last => {
+                    match &terminal {
+                        Event::RunFailed { error } => warn!(run_id = %run, %error, "run failed"),
+                        Event::RunCancelled => info!(run_id = %run, "run cancelled"),
+                        _ => info!(run_id = %run, "run completed"),
+                    }
+                    return Ok(());
+                }
                 // A delivery that cannot be replayed any more changes nothing: the body is done.
                 Ok(_) | Err(_) => {}
             }

@@ -1,0 +1,111 @@
+//! API key records: what a store keeps of the credentials that open the HTTP surface.
+//!
+//! A store never sees a key's secret, only its hash (the server hashes, see `eve-server`); it
+//! keeps one [`ApiKey`] per key, finds it by hash, and marks it revoked.
+
+use crate::error::StoreError;
+use crate::time::Timestamp;
+use serde::{Deserialize, Serialize};
+
+/// What a key may do. Scopes are ordered: each includes everything the ones before it allow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyScope {
+    /// Read runs, journals, requests, tasks and the session channel.
+    Read,
+    /// Also answer input requests.
+    Answer,
+    /// Also start calls, cancel tasks and resume hooks.
+    Operate,
+    /// Also create, list and revoke keys.
+    Admin,
+}
+
+impl KeyScope {
+    /// Every scope, least to most.
+    pub const ALL: [KeyScope; 4] = [
+        KeyScope::Read,
+        KeyScope::Answer,
+        KeyScope::Operate,
+        KeyScope::Admin,
+    ];
+
+    /// The lowercase name, as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyScope::Read => "read",
+            KeyScope::Answer => "answer",
+            KeyScope::Operate => "operate",
+            KeyScope::Admin => "admin",
+        }
+    }
+
+    /// Parses [`KeyScope::as_str`].
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+
+    /// Whether a key of this scope may do what `needed` allows.
+    pub fn allows(self, needed: KeyScope) -> bool {
+        self >= needed
+    }
+}
+
+impl std::fmt::Display for KeyScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A stored API key: everything but its secret.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiKey {
+    /// Unique, shown in listings and part of the key's text; names the key for revocation.
+    pub id: String,
+    /// What a person called it.
+    pub name: String,
+    /// What it may do.
+    pub scope: KeyScope,
+    /// The lowercase hex SHA-256 of the key's text; unique store-wide. Never shown.
+    #[serde(skip_serializing)]
+    pub hash: String,
+    /// When it was created.
+    pub created_at: Timestamp,
+    /// When it was revoked; a revoked key opens nothing.
+    pub revoked_at: Option<Timestamp>,
+}
+
+impl ApiKey {
+    /// Checks the contract's rules for a new key: non-empty id, name and hash, not revoked.
+    ///
+    /// # Errors
+    /// `InvalidInput` saying which field.
+    pub fn validate(&self) -> Result<(), StoreError> {
+        for (what, v) in [
+            ("key id", &self.id),
+            ("key name", &self.name),
+            ("key hash", &self.hash),
+        ] {
+            if v.is_empty() {
+                return Err(StoreError::InvalidInput(format!(
+                    "{what} must not be empty"
+                )));
+            }
+        }
+        if self.revoked_at.is_some() {
+            return Err(StoreError::InvalidInput(
+                "a new key cannot be revoked already; create it, then revoke it".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The `AlreadyExists` answer for a key whose id or hash is taken.
+    pub fn exists(&self) -> StoreError {
+        StoreError::AlreadyExists {
+            what: "api key",
+            id: self.id.clone(),
+            hint: "key ids and hashes are unique; generate a new key",
+        }
+    }
+}

@@ -1,0 +1,299 @@
+//! API keys: minting, hashing, checking a request's credential against the store, signing the
+//! page in with a cookie, and the admin routes that create, list and revoke keys.
+//!
+//! A key's text is `eve_<id>_<secret>`: `id` is 12 hex digits (shown in listings, names the key
+//! for revocation), `secret` 64 hex digits (256 random bits). The store keeps only the SHA-256
+//! of the whole text ([`key_hash`]); the text is shown once, when the key is created. A request
+//! carries it as `Authorization: Bearer <key>` or, from the page, in the HttpOnly cookie
+//! [`COOKIE`] set by `POST /v1/auth/session`. The looked-up hash is compared with the computed
+//! one in constant time.
+
+use crate::error::ApiError;
+use crate::Inner;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use eve_core::{ApiKey, JournalStore, KeyScope, StoreError, Timestamp};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+use subtle::ConstantTimeEq;
+
+/// The prefix of every key's text.
+pub const KEY_PREFIX: &str = "eve_";
+
+/// The name of the cookie the page signs in with.
+pub const COOKIE: &str = "eve_key";
+
+/// A key just created: its text (shown once, never stored) and its record.
+#[derive(Clone, Debug)]
+pub struct NewKey {
+    /// `eve_<id>_<secret>`: what a client sends as `Authorization: Bearer`.
+    pub text: String,
+    /// What the store keeps.
+    pub record: ApiKey,
+}
+
+/// The lowercase hex SHA-256 of a key's text: what the store keeps and looks keys up by.
+pub fn key_hash(text: &str) -> String {
+    hex(&Sha256::digest(text.as_bytes()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn random_hex(n: usize) -> Result<String, StoreError> {
+    let mut buf = vec![0u8; n];
+    getrandom::fill(&mut buf).map_err(|e| StoreError::Other {
+        backend: "eve-server",
+        source: format!("the operating system gave no random bytes: {e}").into(),
+    })?;
+    Ok(hex(&buf))
+}
+
+/// The id part of a key's text, if it has the shape `eve_<12 hex>_<64 hex>`.
+fn key_id(text: &str) -> Option<&str> {
+    let (id, secret) = text.strip_prefix(KEY_PREFIX)?.split_once('_')?;
+    let is_hex = |s: &str, len: usize| {
+        s.len() == len
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    (is_hex(id, 12) && is_hex(secret, 64)).then_some(id)
+}
+
+/// Mints a key named `name` with `scope` and stores it.
+///
+/// # Errors
+/// `InvalidInput` for an empty name; the store's errors.
+pub async fn create_key(
+    store: &dyn JournalStore,
+    name: &str,
+    scope: KeyScope,
+    now: Timestamp,
+) -> Result<NewKey, StoreError> {
+    let id = random_hex(6)?;
+    let text = format!("{KEY_PREFIX}{id}_{}", random_hex(32)?);
+    let record = ApiKey {
+        id,
+        name: name.to_owned(),
+        scope,
+        hash: key_hash(&text),
+        created_at: now,
+        revoked_at: None,
+    };
+    store.create_key(record.clone()).await?;
+    Ok(NewKey { text, record })
+}
+
+/// The key `text` names, if it is a live key of the store: found by hash, hashes compared in
+/// constant time, not revoked.
+///
+/// # Errors
+/// 401 `unauthorized` (malformed, unknown or revoked), or the store's error.
+pub(crate) async fn check_key(store: &dyn JournalStore, text: &str) -> Result<ApiKey, ApiError> {
+    let Some(id) = key_id(text) else {
+        return Err(unauthorized(
+            "the key is not an eve key (eve_<id>_<secret>); create one with `eve keys create`",
+        ));
+    };
+    let hash = key_hash(text);
+    let key = store.key_by_hash(&hash).await?;
+    match key {
+        Some(k)
+            if bool::from(k.hash.as_bytes().ct_eq(hash.as_bytes()))
+                && bool::from(k.id.as_bytes().ct_eq(id.as_bytes())) =>
+        {
+            if k.revoked_at.is_some() {
+                Err(unauthorized(
+                    "this key was revoked; ask an admin for a new one",
+                ))
+            } else {
+                Ok(k)
+            }
+        }
+        _ => Err(unauthorized(
+            "unknown key; check it, or create one with `eve keys create`",
+        )),
+    }
+}
+
+fn unauthorized(message: &str) -> ApiError {
+    ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+}
+
+/// The credential a request carries: `Authorization: Bearer`, else the page's cookie.
+fn credential(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    if let Some(v) = headers.get(header::AUTHORIZATION) {
+        let v = v.to_str().unwrap_or("");
+        let token = v
+            .strip_prefix("Bearer ")
+            .or_else(|| v.strip_prefix("bearer "))
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| unauthorized("send the key as `Authorization: Bearer <key>`"))?;
+        return Ok(Some(token.to_owned()));
+    }
+    Ok(headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|c| c.trim().split_once('='))
+        .find(|(name, _)| *name == COOKIE)
+        .map(|(_, value)| value.to_owned()))
+}
+
+/// Lets the request through when it carries a live key whose scope allows `needed` (or when the
+/// server runs with `insecure_no_auth`): 401 without a usable key, 403 `forbidden` when the
+/// key's scope is too small.
+pub(crate) async fn require(
+    State((inner, needed)): State<(Arc<Inner>, KeyScope)>,
+    req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    if inner.config.insecure_no_auth {
+        return Ok(next.run(req).await);
+    }
+    let Some(text) = credential(req.headers())? else {
+        return Err(unauthorized(
+            "this route needs an API key: send `Authorization: Bearer <key>` (create one with `eve keys create`)",
+        ));
+    };
+    let key = check_key(&*inner.store, &text).await?;
+    if !key.scope.allows(needed) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!(
+                "key {} has scope {}; this route needs {needed} or higher",
+                key.id, key.scope
+            ),
+        ));
+    }
+    Ok(next.run(req).await)
+}
+
+/// The body of `POST /v1/auth/session`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SignIn {
+    key: String,
+}
+
+/// `POST /v1/auth/session` with `{"key": "eve_…"}`: checks the key and sets it as an HttpOnly,
+/// SameSite=Strict cookie (Secure when the base URL is https), so the page's requests and its
+/// event stream carry it. 200 `{"key": ApiKey}` (who signed in); 401 for a key that opens
+/// nothing.
+pub(crate) async fn sign_in(
+    State(inner): State<Arc<Inner>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = crate::error::body(&inner, body)?;
+    let SignIn { key } = crate::error::json_object(&body, "{\"key\": \"eve_…\"}")?;
+    let record = check_key(&*inner.store, key.trim()).await?;
+    let secure = if inner.config.base_url.starts_with("https://") {
+        "; Secure"
+    } else {
+        ""
+    };
+    let cookie = format!(
+        "{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/{secure}",
+        key.trim()
+    );
+    let cookie = HeaderValue::from_str(&cookie)
+        .map_err(|_| ApiError::malformed("the key cannot be sent as a cookie"))?;
+    Ok((
+        StatusCode::OK,
+        [(header::SET_COOKIE, cookie)],
+        Json(serde_json::json!({ "key": record })),
+    )
+        .into_response())
+}
+
+/// `DELETE /v1/auth/session`: clears the page's cookie. 204.
+pub(crate) async fn sign_out() -> Response {
+    (
+        StatusCode::NO_CONTENT,
+        [(
+            header::SET_COOKIE,
+            format!("{COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"),
+        )],
+    )
+        .into_response()
+}
+
+/// The body of `POST /v1/keys`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateKey {
+    name: String,
+    scope: String,
+}
+
+/// `POST /v1/keys` with `{"name", "scope"}` (admin): 201 `{"key": "eve_…", "record": ApiKey}`.
+/// The key's text is in this answer only.
+pub(crate) async fn create(
+    State(inner): State<Arc<Inner>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = crate::error::body(&inner, body)?;
+    let req: CreateKey = crate::error::json_object(
+        &body,
+        "{\"name\": …, \"scope\": \"read|answer|operate|admin\"}",
+    )?;
+    let scope = KeyScope::parse(&req.scope).ok_or_else(|| {
+        ApiError::malformed(format!(
+            "unknown scope {:?}; use read, answer, operate or admin",
+            req.scope
+        ))
+    })?;
+    let new = create_key(&*inner.store, &req.name, scope, inner.clock.now()).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(serde_json::json!({ "key": new.text, "record": new.record })),
+    )
+        .into_response())
+}
+
+/// `GET /v1/keys` (admin): `{"keys": [ApiKey…]}`, oldest first, without hashes.
+pub(crate) async fn list(
+    State(inner): State<Arc<Inner>>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let keys = inner.store.list_keys().await?;
+    Ok(Json(serde_json::json!({ "keys": keys })))
+}
+
+/// `POST /v1/keys/{id}/revoke` (admin): the revoked record; 404 for an unknown id.
+pub(crate) async fn revoke(
+    State(inner): State<Arc<Inner>>,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let key = inner.store.revoke_key(&id, inner.clock.now()).await?;
+    Ok(Json(serde_json::json!({ "key": key })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_shape() {
+        let id = "0123456789ab";
+        let secret = "f".repeat(64);
+        assert_eq!(key_id(&format!("eve_{id}_{secret}")), Some(id));
+        assert_eq!(key_id(&format!("eve_{id}_{}", &secret[1..])), None);
+        assert_eq!(key_id(&format!("eve_{}_{secret}", id.to_uppercase())), None);
+        assert_eq!(key_id(&format!("xyz_{id}_{secret}")), None);
+        assert_eq!(key_hash("abc").len(), 64);
+        assert_eq!(
+            key_hash("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+}

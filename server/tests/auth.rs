@@ -1,0 +1,360 @@
+//! Credentials and host safety: every route × no key, a key of too small a scope, a revoked
+//! key and the right key; the page's cookie sign-in; the DNS-rebinding request of issue 15
+//! refused; the security headers on every response.
+
+mod common;
+
+use common::*;
+use eve_core::{KeyScope, Timestamp};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+/// A route, the scope it needs, a body, and what the right key gets.
+struct Route {
+    method: Method,
+    path: &'static str,
+    scope: KeyScope,
+    body: Option<Value>,
+    ok: u16,
+}
+
+fn routes() -> Vec<Route> {
+    let r = |method: Method, path, scope, body: Option<Value>, ok| Route {
+        method,
+        path,
+        scope,
+        body,
+        ok,
+    };
+    vec![
+        r(Method::GET, "/v1/runs", KeyScope::Read, None, 200),
+        r(Method::GET, "/v1/runs/run-none", KeyScope::Read, None, 404),
+        r(
+            Method::GET,
+            "/v1/sessions/s/requests",
+            KeyScope::Read,
+            None,
+            200,
+        ),
+        r(
+            Method::GET,
+            "/v1/sessions/s/tasks",
+            KeyScope::Read,
+            None,
+            200,
+        ),
+        r(
+            Method::GET,
+            "/v1/sessions/s/events",
+            KeyScope::Read,
+            None,
+            200,
+        ),
+        r(
+            Method::POST,
+            "/v1/requests/req-none/answer",
+            KeyScope::Answer,
+            Some(json!({ "optionId": "approve" })),
+            404,
+        ),
+        r(
+            Method::POST,
+            "/v1/tasks/run-none/cancel",
+            KeyScope::Operate,
+            None,
+            404,
+        ),
+        r(Method::GET, "/v1/keys", KeyScope::Admin, None, 200),
+        r(
+            Method::POST,
+            "/v1/keys",
+            KeyScope::Admin,
+            Some(json!({ "name": "made over http", "scope": "read" })),
+            201,
+        ),
+        r(
+            Method::POST,
+            "/v1/keys/000000000000/revoke",
+            KeyScope::Admin,
+            None,
+            404,
+        ),
+    ]
+}
+
+async fn call(server: &TestServer, route: &Route, key: Option<&str>) -> (StatusCode, String) {
+    let mut req = reqwest::Client::new().request(route.method.clone(), server.url(route.path));
+    if let Some(k) = key {
+        req = req.bearer_auth(k);
+    }
+    if let Some(b) = &route.body {
+        req = req.json(b);
+    }
+    let resp = req.send().await.expect("request reaches the server");
+    let status = resp.status();
+    // An open event stream never ends: its headers are enough.
+    let body = if route.path.ends_with("/events") && status == 200 {
+        String::new()
+    } else {
+        resp.text().await.expect("body")
+    };
+    (status, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_needs_a_live_key_of_its_scope() {
+    let (_dir, store) = sqlite().await;
+    let server = TestServer::start(store.clone(), |c| c.insecure_no_auth = false).await;
+    let now = Timestamp::now();
+    let mut keys = Vec::new();
+    for scope in KeyScope::ALL {
+        let key = eve_server::create_key(&*store, &format!("{scope} key"), scope, now)
+            .await
+            .expect("create key");
+        assert!(key.text.starts_with("eve_"));
+        keys.push((scope, key.text));
+    }
+    let revoked = eve_server::create_key(&*store, "revoked admin", KeyScope::Admin, now)
+        .await
+        .unwrap();
+    store.revoke_key(&revoked.record.id, now).await.unwrap();
+    let forged = format!("{}0", &keys[3].1[..keys[3].1.len() - 1]);
+
+    for route in routes() {
+        let what = format!("{} {}", route.method, route.path);
+        let (status, body) = call(&server, &route, None).await;
+        assert_eq!(status, 401, "{what} without a key: {body}");
+        let err: Value = serde_json::from_str(&body).expect("a JSON error");
+        assert_eq!(err["code"], "unauthorized", "{what}");
+        for bad in [revoked.text.as_str(), forged.as_str(), "eve_nonsense"] {
+            let (status, body) = call(&server, &route, Some(bad)).await;
+            assert_eq!(status, 401, "{what} with a revoked or unknown key: {body}");
+        }
+        for (scope, key) in &keys {
+            let (status, body) = call(&server, &route, Some(key)).await;
+            if scope.allows(route.scope) {
+                assert_eq!(
+                    status.as_u16(),
+                    route.ok,
+                    "{what} with a {scope} key: {body}"
+                );
+            } else {
+                assert_eq!(status, 403, "{what} with a {scope} key: {body}");
+                let err: Value = serde_json::from_str(&body).unwrap();
+                assert_eq!(err["code"], "forbidden");
+            }
+        }
+    }
+
+    // The public routes need nothing.
+    for path in ["/", "/healthz", "/readyz"] {
+        let resp = reqwest::get(server.url(path)).await.unwrap();
+        assert_eq!(resp.status(), 200, "{path}");
+    }
+    // A webhook's token is its credential: an unknown one is 404, not 401.
+    let resp = reqwest::Client::new()
+        .post(server.url(&format!(
+            "/.well-known/workflow/v1/webhook/wh_{}",
+            "0".repeat(32)
+        )))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+
+    // A key created over HTTP is shown once and works; listings never show hashes or texts.
+    let admin = &keys[3].1;
+    let created: Value = reqwest::Client::new()
+        .post(server.url("/v1/keys"))
+        .bearer_auth(admin)
+        .json(&json!({ "name": "ci", "scope": "answer" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let text = created["key"].as_str().unwrap().to_owned();
+    let id = created["record"]["id"].as_str().unwrap().to_owned();
+    assert!(text.starts_with(&format!("eve_{id}_")));
+    let list = reqwest::Client::new()
+        .get(server.url("/v1/keys"))
+        .bearer_auth(admin)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        list.contains(&id) && !list.contains(&text) && !list.contains("hash"),
+        "{list}"
+    );
+    let (status, _) = call(&server, &routes()[0], Some(&text)).await;
+    assert_eq!(status, 200);
+    let revoke = reqwest::Client::new()
+        .post(server.url(&format!("/v1/keys/{id}/revoke")))
+        .bearer_auth(admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(revoke.status(), 200);
+    let (status, _) = call(&server, &routes()[0], Some(&text)).await;
+    assert_eq!(status, 401, "a key revoked over HTTP opens nothing");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_signs_in_with_an_http_only_strict_cookie() {
+    let (_dir, store) = sqlite().await;
+    let server = TestServer::start(store.clone(), |c| c.insecure_no_auth = false).await;
+    let key = eve_server::create_key(&*store, "page", KeyScope::Answer, Timestamp::now())
+        .await
+        .unwrap();
+    let client = reqwest::Client::new();
+    let bad = client
+        .post(server.url("/v1/auth/session"))
+        .json(&json!({ "key": "eve_wrong" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 401);
+    let cross = client
+        .post(server.url("/v1/auth/session"))
+        .header("origin", "http://attacker.example")
+        .json(&json!({ "key": key.text }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cross.status(), 403, "sign-in from another origin");
+    let resp = client
+        .post(server.url("/v1/auth/session"))
+        .header("origin", server.base.clone())
+        .json(&json!({ "key": key.text }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let cookie = resp.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let pair = cookie.split(';').next().unwrap().to_owned();
+    let runs = client
+        .get(server.url("/v1/runs"))
+        .header("cookie", &pair)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(runs.status(), 200, "the cookie opens what its key opens");
+    let keys = client
+        .get(server.url("/v1/keys"))
+        .header("cookie", &pair)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(keys.status(), 403, "and no more");
+    let out = client
+        .delete(server.url("/v1/auth/session"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.status(), 204);
+    assert!(out.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .contains("Max-Age=0"));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dns_rebinding_request_is_refused_and_answers_nothing() {
+    // Even with auth off, the request of issue 15 (Host and Origin of the attacker's name
+    // resolving to this server) cannot answer: 421 for its Host; and with this server's Host
+    // but the attacker's Origin, 403.
+    let (_dir, store) = sqlite().await;
+    let worker = worker(store.clone()).await;
+    let server = TestServer::start(store.clone(), |_| {}).await;
+    let mut events = SseClient::connect(&server.url("/v1/sessions/s-rebind/events"), None).await;
+    start(
+        &store,
+        "s-rebind",
+        "call-1",
+        "deploy",
+        json!({ "service": "api" }),
+    )
+    .await;
+    let asked = events.until("input.requested").await.pop().unwrap().json();
+    let request = asked["event"]["data"]["request_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let port = server.addr.port();
+    let evil = format!("attacker.example:{port}");
+    let url = server.url(&format!("/v1/requests/{request}/answer"));
+    let client = reqwest::Client::new();
+    let rebound = client
+        .post(&url)
+        .header("host", &evil)
+        .header("origin", format!("http://{evil}"))
+        .json(&json!({ "optionId": "approve" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rebound.status(), 421);
+    let err: Value = rebound.json().await.unwrap();
+    assert_eq!(err["code"], "misdirected");
+    let cross = client
+        .post(&url)
+        .header("origin", format!("http://{evil}"))
+        .json(&json!({ "optionId": "approve" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cross.status(), 403);
+    // A GET with a foreign Host is refused too; localhost on this port is accepted.
+    let get = client
+        .get(server.url("/v1/runs"))
+        .header("host", &evil)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get.status(), 421);
+    let local = client
+        .get(server.url("/v1/runs"))
+        .header("host", format!("localhost:{port}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(local.status(), 200);
+    let pending: Value = client
+        .get(server.url("/v1/sessions/s-rebind/requests"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        pending["requests"][0]["request_id"], request,
+        "the request is still pending"
+    );
+    worker.shutdown().await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn every_response_carries_the_browser_safety_headers() {
+    let (_dir, store) = sqlite().await;
+    let server = TestServer::start(store, |c| c.insecure_no_auth = false).await;
+    for path in ["/", "/v1/runs", "/nowhere", "/healthz"] {
+        let resp = reqwest::get(server.url(path)).await.unwrap();
+        let h = resp.headers();
+        assert_eq!(h["x-content-type-options"], "nosniff", "{path}");
+        assert_eq!(h["referrer-policy"], "no-referrer", "{path}");
+        let csp = h["content-security-policy"].to_str().unwrap();
+        assert!(csp.contains("frame-ancestors 'none'"), "{path}: {csp}");
+    }
+    server.stop().await;
+}
