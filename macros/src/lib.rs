@@ -50,13 +50,22 @@ pub fn tool(args: TokenStream, item: TokenStream) -> TokenStream {
 
 type Expander = fn(Options, ItemFn) -> syn::Result<TokenStream2>;
 
+/// Expands the attribute; on an error, the error and the item unchanged (so the error is the
+/// only one the user sees).
 fn expand(args: TokenStream, item: TokenStream, f: Expander) -> TokenStream {
+    let original = TokenStream2::from(item.clone());
     let result = Punctuated::<Meta, Token![,]>::parse_terminated
         .parse(args)
         .and_then(Options::parse)
         .and_then(|opts| Ok((opts, syn::parse::<ItemFn>(item)?)))
         .and_then(|(opts, item)| f(opts, item));
-    result.unwrap_or_else(Error::into_compile_error).into()
+    match result {
+        Ok(tokens) => tokens.into(),
+        Err(e) => {
+            let e = e.into_compile_error();
+            quote!(#e #original).into()
+        }
+    }
 }
 
 /// The attribute's options.
@@ -196,14 +205,14 @@ fn no_workflow_ctx(attr: &str, f: &ItemFn) -> syn::Result<()> {
                 } else {
                     "a #[tool] takes ToolCtx; make it a #[workflow] to wait durably"
                 };
-                return Err(Error::new(
-                    t.ty.span(),
+                return Err(Error::new_spanned(
+                    &t.ty,
                     format!("#[{attr}] cannot take a WorkflowCtx: ctx.ask/agent/sleep belong in the #[workflow] body; {fix}"),
                 ));
             }
             Some("TaskHandle") => {
-                return Err(Error::new(
-                    t.ty.span(),
+                return Err(Error::new_spanned(
+                    &t.ty,
                     format!("#[{attr}] cannot take a TaskHandle: post_message exists only in #[workflow(background)] bodies"),
                 ));
             }
@@ -270,8 +279,8 @@ fn workflow_impl(o: Options, f: ItemFn) -> syn::Result<TokenStream2> {
     }
     for t in &inputs[1..] {
         if type_name(&t.ty).as_deref() == Some("TaskHandle") && !background {
-            return Err(Error::new(
-                t.ty.span(),
+            return Err(Error::new_spanned(
+                &t.ty,
                 "post_message exists only in #[workflow(background)] bodies: write #[workflow(background)] to get a TaskHandle",
             ));
         }
@@ -385,8 +394,8 @@ fn step_impl(o: Options, f: ItemFn) -> syn::Result<TokenStream2> {
     let mut names = Vec::new();
     for (i, t) in inputs.iter().enumerate() {
         if type_name(&t.ty).as_deref() == Some("StepCtx") {
-            return Err(Error::new(
-                t.ty.span(),
+            return Err(Error::new_spanned(
+                &t.ty,
                 "a #[step] takes its StepCtx as the first parameter",
             ));
         }
