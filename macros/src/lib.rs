@@ -19,8 +19,8 @@ use syn::{Attribute, Error, FnArg, Ident, ItemFn, LitStr, Meta, Pat, Token, Type
 /// that implements `IntoWorkflowTool`: `Registry::new("v1").with(name)`.
 ///
 /// Options: `name = ".."` (tool name), `description = ".."`, `id = ".."` (keep an old workflow
-/// id after moving or renaming the function), `background` (the body takes
-/// `(ctx: WorkflowCtx, task: TaskHandle, input: I)` and the call returns a task receipt).
+/// id after moving or renaming the function), `background` (the call returns a task receipt at
+/// once; the body may take `(ctx: WorkflowCtx, task: TaskHandle, input: I)` to post messages).
 #[proc_macro_attribute]
 pub fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
     expand(args, item, workflow_impl)
@@ -139,6 +139,8 @@ fn krate() -> TokenStream2 {
         quote!(::#i)
     };
     match crate_name("eve-workflow") {
+        // Not renamed: the package's library is `eve`.
+        Ok(FoundCrate::Name(n)) if n == "eve_workflow" => quote!(::eve),
         Ok(FoundCrate::Name(n)) => name(n),
         Ok(FoundCrate::Itself) => quote!(::eve),
         Err(_) => match crate_name("eve-core") {
@@ -264,7 +266,7 @@ fn workflow_impl(o: Options, f: ItemFn) -> syn::Result<TokenStream2> {
     let background = o.background.is_some();
     let inputs: Vec<&syn::PatType> = f.sig.inputs.iter().map(typed).collect::<syn::Result<_>>()?;
     let shape = if background {
-        "(ctx: WorkflowCtx, task: TaskHandle, input: I)"
+        "(ctx: WorkflowCtx, task: TaskHandle, input: I)` or `(ctx: WorkflowCtx, input: I)"
     } else {
         "(ctx: WorkflowCtx, input: I)"
     };
@@ -285,13 +287,9 @@ fn workflow_impl(o: Options, f: ItemFn) -> syn::Result<TokenStream2> {
             ));
         }
     }
-    if background && inputs.get(1).and_then(|t| type_name(&t.ty)).as_deref() != Some("TaskHandle") {
-        return Err(Error::new(
-            f.sig.inputs.span(),
-            format!("a #[workflow(background)] body takes `{shape}`"),
-        ));
-    }
-    let expected = if background { 3 } else { 2 };
+    // A background body may take the TaskHandle second; a default one never does.
+    let with_task = inputs.get(1).and_then(|t| type_name(&t.ty)).as_deref() == Some("TaskHandle");
+    let expected = if with_task { 3 } else { 2 };
     if inputs.len() != expected {
         return Err(Error::new(
             f.sig.inputs.span(),
@@ -308,11 +306,12 @@ fn workflow_impl(o: Options, f: ItemFn) -> syn::Result<TokenStream2> {
         .clone()
         .unwrap_or_else(|| LitStr::new(&fn_name, ident.span()));
     let with_id = o.id.as_ref().map(|id| quote!(.with_id(#id)));
-    let new = if background {
+    let new = if with_task {
         quote!(__new_background)
     } else {
         quote!(__new)
     };
+    let background = (background && !with_task).then(|| quote!(.background()));
     let ItemFn {
         attrs,
         vis,
@@ -341,6 +340,7 @@ fn workflow_impl(o: Options, f: ItemFn) -> syn::Result<TokenStream2> {
                     #krate::engine::Workflow::#new(::core::module_path!(), #fn_name, #ident::__body) #with_id,
                 )
                 .named(#tool_name)
+                #background
             }
         }
     })
