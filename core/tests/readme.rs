@@ -6,29 +6,24 @@ mod common;
 
 use common::Env;
 use eve_core::engine::{
-    define_workflow_tool, AgentCall, Clock as _, Either, Registry, ScriptedAgentHost, WorkflowCtx,
-    WorkflowError,
+    AgentCall, Clock as _, Registry, ScriptedAgentHost, StepError, WorkflowCtx, WorkflowError,
 };
-use eve_core::{workflow, Event, InputRequest, InputResponse, SessionId};
+use eve_core::{Event, InputRequest, InputResponse, SessionId};
+use eve_macros::{step, workflow};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The tool's input.
-#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
-pub struct Deploy {
+// Keep in sync with README.md, "Write a workflow tool" (the README imports eve::prelude::*).
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Deploy {
     service: String,
 }
 
-// Keep in sync with README.md, "Write a workflow tool".
-async fn execute(ctx: WorkflowCtx, input: Deploy) -> Result<serde_json::Value, WorkflowError> {
+/// Deploy a service after approval.
+#[workflow]
+async fn deploy(ctx: WorkflowCtx, input: Deploy) -> Result<serde_json::Value, WorkflowError> {
     ctx.progress(&serde_json::json!({"status": "planning"})); // action.partial on the session
-    let service = input.service.clone();
-    let plan: String = ctx // a step: runs once, its result recorded and replayed
-        .step("plan", move |_| {
-            let service = service.clone();
-            async move { Ok(format!("roll out {service}")) }
-        })
-        .await?;
+    let plan = plan(&ctx, input.service.clone()).await?;
     // A subagent, started once per (run, key) by the host's AgentHost.
     let review = ctx.agent(AgentCall::new("security-review", "reviewer", plan))?;
     // input.requested on the session; answerable once, from any process, days later.
@@ -36,14 +31,25 @@ async fn execute(ctx: WorkflowCtx, input: Deploy) -> Result<serde_json::Value, W
         "Deploy {}?",
         input.service
     )));
-    match ctx.race(approval, ctx.sleep("4h")).await {
-        Either::Left(answer) if answer.option_id.as_deref() == Some("approve") => {}
+    match ctx.race(approval, ctx.sleep("4h")).await.left() {
+        Some(answer) if answer.option_id.as_deref() == Some("approve") => {}
         // Returning withdraws the request (input.withdrawn) and settles the call.
         _ => return Ok(serde_json::json!({"deployed": false})),
     }
     let review = review.await?;
-    ctx.step("apply", |_| async { Ok(()) }).await?;
+    apply(&ctx).await?;
     Ok(serde_json::json!({"deployed": true, "review": review}))
+}
+
+/// A step: runs once, its result recorded and replayed; its arguments are moved in.
+#[step]
+async fn plan(service: String) -> Result<String, StepError> {
+    Ok(format!("roll out {service}"))
+}
+
+#[step(retries = 5, backoff = "2s")]
+async fn apply() -> Result<(), StepError> {
+    Ok(())
 }
 
 fn registry(env: &Env) -> Registry {
@@ -53,10 +59,7 @@ fn registry(env: &Env) -> Registry {
             Ok(serde_json::json!({"ok": true, "plan": s.message}))
         });
     Registry::new("v1")
-        .with(
-            define_workflow_tool("Deploy a service after approval.", workflow!(execute))
-                .named("deploy"),
-        )
+        .with(deploy)
         .with_agent_host(Arc::new(host))
 }
 

@@ -2,8 +2,8 @@
 //! confirm it with `ctx.ask`, deploy in a step only when approved. The turn stays parked while
 //! the person reads the plan, minutes or days; the model sees one tool result.
 
-use eve_core::engine::{WorkflowCtx, WorkflowError, WorkflowTool};
-use eve_core::{workflow, Display, InputOption, InputRequest, OptionStyle};
+use eve::prelude::*;
+use eve::{Display, InputOption, OptionStyle};
 use serde::{Deserialize, Serialize};
 
 /// The tool input.
@@ -58,16 +58,11 @@ pub fn run_deploy(plan: &Plan) -> String {
     format!("https://deploy.example/{}/1", plan.service)
 }
 
-/// The body.
+/// Deploy a service to production. Pauses for a human to approve the plan.
+#[workflow(name = "deploy_approval")]
 pub async fn execute(ctx: WorkflowCtx, input: Input) -> Result<serde_json::Value, WorkflowError> {
     let service = input.service;
-    let s = service.clone();
-    let plan: Plan = ctx
-        .step("plan_deploy", move |_| {
-            let s = s.clone();
-            async move { Ok(compute_plan(&s)) }
-        })
-        .await?;
+    let plan = plan_deploy(&ctx, service.clone()).await?;
     let answer = ctx
         .ask(approve_or_cancel(
             format!("Deploy {service}?\n\n{}", plan.summary),
@@ -77,19 +72,18 @@ pub async fn execute(ctx: WorkflowCtx, input: Input) -> Result<serde_json::Value
     if answer.option_id.as_deref() != Some("approve") {
         return Ok(serde_json::json!({ "deployed": false, "reason": "rejected" }));
     }
-    let url: String = ctx
-        .step("apply_deploy", move |_| {
-            let plan = plan.clone();
-            async move { Ok(run_deploy(&plan)) }
-        })
-        .await?;
+    let url = apply_deploy(&ctx, plan).await?;
     Ok(serde_json::json!({ "deployed": true, "url": url }))
 }
 
-/// The tool (default execution: the call stays pending until the run ends).
-pub fn tool() -> WorkflowTool {
-    crate::define(
-        "Deploy a service to production. Pauses for a human to approve the plan.",
-        workflow!(execute),
-    )
+/// The `plan_deploy` step.
+#[step]
+pub async fn plan_deploy(service: String) -> Result<Plan, StepError> {
+    Ok(compute_plan(&service))
+}
+
+/// The `apply_deploy` step.
+#[step]
+pub async fn apply_deploy(plan: Plan) -> Result<String, StepError> {
+    Ok(run_deploy(&plan))
 }

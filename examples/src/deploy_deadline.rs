@@ -2,9 +2,8 @@
 //! channel the whole time; it is raced against a first deadline, on-call is paged (a step), and
 //! the same request is raced against a second deadline. Returning withdraws it.
 
-use crate::deploy_approval::{approve_or_cancel, compute_plan, run_deploy, Plan};
-use eve_core::engine::{Either, WorkflowCtx, WorkflowError, WorkflowTool};
-use eve_core::workflow;
+use crate::deploy_approval::{apply_deploy, approve_or_cancel, plan_deploy};
+use eve::prelude::*;
 
 /// The tool input. The seed uses 4 h and 20 h; the example lets you shorten them.
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -19,38 +18,19 @@ pub struct Input {
     pub second_deadline: Option<String>,
 }
 
-/// The body.
+/// Deploy a service. Asks for approval, pages on-call after a deadline, gives up after a second.
+#[workflow(name = "deploy_deadline")]
 pub async fn execute(ctx: WorkflowCtx, input: Input) -> Result<serde_json::Value, WorkflowError> {
     let service = input.service;
-    let s = service.clone();
-    let plan: Plan = ctx
-        .step("plan_deploy", move |_| {
-            let s = s.clone();
-            async move { Ok(compute_plan(&s)) }
-        })
-        .await?;
+    let plan = plan_deploy(&ctx, service.clone()).await?;
     let pending = ctx.ask(approve_or_cancel(format!("Deploy {service}?"), "Deploy"));
     let first = input.first_deadline.unwrap_or_else(|| "4h".into());
     let second = input.second_deadline.unwrap_or_else(|| "20h".into());
 
-    let mut answer = match ctx.race(pending.clone(), ctx.sleep(&first)).await {
-        Either::Left(a) => Some(a),
-        Either::Right(()) => None,
-    };
+    let mut answer = ctx.race(pending.clone(), ctx.sleep(&first)).await.left();
     if answer.is_none() {
-        let s = service.clone();
-        ctx.step("page_on_call", move |_| {
-            let s = s.clone();
-            async move {
-                println!("  [step] paging on-call about {s}");
-                Ok(())
-            }
-        })
-        .await?;
-        answer = match ctx.race(pending, ctx.sleep(&second)).await {
-            Either::Left(a) => Some(a),
-            Either::Right(()) => None,
-        };
+        page_on_call(&ctx, service).await?;
+        answer = ctx.race(pending, ctx.sleep(&second)).await.left();
     }
 
     let Some(answer) = answer else {
@@ -59,19 +39,13 @@ pub async fn execute(ctx: WorkflowCtx, input: Input) -> Result<serde_json::Value
     if answer.option_id.as_deref() != Some("approve") {
         return Ok(serde_json::json!({ "deployed": false, "reason": "rejected" }));
     }
-    let url: String = ctx
-        .step("apply_deploy", move |_| {
-            let plan = plan.clone();
-            async move { Ok(run_deploy(&plan)) }
-        })
-        .await?;
+    let url = apply_deploy(&ctx, plan).await?;
     Ok(serde_json::json!({ "deployed": true, "url": url }))
 }
 
-/// The tool.
-pub fn tool() -> WorkflowTool {
-    crate::define(
-        "Deploy a service. Asks for approval, pages on-call after a deadline, gives up after a second.",
-        workflow!(execute),
-    )
+/// The `page_on_call` step.
+#[step]
+pub async fn page_on_call(service: String) -> Result<(), StepError> {
+    println!("  [step] paging on-call about {service}");
+    Ok(())
 }

@@ -8,9 +8,7 @@
 //! processes can share it: one runs the worker, another delivers the callback or the answer.
 //! The `session` binary calls every example through a [`Session`](eve_core::engine::Session).
 
-use eve_core::engine::{
-    define_workflow_tool, Registry, SystemClock, Worker, WorkerConfig, WorkerHandle,
-};
+use eve_core::engine::{Registry, SystemClock, Worker, WorkerConfig, WorkerHandle};
 use eve_core::{Event, JournalStore, JournalStoreExt, RunId, RunStatus};
 use eve_storage_sqlite::SqliteStore;
 use std::sync::Arc;
@@ -31,13 +29,13 @@ pub const DEPLOYMENT: &str = "examples-v1";
 /// Every example tool.
 pub fn registry() -> Registry {
     Registry::new(DEPLOYMENT)
-        .with(remind::tool())
-        .with(render_video::tool())
-        .with(deploy::tool())
-        .with(deploy_approval::tool())
-        .with(deploy_deadline::tool())
-        .with(refund_order::tool())
-        .with(remind_with_progress::tool())
+        .with(remind::execute)
+        .with(render_video::execute)
+        .with(deploy::execute)
+        .with(deploy_approval::execute)
+        .with(deploy_deadline::execute)
+        .with(refund_order::execute)
+        .with(remind_with_progress::execute)
 }
 
 /// `--name value` from the command line.
@@ -130,6 +128,3 @@ pub fn describe(e: &Event) -> String {
         other => other.kind().to_owned(),
     }
 }
-
-/// Shorthand used by the tool modules.
-pub(crate) use define_workflow_tool as define;

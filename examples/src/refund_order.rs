@@ -3,8 +3,7 @@
 //! refund runs and the parent agent is woken with the outcome (`task.completed`).
 
 use crate::deploy_approval::approve_or_cancel;
-use eve_core::engine::{WorkflowCtx, WorkflowError, WorkflowTool};
-use eve_core::workflow;
+use eve::prelude::*;
 
 /// The tool input.
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -15,12 +14,8 @@ pub struct Input {
     pub amount: f64,
 }
 
-/// The `issue_refund` step's work: a receipt id.
-pub fn issue_refund(order_id: &str, amount: f64) -> String {
-    format!("rf-{order_id}-{}", (amount * 100.0).round() as i64)
-}
-
-/// The body.
+/// Request approval to refund an order, then issue the refund once approved.
+#[workflow(background, name = "refund_order")]
 pub async fn execute(ctx: WorkflowCtx, input: Input) -> Result<serde_json::Value, WorkflowError> {
     let Input { order_id, amount } = input;
     let mut request = approve_or_cancel(format!("Refund ${amount} on order {order_id}?"), "Refund");
@@ -30,26 +25,20 @@ pub async fn execute(ctx: WorkflowCtx, input: Input) -> Result<serde_json::Value
     if decision.option_id.as_deref() != Some("approve") {
         return Ok(serde_json::json!({ "refunded": false }));
     }
-    let receipt: String = ctx
-        .step("issue_refund", move |s| {
-            let order_id = order_id.clone();
-            async move {
-                println!(
-                    "  [step] refunding ${amount} on {order_id} (idempotency key {})",
-                    s.idempotency_key()
-                );
-                Ok(issue_refund(&order_id, amount))
-            }
-        })
-        .await?;
+    let receipt = issue_refund(&ctx, order_id, amount).await?;
     Ok(serde_json::json!({ "refunded": true, "receipt": receipt }))
 }
 
-/// The tool: background execution.
-pub fn tool() -> WorkflowTool {
-    crate::define(
-        "Request approval to refund an order, then issue the refund once approved.",
-        workflow!(execute),
-    )
-    .background()
+/// The `issue_refund` step: a receipt id.
+#[step]
+pub async fn issue_refund(
+    sc: &StepCtx,
+    order_id: String,
+    amount: f64,
+) -> Result<String, StepError> {
+    println!(
+        "  [step] refunding ${amount} on {order_id} (idempotency key {})",
+        sc.idempotency_key()
+    );
+    Ok(format!("rf-{order_id}-{}", (amount * 100.0).round() as i64))
 }

@@ -1,7 +1,6 @@
 //! "Remind me later": prepare, sleep durably, compose (slow), deliver.
 
-use eve_core::engine::{WorkflowCtx, WorkflowError, WorkflowTool};
-use eve_core::workflow;
+use eve::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -21,50 +20,34 @@ pub struct Output {
     pub reminder: String,
 }
 
-/// The body: a step, a durable sleep, a slow step (where the demo kills the worker), a step.
+/// Remind the user about something after a delay.
+#[workflow(background, name = "remind")]
 pub async fn execute(ctx: WorkflowCtx, input: Input) -> Result<Output, WorkflowError> {
-    let note = input.note;
-    let n = note.clone();
-    ctx.step("prepare", move |s| {
-        let n = n.clone();
-        async move {
-            println!("  [step] prepare {n:?} (key {})", s.idempotency_key());
-            Ok(())
-        }
-    })
-    .await?;
+    prepare(&ctx, input.note.clone()).await?;
     ctx.sleep(&input.delay).await;
-    let n = note.clone();
-    let text: String = ctx
-        .step("compose", move |s| {
-            let n = n.clone();
-            async move {
-                println!(
-                    "  [step] compose: working for 1.5 s (attempt {})",
-                    s.attempt()
-                );
-                tokio::time::sleep(Duration::from_millis(1500)).await;
-                Ok(format!("Reminder: {n}"))
-            }
-        })
-        .await?;
-    let t = text.clone();
-    ctx.step("deliver", move |_| {
-        let t = t.clone();
-        async move {
-            println!("  [step] deliver {t:?}");
-            Ok(())
-        }
-    })
-    .await?;
-    Ok(Output { reminder: text })
+    let reminder = compose(&ctx, input.note).await?;
+    deliver(&ctx, reminder.clone()).await?;
+    Ok(Output { reminder })
 }
 
-/// The tool: background execution, like the seed's.
-pub fn tool() -> WorkflowTool {
-    crate::define(
-        "Remind the user about something after a delay.",
-        workflow!(execute),
-    )
-    .background()
+#[step]
+async fn prepare(sc: &StepCtx, note: String) -> Result<(), StepError> {
+    println!("  [step] prepare {note:?} (key {})", sc.idempotency_key());
+    Ok(())
+}
+
+#[step]
+async fn compose(sc: &StepCtx, note: String) -> Result<String, StepError> {
+    println!(
+        "  [step] compose: working for 1.5 s (attempt {})",
+        sc.attempt()
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    Ok(format!("Reminder: {note}"))
+}
+
+#[step]
+async fn deliver(reminder: String) -> Result<(), StepError> {
+    println!("  [step] deliver {reminder:?}");
+    Ok(())
 }

@@ -2,8 +2,7 @@
 //! progress, posts one message to the parent agent (which requests a turn; the task stays
 //! open), sleeps durably and completes with the reminder.
 
-use eve_core::background_workflow;
-use eve_core::engine::{TaskHandle, WorkflowCtx, WorkflowError, WorkflowTool};
+use eve::prelude::*;
 use serde::{Deserialize, Serialize};
 
 /// The tool input.
@@ -22,7 +21,8 @@ pub struct Output {
     pub reminder: String,
 }
 
-/// The body.
+/// Schedule a reminder and report progress before waiting.
+#[workflow(background, name = "remind_with_progress")]
 pub async fn execute(
     ctx: WorkflowCtx,
     task: TaskHandle,
@@ -34,12 +34,4 @@ pub async fn execute(
     Ok(Output {
         reminder: input.note,
     })
-}
-
-/// The tool (background: only background bodies get a `TaskHandle`).
-pub fn tool() -> WorkflowTool {
-    crate::define(
-        "Schedule a reminder and report progress before waiting.",
-        background_workflow!(execute),
-    )
 }

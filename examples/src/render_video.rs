@@ -1,8 +1,7 @@
 //! "Wait for an external system to call back": submit a render, wait on a hook that another
 //! process resumes (`render resume`).
 
-use eve_core::engine::{StepError, WorkflowCtx, WorkflowError, WorkflowTool};
-use eve_core::workflow;
+use eve::prelude::*;
 use serde::Deserialize;
 
 /// The tool input.
@@ -27,38 +26,29 @@ pub fn token(project_id: &str) -> String {
     format!("render-{project_id}")
 }
 
-/// The body.
+/// Render a video. Returns the URL once the render farm finishes.
+#[workflow(name = "render_video")]
 pub async fn execute(ctx: WorkflowCtx, input: Input) -> Result<serde_json::Value, WorkflowError> {
     let done = ctx.create_hook::<Callback>(token(&input.project_id));
-    let project = input.project_id.clone();
-    let job: String = ctx
-        .step("submit_render", move |s| {
-            let project = project.clone();
-            async move {
-                println!(
-                    "  [step] submitted render of {project} (idempotency key {})",
-                    s.idempotency_key()
-                );
-                Ok(format!("job-{project}"))
-            }
-        })
-        .await?;
+    let job = submit_render(&ctx, input.project_id).await?;
     let callback = done.next().await?;
     if callback.status != "ok" {
-        let message = format!("Render {job} failed: {}", callback.status);
-        ctx.step("fail", move |_| {
-            let m = message.clone();
-            async move { Err::<(), _>(StepError::fatal(m)) }
-        })
-        .await?;
+        fail(&ctx, format!("Render {job} failed: {}", callback.status)).await?;
     }
     Ok(serde_json::json!({ "job": job, "url": callback.url }))
 }
 
-/// The tool.
-pub fn tool() -> WorkflowTool {
-    crate::define(
-        "Render a video. Returns the URL once the render farm finishes.",
-        workflow!(execute),
-    )
+#[step]
+async fn submit_render(sc: &StepCtx, project: String) -> Result<String, StepError> {
+    println!(
+        "  [step] submitted render of {project} (idempotency key {})",
+        sc.idempotency_key()
+    );
+    Ok(format!("job-{project}"))
+}
+
+/// A step that fails the run with `message` (recorded, so a replay fails the same way).
+#[step]
+async fn fail(message: String) -> Result<(), StepError> {
+    Err(StepError::fatal(message))
 }

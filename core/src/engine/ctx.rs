@@ -565,6 +565,17 @@ pub enum Either<L, R> {
     Right(R),
 }
 
+impl<L, R> Either<L, R> {
+    /// The first argument's output if it won: `ctx.race(answer, ctx.sleep("4h")).await.left()`
+    /// is `None` on a timeout.
+    pub fn left(self) -> Option<L> {
+        match self {
+            Either::Left(l) => Some(l),
+            Either::Right(_) => None,
+        }
+    }
+}
+
 /// A step's handle: resolves with its output, or [`StepFailed`] once a fatal error or the last
 /// retry failed. Clone it to await the same result again.
 #[must_use = "a step runs whether or not it is awaited; await it to get its result"]

@@ -307,6 +307,19 @@ impl WorkflowTool {
     }
 }
 
+/// What a [`Registry`] accepts: a [`WorkflowTool`], or the unit struct a `#[workflow]` function
+/// becomes.
+pub trait IntoWorkflowTool {
+    /// The tool.
+    fn into_tool(self) -> WorkflowTool;
+}
+
+impl IntoWorkflowTool for WorkflowTool {
+    fn into_tool(self) -> WorkflowTool {
+        self
+    }
+}
+
 /// The workflow tools one deployment serves. Workers run only runs of their registry's
 /// deployment, and fail runs whose workflow id is missing from it.
 #[derive(Clone, Debug)]
@@ -332,7 +345,8 @@ impl Registry {
     ///
     /// # Errors
     /// `InvalidInput` when another tool has the same name or workflow id.
-    pub fn register(&mut self, tool: WorkflowTool) -> Result<&mut Self, EngineError> {
+    pub fn register(&mut self, tool: impl IntoWorkflowTool) -> Result<&mut Self, EngineError> {
+        let tool = tool.into_tool();
         if self.by_name.contains_key(&tool.name) || self.by_id.contains_key(&tool.workflow_id) {
             return Err(EngineError::InvalidInput {
                 tool: tool.name.clone(),
@@ -352,7 +366,7 @@ impl Registry {
     ///
     /// # Panics
     /// When the name or workflow id is taken (a programming error at startup).
-    pub fn with(mut self, tool: WorkflowTool) -> Self {
+    pub fn with(mut self, tool: impl IntoWorkflowTool) -> Self {
         if let Err(e) = self.register(tool) {
             panic!("{e}");
         }

@@ -1,0 +1,150 @@
+//! A workflow made with the attributes runs to completion on the MemoryStore: its steps are
+//! journaled under their function names, a step's arguments are moved in without clones by
+//! hand, a failed attempt is retried by the attribute's policy, and the tool keeps its name,
+//! description, schema and workflow id.
+
+use eve_core::engine::{
+    start_tool_call, IntoWorkflowTool, ManualClock, Registry, StepCtx, StepError, ToolCtx, Worker,
+    WorkerConfig, WorkflowCtx, WorkflowError,
+};
+use eve_core::{CallId, Event, JournalStore, JournalStoreExt, MemoryStore, SessionId, Timestamp};
+use eve_macros::{step, tool, workflow};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The tool input.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct Order {
+    /// The order.
+    pub id: String,
+    /// Cents to refund.
+    pub cents: u64,
+}
+
+/// Refund an order.
+///
+/// Charges back in two steps.
+#[workflow]
+async fn refund(ctx: WorkflowCtx, input: Order) -> Result<String, WorkflowError> {
+    let key = lookup(&ctx, input.id.clone()).await?;
+    let receipt = charge_back(&ctx, key, input.cents).await?;
+    Ok(receipt)
+}
+
+#[step]
+async fn lookup(id: String) -> Result<String, StepError> {
+    Ok(format!("order/{id}"))
+}
+
+#[step(name = "charge", retries = 2, backoff = "1s")]
+async fn charge_back(sc: &StepCtx, key: String, cents: u64) -> Result<String, StepError> {
+    if sc.attempt() == 1 {
+        return Err(StepError::retryable("the bank is busy"));
+    }
+    Ok(format!(
+        "{key}: {cents} refunded on attempt {}",
+        sc.attempt()
+    ))
+}
+
+/// Background reminder.
+#[workflow(background, name = "remind_later", id = "reminders::v1")]
+async fn remind(
+    ctx: WorkflowCtx,
+    task: eve_core::engine::TaskHandle,
+    input: Order,
+) -> Result<String, WorkflowError> {
+    task.post_message("scheduled");
+    ctx.sleep("1m").await;
+    Ok(input.id)
+}
+
+/// Echo the order id.
+#[tool]
+async fn echo(_ctx: ToolCtx, input: Order) -> Result<String, WorkflowError> {
+    Ok(input.id)
+}
+
+#[tokio::test]
+async fn attribute_workflow_runs_with_steps_and_retries() {
+    let store: Arc<dyn JournalStore> = Arc::new(MemoryStore::new());
+    let clock = ManualClock::new(Timestamp(1_700_000_000_000));
+    let reg = Registry::new("v1").with(refund).with(remind);
+    let t = reg.by_name("refund").expect("named after the function");
+    assert_eq!(t.workflow_id().as_str(), "refund");
+    assert_eq!(
+        t.description(),
+        "Refund an order.\n\nCharges back in two steps."
+    );
+    assert!(t.input_schema()["properties"]["cents"].is_object());
+    let bg = reg.by_name("remind_later").expect("the name override");
+    assert_eq!(bg.workflow_id().as_str(), "reminders::v1");
+    assert_eq!(bg.execution(), eve_core::Execution::Background);
+
+    let worker = Worker::new(
+        store.clone(),
+        reg.clone(),
+        clock.clone(),
+        WorkerConfig::default(),
+    )
+    .await
+    .expect("worker");
+    let run = start_tool_call(
+        &*store,
+        &reg,
+        &SessionId::new("s"),
+        &CallId::new("c"),
+        "refund",
+        serde_json::json!({"id": "42", "cents": 500}),
+        clock.now(),
+    )
+    .await
+    .expect("start")
+    .run
+    .run_id;
+    worker.drain().await.expect("drain");
+    use eve_core::engine::Clock as _;
+    clock.advance(Duration::from_secs(1));
+    worker.drain().await.expect("drain");
+    let events: Vec<Event> = store
+        .read_all(&run, 0)
+        .await
+        .expect("read")
+        .into_iter()
+        .map(|e| e.event)
+        .collect();
+    let steps: Vec<(String, u32)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::StepCompleted { name, attempt, .. } => Some((name.clone(), *attempt)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(steps, [("lookup".into(), 1), ("charge".into(), 2)]);
+    match events.last() {
+        Some(Event::RunCompleted { output }) => assert_eq!(
+            output.to_value::<String>().expect("json"),
+            "order/42: 500 refunded on attempt 2"
+        ),
+        other => panic!("not completed: {other:?}; {events:#?}"),
+    }
+}
+
+#[tokio::test]
+async fn attribute_tool_runs_once() {
+    let tool = echo.into_tool();
+    assert_eq!(tool.name(), "echo");
+    assert_eq!(tool.description(), "Echo the order id.");
+    let ctx = ToolCtx {
+        session_id: SessionId::new("s"),
+        call_id: CallId::new("c"),
+        tool_name: "echo".into(),
+    };
+    let out = tool
+        .call(ctx, serde_json::json!({"id": "7", "cents": 1}))
+        .await
+        .expect("call");
+    assert_eq!(out, serde_json::json!("7"));
+    // The IntoWorkflowTool trait is what Registry::with takes.
+    let _ = refund.into_tool();
+}
