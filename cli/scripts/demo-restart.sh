@@ -8,7 +8,7 @@
 # page or with the printed command.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-cargo build -q -p eve-cli
+cargo build -q -p eve-examples --bin eve
 eve="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/eve"
 dir="${1:-$(mktemp -d)}"
 cd "$dir"

@@ -3,8 +3,9 @@
 use crate::bench::BenchConfig;
 use crate::error::CliError;
 use crate::store_url::{StoreUrl, DEFAULT_STORE_URL, STORE_URL_ENV};
-use crate::{bench, conformance, inspect, keys, serve};
+use crate::{bench, conformance, inspect, keys, mcp, serve};
 use clap::{Args, Parser, Subcommand};
+use eve_core::engine::Registry;
 use eve_core::{JournalStore, Resolution, Timestamp};
 use std::io::Write;
 use std::net::SocketAddr;
@@ -32,9 +33,12 @@ pub struct Cli {
 /// The `eve` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Serve the HTTP surface (webhooks, session channel, runs API, the page) with a worker
-    /// running the example tools, until Ctrl-C.
+    /// Serve the HTTP surface (start API, MCP at /mcp, webhooks, session channel, runs API, the
+    /// page) with a worker running this app's tools, until Ctrl-C.
     Serve(ServeArgs),
+    /// Serve this app's tools over MCP on stdin/stdout (what a desktop agent host launches),
+    /// with a worker, until the client closes stdin. Prints nothing else on stdout.
+    Mcp(McpArgs),
     /// Inspect runs, or decide on a blocked one.
     #[command(subcommand)]
     Runs(RunsCommand),
@@ -122,6 +126,16 @@ pub struct ServeArgs {
     pub insecure_no_auth: bool,
 }
 
+/// `eve mcp` options.
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// The worker's id. Default: {host}/{deployment}/mcp-{pid}: an agent host may launch several
+    /// `eve mcp` processes at once, and each must run its own worker (they share the store;
+    /// runs of a process that died are taken back by the others once its lease expires).
+    #[arg(long, env = "EVE_WORKER_ID", value_name = "ID")]
+    pub worker_id: Option<String>,
+}
+
 /// `eve bench` options.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -203,14 +217,15 @@ async fn open(cli: &Cli) -> Result<Arc<dyn JournalStore>, CliError> {
     Ok(cli.store_url()?.open().await?)
 }
 
-/// Runs the parsed command, writing its output to `out`.
+/// Runs the parsed command for the tools of `registry`, writing its output to `out`.
 ///
 /// # Errors
 /// The command's [`CliError`].
-pub async fn run(cli: Cli, out: &mut dyn Write) -> Result<(), CliError> {
+pub async fn run(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<(), CliError> {
     let now = Timestamp::now;
     match &cli.command {
-        Command::Serve(args) => serve::run(&cli.store_url()?, args, out).await,
+        Command::Serve(args) => serve::run(&cli.store_url()?, args, registry, out).await,
+        Command::Mcp(args) => mcp::run(&cli.store_url()?, args, registry).await,
         Command::Runs(RunsCommand::List {
             session,
             status,

@@ -1,5 +1,5 @@
 //! The demo a newcomer sees first (`eve serve --demo`): a scripted agent calls the seed's
-//! `deploy` tool (the examples' [`eve_examples::deploy_approval`], tool name
+//! `deploy` tool (the examples' `eve_examples::deploy_approval`, tool name
 //! [`DEMO_TOOL`]), whose body asks a person for approval with `ctx.ask`; the person answers on
 //! the page or with `eve answer`; the run resumes, deploys and settles the call.
 //!

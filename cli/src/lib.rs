@@ -1,13 +1,15 @@
-//! eve-cli: the `eve` command.
+//! eve-cli: the `eve` command, for any set of tools: [`App`] gives a user's binary the whole
+//! command line serving its tools (the `eve` binary itself is the examples' app).
 //!
 //! - Backend choice by URL in one place: [`open_store`] / [`StoreUrl`] (`sqlite://PATH`,
 //!   `postgres://…`, `dynamodb://TABLE?endpoint=…&region=…`), from `--store` or
 //!   `EVE_STORE_URL`, a SQLite file `eve.db` in the working directory by default.
-//! - The commands ([`cli::Command`]): `eve serve`, `eve runs list|show|resume|fail`,
+//! - The commands ([`cli::Command`]): `eve serve`, `eve mcp`, `eve runs list|show|resume|fail`,
 //!   `eve journal`, `eve requests`, `eve answer`, `eve hook resume`, `eve cancel`,
 //!   `eve keys create|list|revoke`, `eve conformance`, `eve bench`. Each fails with one [`CliError`], printed as one line on
 //!   stderr with a non-zero exit code.
 
+pub mod app;
 pub mod bench;
 pub mod cli;
 pub mod conformance;
@@ -18,9 +20,11 @@ pub mod format;
 pub mod inspect;
 pub mod keys;
 pub mod logging;
+pub mod mcp;
 pub mod serve;
 pub mod store_url;
 
+pub use app::App;
 pub use error::CliError;
 pub use factory::UrlFactory;
 pub use store_url::{

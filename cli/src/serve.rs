@@ -1,5 +1,5 @@
-//! `eve serve`: eve-server's HTTP surface and a worker in one process, on the store of
-//! `--store`, with the seed's example tools registered.
+//! `eve serve`: eve-server's HTTP surface, MCP at `/mcp` and a worker in one process, on the
+//! store of `--store`, serving the app's tools.
 
 use crate::cli::ServeArgs;
 use crate::demo;
@@ -10,26 +10,27 @@ use eve_server::{AppState, ServerConfig};
 use std::io::Write;
 use std::sync::Arc;
 
-/// The deployment `eve serve`'s worker claims runs of: the examples' deployment, so runs the
-/// example binaries start on the same store are served too.
-pub const DEPLOYMENT: &str = eve_examples::DEPLOYMENT;
-
-/// The tools `eve serve` runs: every seed example of `eve-examples` (`deploy_approval`, the
-/// seed's deploy with `ctx.ask`; `deploy_deadline`; `refund_order`; `remind`;
-/// `remind_with_progress`; `render_video`; the hook-based `deploy`).
-pub fn registry() -> Registry {
-    eve_examples::registry()
-}
-
 /// Serves until Ctrl-C or SIGTERM (or, with `--demo`, until the demo's run has finished unless
-/// `--keep-serving`): binds `args.listen`, starts a worker for [`registry`] and the server, and
-/// prints where it listens. On the way out the server stops accepting and the worker retires
-/// its lease, so another process takes the runs over at once.
+/// `--keep-serving`): binds `args.listen`, starts a worker for `registry`'s deployment, the
+/// server (with the start API and MCP at `/mcp`, both behind an operate key) and prints where
+/// it listens. On the way out the server stops accepting and the worker retires its lease, so
+/// another process takes the runs over at once.
 ///
 /// # Errors
 /// The store cannot be opened, the address cannot be bound, the worker cannot register, or the
-/// server fails.
-pub async fn run(url: &StoreUrl, args: &ServeArgs, out: &mut dyn Write) -> Result<(), CliError> {
+/// server fails; `--demo` on an app without the demo's tool.
+pub async fn run(
+    url: &StoreUrl,
+    args: &ServeArgs,
+    registry: &Registry,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    if args.demo && registry.by_name(demo::DEMO_TOOL).is_none() {
+        return Err(CliError::Serve(format!(
+            "--demo calls the examples' {} tool, which this app does not serve",
+            demo::DEMO_TOOL
+        )));
+    }
     let store = url.open().await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -42,7 +43,7 @@ pub async fn run(url: &StoreUrl, args: &ServeArgs, out: &mut dyn Write) -> Resul
         .clone()
         .unwrap_or_else(|| format!("http://{addr}"));
     let base = base.trim_end_matches('/').to_owned();
-    let registry = registry();
+    let deployment = registry.deployment().clone();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let worker = Worker::new(
         store.clone(),
@@ -60,9 +61,10 @@ pub async fn run(url: &StoreUrl, args: &ServeArgs, out: &mut dyn Write) -> Resul
     let mut worker = worker.spawn();
     let tools: Vec<&str> = registry.tools().map(|t| t.name()).collect();
     let _ = writeln!(out, "eve serve: listening on {base}/ (store {url})");
+    let _ = writeln!(out, "eve serve: MCP (streamable HTTP) at {base}/mcp");
     let _ = writeln!(
         out,
-        "eve serve: worker {worker_id} runs deployment {DEPLOYMENT}: {}",
+        "eve serve: worker {worker_id} runs deployment {deployment}: {}",
         tools.join(", ")
     );
     if args.insecure_no_auth {
@@ -81,7 +83,12 @@ pub async fn run(url: &StoreUrl, args: &ServeArgs, out: &mut dyn Write) -> Resul
             ..ServerConfig::default()
         })
         .with_metrics(crate::logging::metrics())
-        .with_registry(registry.clone());
+        .with_registry(registry.clone())
+        .with_mcp(eve_mcp::router_for(
+            eve_mcp::McpServer::new(store.clone(), Arc::new(registry.clone()))
+                .with_worker(local_worker.clone()),
+            &base,
+        ));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(eve_server::serve_with_shutdown(
         listener,

@@ -243,6 +243,18 @@ impl JournalStore for FaultyStore {
         .await
     }
 
+    async fn create_key(&self, key: crate::ApiKey) -> Result<(), StoreError> {
+        self.inner.create_key(key).await
+    }
+    async fn list_keys(&self) -> Result<Vec<crate::ApiKey>, StoreError> {
+        self.inner.list_keys().await
+    }
+    async fn revoke_key(&self, id: &str, now: Timestamp) -> Result<crate::ApiKey, StoreError> {
+        self.inner.revoke_key(id, now).await
+    }
+    async fn key_by_hash(&self, hash: &str) -> Result<Option<crate::ApiKey>, StoreError> {
+        self.inner.key_by_hash(hash).await
+    }
     async fn pending_requests(
         &self,
         session: &SessionId,

@@ -34,11 +34,17 @@
 //! ```
 //!
 //! Backends are features: `sqlite` (default, [`sqlite`]), `postgres`, `dynamodb`; `server`
-//! adds the HTTP server. The in-memory store is [`MemoryStore`].
+//! adds the HTTP server, `mcp` the MCP server, and `cli` `App`: your own `eve` command line
+//! serving your tools (`App::new("my-deployment").tool(refund).run()`). The in-memory store is
+//! [`MemoryStore`].
 
 pub use eve_core::*;
 pub use eve_macros::{step, tool, workflow};
 
+#[cfg(feature = "cli")]
+pub use eve_cli::App;
+#[cfg(feature = "mcp")]
+pub use eve_mcp as mcp;
 #[cfg(feature = "server")]
 pub use eve_server as server;
 #[cfg(feature = "dynamodb")]

@@ -197,12 +197,33 @@ where
 /// MCP's streamable HTTP transport as an axum router: mount it with
 /// `Router::nest_service("/mcp", eve_mcp::router(server))`. Each MCP session (`Mcp-Session-Id`)
 /// gets its own eve session; tasks outlive sessions and processes. Like rmcp's server, it only
-/// accepts loopback `Host` headers by default.
+/// accepts loopback `Host` headers (DNS rebinding protection); [`router_for`] also accepts the
+/// host of a public URL.
 pub fn router(server: McpServer) -> axum::Router {
+    http_router(server, StreamableHttpServerConfig::default())
+}
+
+/// [`router`] for a server reached at `base_url` (e.g. `https://agents.example.com`): `Host`
+/// headers naming that host (with its port, if the URL has one) are accepted besides loopback.
+pub fn router_for(server: McpServer, base_url: &str) -> axum::Router {
+    let mut config = StreamableHttpServerConfig::default();
+    let authority = base_url
+        .split_once("://")
+        .map_or(base_url, |(_, rest)| rest)
+        .split(['/', '?', '#'])
+        .next()
+        .unwrap_or_default();
+    if !authority.is_empty() && !config.allowed_hosts.iter().any(|h| h == authority) {
+        config.allowed_hosts.push(authority.to_owned());
+    }
+    http_router(server, config)
+}
+
+fn http_router(server: McpServer, config: StreamableHttpServerConfig) -> axum::Router {
     let service = StreamableHttpService::new(
         move || Ok(server.connection()),
         Arc::new(LocalSessionManager::default()),
-        StreamableHttpServerConfig::default(),
+        config,
     );
     axum::Router::new().fallback_service(service)
 }

@@ -158,6 +158,9 @@ pub struct AppState {
     /// The tools `GET /v1/tools` lists and `POST /v1/tools/{name}/calls` starts; none by
     /// default.
     pub registry: Option<Registry>,
+    /// An MCP endpoint (e.g. `eve_mcp::router_for`) mounted at `/mcp` behind an operate key,
+    /// the Host allow-list and the same-origin check; none by default.
+    pub mcp: Option<Router>,
 }
 
 impl AppState {
@@ -169,7 +172,16 @@ impl AppState {
             config: ServerConfig::default(),
             metrics: Metrics::new(),
             registry: None,
+            mcp: None,
         }
+    }
+
+    /// The same state serving `mcp` at `/mcp` (MCP's streamable HTTP transport), behind an
+    /// API key of scope operate (`Authorization: Bearer <key>`) unless
+    /// [`ServerConfig::insecure_no_auth`].
+    pub fn with_mcp(mut self, mcp: Router) -> Self {
+        self.mcp = Some(mcp);
+        self
     }
 
     /// The same state starting calls of `registry`'s tools over HTTP.
@@ -244,6 +256,7 @@ fn build(state: AppState, shutdown: watch::Receiver<bool>) -> Router {
         hooks: Mutex::new(HashMap::new()),
     });
     let scope = |s: KeyScope| from_fn_with_state((inner.clone(), s), auth::require);
+    let mcp = state.mcp;
     let read = Router::new()
         .route("/v1/sessions/{id}/events", get(session::events))
         .route("/v1/sessions/{id}/requests", get(session::requests))
@@ -256,10 +269,13 @@ fn build(state: AppState, shutdown: watch::Receiver<bool>) -> Router {
     let answer = Router::new()
         .route("/v1/requests/{id}/answer", post(session::answer))
         .route_layer(scope(KeyScope::Answer));
-    let operate = Router::new()
+    let mut operate = Router::new()
         .route("/v1/tasks/{id}/cancel", post(session::cancel))
-        .route("/v1/tools/{name}/calls", post(calls::start))
-        .route_layer(scope(KeyScope::Operate));
+        .route("/v1/tools/{name}/calls", post(calls::start));
+    if let Some(mcp) = mcp {
+        operate = operate.nest_service("/mcp", mcp);
+    }
+    let operate = operate.route_layer(scope(KeyScope::Operate));
     let admin = Router::new()
         .route("/v1/keys", get(auth::list).post(auth::create))
         .route("/v1/keys/{id}/revoke", post(auth::revoke))

@@ -223,6 +223,18 @@ impl JournalStore for Faults {
         .await
     }
 
+    async fn create_key(&self, key: eve_core::ApiKey) -> Result<(), StoreError> {
+        self.inner.create_key(key).await
+    }
+    async fn list_keys(&self) -> Result<Vec<eve_core::ApiKey>, StoreError> {
+        self.inner.list_keys().await
+    }
+    async fn revoke_key(&self, id: &str, now: Timestamp) -> Result<eve_core::ApiKey, StoreError> {
+        self.inner.revoke_key(id, now).await
+    }
+    async fn key_by_hash(&self, hash: &str) -> Result<Option<eve_core::ApiKey>, StoreError> {
+        self.inner.key_by_hash(hash).await
+    }
     async fn pending_requests(
         &self,
         session: &SessionId,

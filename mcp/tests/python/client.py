@@ -1,7 +1,8 @@
 """The official MCP Python SDK as a client of `eve-mcp` over stdio.
 
 Usage: client.py SERVER_EXE [ARGS...]  (stdio: spawns the server; its environment is inherited)
-   or: client.py http://HOST:PORT/mcp   (streamable HTTP).
+   or: client.py http://HOST:PORT/mcp   (streamable HTTP; with EVE_MCP_BEARER set, sent as
+                                          `Authorization: Bearer …`).
 Lists the tools, calls deploy_approval without the tasks extension and answers its approval
 through elicitation, then prints one JSON line per step for the Rust test to assert on.
 """
@@ -15,6 +16,7 @@ from mcp import types
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 asked = []
 
@@ -33,6 +35,10 @@ def out(step, **fields):
 
 def transport():
     if sys.argv[1].startswith("http"):
+        key = os.environ.get("EVE_MCP_BEARER")
+        if key:
+            client = create_mcp_http_client(headers={"Authorization": f"Bearer {key}"})
+            return streamable_http_client(sys.argv[1], http_client=client)
         return streamable_http_client(sys.argv[1])
     server = StdioServerParameters(command=sys.argv[1], args=sys.argv[2:], env=dict(os.environ))
     return stdio_client(server)

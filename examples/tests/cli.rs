@@ -1,8 +1,9 @@
-//! Every `eve` command once against SQLite, through the built binary: inspection, answers, hook
-//! deliveries, cancellation, operator decisions, conformance, bench, and `eve serve` (HTTP,
-//! worker, the demo surviving a restart while its ask is pending).
+//! Every command of the `eve` binary (the examples' app, built with `eve::App`) once against
+//! SQLite: inspection, answers, hook deliveries, cancellation, operator decisions, conformance,
+//! bench, `eve serve` (HTTP, worker, MCP at /mcp, the demo surviving a restart while its ask is
+//! pending) and `eve mcp` on stdio.
 
-use eve_cli::serve::registry;
+use eve_examples::registry;
 use eve_core::engine::{start_tool_call, ManualClock, Worker, WorkerConfig};
 use eve_core::{CallId, JournalStore, JournalStoreExt, RunId, RunStatus, SessionId, Timestamp};
 use eve_storage_sqlite::SqliteStore;
@@ -557,4 +558,83 @@ async fn demo_survives_a_restart_while_the_ask_is_pending() {
         .filter(|e| e.event.kind() == "StepCompleted")
         .count();
     assert_eq!(steps, 2);
+}
+
+/// The official MCP Python SDK's session against `server` (`http://…/mcp`, or the `eve` binary
+/// and its arguments for stdio): the tools are listed, a blocking `deploy_approval` call is
+/// answered through elicitation and settles deployed, an unknown tool is -32602.
+fn python_mcp_session(python: &str, server: &[&str], bearer: Option<&str>, store: &str) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../mcp/tests/python/client.py");
+    let mut cmd = Command::new(python);
+    cmd.arg(&script).args(server).env("EVE_STORE_URL", store);
+    if let Some(key) = bearer {
+        cmd.env("EVE_MCP_BEARER", key);
+    }
+    let out = cmd.output().expect("run the Python client");
+    let text = stdout(&out);
+    assert!(
+        out.status.success(),
+        "the Python client failed: {text}{}",
+        stderr(&out)
+    );
+    let steps: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let step = |name: &str| {
+        steps
+            .iter()
+            .find(|s| s["step"] == name)
+            .unwrap_or_else(|| panic!("no step {name}: {text}"))
+            .clone()
+    };
+    assert_eq!(step("initialized")["server"], "eve");
+    assert!(
+        step("tools")["names"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!("refund_order")),
+        "{text}"
+    );
+    let called = step("called");
+    assert_eq!(called["is_error"], false, "{called}");
+    assert_eq!(called["structured"]["deployed"], true, "{called}");
+    assert_eq!(called["asked"][0]["options"][0], "approve", "{called}");
+    assert_eq!(step("unknown_tool")["code"], -32602);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_on_stdio_and_at_serve_slash_mcp() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut served = Served::start(d, &[]);
+    let base = served.base();
+    assert!(served
+        .wait_for("MCP (streamable HTTP) at")
+        .ends_with(&format!("{base}/mcp")));
+    let line = served.wait_for("eve serve:   eve_");
+    let key = line.trim_start_matches("eve serve:").trim().to_owned();
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let (status, body) = http(&base, "", "POST", "/mcp", ping);
+    assert_eq!(status, 401, "MCP over HTTP needs a key: {body}");
+    let made = ok(d, &["keys", "create", "--name", "reader", "--scope", "read"]);
+    let read_key = made.lines().next().unwrap().to_owned();
+    let (status, _) = http(&base, &read_key, "POST", "/mcp", ping);
+    assert_eq!(status, 403, "starting calls over MCP needs an operate key");
+
+    let Ok(python) = std::env::var("EVE_TEST_MCP_PYTHON") else {
+        println!("SKIPPED: the MCP Python SDK sessions against `eve mcp` and /mcp: EVE_TEST_MCP_PYTHON is not set (scripts/test-all.sh sets it)");
+        return;
+    };
+    let store = format!("sqlite://{}", d.join("eve.db").display());
+    python_mcp_session(&python, &[&format!("{base}/mcp")], Some(&key), &store);
+    // stdio: the client launches `eve mcp`, as an agent host does; a store of its own.
+    let stdio_store = format!("sqlite://{}", d.join("mcp.db").display());
+    python_mcp_session(&python, &[EVE, "mcp"], None, &stdio_store);
+    // Both calls are durable runs in their stores, completed.
+    for db in ["eve.db", "mcp.db"] {
+        let url = format!("sqlite://{}", d.join(db).display());
+        let runs = ok(d, &["runs", "list", "--status", "completed", "--store", &url]);
+        assert!(runs.contains("1 run(s)"), "{db}: {runs}");
+    }
 }
