@@ -3,7 +3,7 @@
 use crate::bench::BenchConfig;
 use crate::error::CliError;
 use crate::store_url::{StoreUrl, DEFAULT_STORE_URL, STORE_URL_ENV};
-use crate::{bench, conformance, inspect, keys, mcp, serve};
+use crate::{bench, conformance, inspect, keys, mcp, replay, serve};
 use clap::{Args, Parser, Subcommand};
 use eve_core::engine::Registry;
 use eve_core::{JournalStore, Resolution, Timestamp};
@@ -96,6 +96,15 @@ pub enum Command {
     },
     /// Measure replay and step throughput on the backend of --store, on fresh storage.
     Bench(BenchArgs),
+    /// Check this app's tools against exported journals before deploying: replays each (no
+    /// store, no step runs) and says whether it replays cleanly, where the code diverges, or
+    /// that its workflow is missing. Exit code 1 if any does not replay.
+    Replay {
+        /// A journal file (`eve journal RUN --json > RUN.jsonl`; the file name is the run id)
+        /// or a directory of *.jsonl journals. Repeatable.
+        #[arg(long, required = true, value_name = "PATH")]
+        journal: Vec<std::path::PathBuf>,
+    },
 }
 
 /// `eve serve` options.
@@ -274,6 +283,7 @@ pub async fn run(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<(
                 .await
                 .map(drop)
         }
+        Command::Replay { journal } => replay::run(journal, registry, out),
         Command::Bench(args) => {
             let config = BenchConfig {
                 replay_steps: args.replay_steps,

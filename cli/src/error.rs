@@ -46,6 +46,14 @@ pub enum CliError {
         /// The backend's name.
         backend: &'static str,
     },
+    /// `eve replay` checked every journal and some do not replay against the current code.
+    #[error("replay: {failed} of {total} journal(s) do not replay against these tools; see the lines above")]
+    ReplayFailed {
+        /// Journals that failed (diverged, missing workflow, unreadable).
+        failed: usize,
+        /// All journals checked.
+        total: usize,
+    },
     /// A benchmark run did not end as expected.
     #[error("bench: {0}")]
     Bench(String),

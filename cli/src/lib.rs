@@ -6,7 +6,7 @@
 //!   `EVE_STORE_URL`, a SQLite file `eve.db` in the working directory by default.
 //! - The commands ([`cli::Command`]): `eve serve`, `eve mcp`, `eve runs list|show|resume|fail`,
 //!   `eve journal`, `eve requests`, `eve answer`, `eve hook resume`, `eve cancel`,
-//!   `eve keys create|list|revoke`, `eve conformance`, `eve bench`. Each fails with one [`CliError`], printed as one line on
+//!   `eve keys create|list|revoke`, `eve replay`, `eve conformance`, `eve bench`. Each fails with one [`CliError`], printed as one line on
 //!   stderr with a non-zero exit code.
 
 pub mod app;
@@ -21,6 +21,7 @@ pub mod inspect;
 pub mod keys;
 pub mod logging;
 pub mod mcp;
+pub mod replay;
 pub mod serve;
 pub mod store_url;
 

@@ -3,9 +3,9 @@
 //! bench, `eve serve` (HTTP, worker, MCP at /mcp, the demo surviving a restart while its ask is
 //! pending) and `eve mcp` on stdio.
 
-use eve_examples::registry;
 use eve_core::engine::{start_tool_call, ManualClock, Worker, WorkerConfig};
 use eve_core::{CallId, JournalStore, JournalStoreExt, RunId, RunStatus, SessionId, Timestamp};
+use eve_examples::registry;
 use eve_storage_sqlite::SqliteStore;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
@@ -617,7 +617,10 @@ async fn mcp_on_stdio_and_at_serve_slash_mcp() {
     let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
     let (status, body) = http(&base, "", "POST", "/mcp", ping);
     assert_eq!(status, 401, "MCP over HTTP needs a key: {body}");
-    let made = ok(d, &["keys", "create", "--name", "reader", "--scope", "read"]);
+    let made = ok(
+        d,
+        &["keys", "create", "--name", "reader", "--scope", "read"],
+    );
     let read_key = made.lines().next().unwrap().to_owned();
     let (status, _) = http(&base, &read_key, "POST", "/mcp", ping);
     assert_eq!(status, 403, "starting calls over MCP needs an operate key");
@@ -634,7 +637,128 @@ async fn mcp_on_stdio_and_at_serve_slash_mcp() {
     // Both calls are durable runs in their stores, completed.
     for db in ["eve.db", "mcp.db"] {
         let url = format!("sqlite://{}", d.join(db).display());
-        let runs = ok(d, &["runs", "list", "--status", "completed", "--store", &url]);
+        let runs = ok(
+            d,
+            &["runs", "list", "--status", "completed", "--store", &url],
+        );
         assert!(runs.contains("1 run(s)"), "{db}: {runs}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_checks_exported_journals_against_the_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let store: Arc<dyn JournalStore> = Arc::new(SqliteStore::open(d.join("eve.db")).await.unwrap());
+    let deploy = start(
+        &*store,
+        "r1",
+        "deploy_approval",
+        serde_json::json!({"service": "api"}),
+    )
+    .await;
+    let remind = start(
+        &*store,
+        "r2",
+        "remind",
+        serde_json::json!({"note": "stand up", "delay": "1h"}),
+    )
+    .await;
+    let clock = ManualClock::new(Timestamp::now());
+    let worker = Worker::new(
+        store.clone(),
+        registry(),
+        clock.clone(),
+        WorkerConfig::default(),
+    )
+    .await
+    .unwrap();
+    worker.drain().await.unwrap();
+
+    // Exported as a user would, one RUN.jsonl per run: both replay cleanly.
+    let good = d.join("good");
+    std::fs::create_dir(&good).unwrap();
+    for run in [&deploy, &remind] {
+        let lines = ok(d, &["journal", run.as_str(), "--json"]);
+        std::fs::write(good.join(format!("{run}.jsonl")), lines).unwrap();
+    }
+    let out = ok(d, &["replay", "--journal", good.to_str().unwrap()]);
+    assert_eq!(
+        out.matches("\nok ").count() + usize::from(out.starts_with("ok ")),
+        2,
+        "{out}"
+    );
+    assert!(out.contains("tool deploy_approval"), "{out}");
+    assert!(
+        out.ends_with("2 journal(s): 2 replay cleanly, 0 do not\n"),
+        "{out}"
+    );
+
+    // The journals as code changed under them would see them: a renamed step, a removed
+    // workflow, a damaged line. Each is named; the others are still checked; exit code 1.
+    let bad = d.join("bad");
+    std::fs::create_dir(&bad).unwrap();
+    let recorded = std::fs::read_to_string(good.join(format!("{deploy}.jsonl"))).unwrap();
+    assert!(recorded.contains("\"plan_deploy\""), "{recorded}");
+    std::fs::write(
+        bad.join(format!("{deploy}.jsonl")),
+        recorded.replace("\"plan_deploy\"", "\"plan_rollout\""),
+    )
+    .unwrap();
+    let reminded = std::fs::read_to_string(good.join(format!("{remind}.jsonl"))).unwrap();
+    let workflow = reminded
+        .split("\"workflow_id\":\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("no workflow_id in {reminded}"))
+        .to_owned();
+    std::fs::write(
+        bad.join("missing.jsonl"),
+        reminded.replace(&workflow, "gone::remind"),
+    )
+    .unwrap();
+    std::fs::write(
+        bad.join("torn.jsonl"),
+        format!("{}\n{{\"seq\": 1,", reminded.lines().next().unwrap()),
+    )
+    .unwrap();
+    std::fs::write(bad.join(format!("{remind}.jsonl")), &reminded).unwrap();
+    let o = eve(d, &["replay", "--journal", bad.to_str().unwrap()]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("replay: 3 of 4 journal(s) do not replay"),
+        "{}",
+        stderr(&o)
+    );
+    let line = |needle: &str| {
+        out.lines()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no line with {needle}: {out}"))
+            .to_owned()
+    };
+    let diverged = line(&format!("{deploy}.jsonl"));
+    assert!(
+        diverged.starts_with("FAILED")
+            && diverged.contains("[EVE-ND-001] non-determinism at command 0"),
+        "{diverged}"
+    );
+    assert!(
+        diverged.contains("plan_rollout") && diverged.contains("plan_deploy"),
+        "{diverged}"
+    );
+    let missing = line("missing.jsonl");
+    assert!(
+        missing.starts_with("MISSING") && missing.contains("gone::remind"),
+        "{missing}"
+    );
+    assert!(line("torn.jsonl:2:").starts_with("INVALID"), "{out}");
+    assert!(line(&format!("{remind}.jsonl")).starts_with("ok "), "{out}");
+
+    fails(
+        d,
+        &["replay", "--journal", "nowhere.jsonl"],
+        2,
+        "does not exist",
+    );
 }

@@ -48,5 +48,5 @@ pub use tool::{
     IntoWorkflowTool, Registry, Tool, ToolCtx, Workflow, WorkflowTool, DEFAULT_GRACE,
 };
 pub use worker::{
-    default_worker_id, ActivationEnd, ReplayReport, Worker, WorkerConfig, WorkerHandle,
+    default_worker_id, ActivationEnd, ReplayError, ReplayReport, Worker, WorkerConfig, WorkerHandle,
 };

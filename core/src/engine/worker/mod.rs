@@ -4,7 +4,7 @@
 
 use super::agent::{result_payload, AgentStart};
 use super::clock::Clock;
-use super::error::{StepError, CODE_MISSING_WORKFLOW, CODE_POISON};
+use super::error::{NonDeterminism, StepError, CODE_MISSING_WORKFLOW, CODE_POISON};
 use super::replay::{Executor, Stop, GRACE_CMD, GUARD_CMD};
 use super::step::{RetryPolicy, StepCtx};
 use super::tool::Registry;
@@ -318,21 +318,60 @@ impl Worker {
         run: &RunId,
     ) -> Result<ReplayReport, StoreError> {
         let events = store.read_all(run, 0).await?;
-        let first = events
-            .first()
-            .ok_or_else(|| StoreError::InvalidInput(format!("run {run} has no events")))?;
-        let Event::RunStarted { workflow_id, .. } = &first.event else {
-            return Err(StoreError::InvalidInput(format!(
-                "run {run} does not start with RunStarted"
-            )));
+        if events.is_empty() {
+            return Err(StoreError::InvalidInput(format!("run {run} has no events")));
+        }
+        Self::replay_journal(registry, run, &events)
+            .map_err(|e| StoreError::InvalidInput(format!("run {run}: {e}")))
+    }
+
+    /// Replays a recorded journal (e.g. exported with `eve journal --json`) against
+    /// `registry`'s current code, without a store and without running any step: whether the
+    /// code would resume the run as it was recorded. The deployment the run was started under
+    /// is not checked (that is the point: new code against old runs).
+    ///
+    /// # Errors
+    /// A [`ReplayError`] saying why the journal does not replay: not a journal, its workflow
+    /// missing from `registry`, or the body diverging from it.
+    pub fn replay_journal(
+        registry: &Registry,
+        run: &RunId,
+        events: &[StoredEvent],
+    ) -> Result<ReplayReport, ReplayError> {
+        let first = events.first().ok_or(ReplayError::Empty)?;
+        let Event::RunStarted {
+            workflow_id, tool, ..
+        } = &first.event
+        else {
+            return Err(ReplayError::NotARun {
+                seq: first.seq,
+                found: first.event.kind().to_owned(),
+            });
         };
-        let tool = registry.get(workflow_id).ok_or_else(|| {
-            StoreError::InvalidInput(format!("workflow {workflow_id} is not in the registry"))
-        })?;
-        let mut exec = Executor::new(run.clone(), tool, first).map_err(StoreError::InvalidInput)?;
-        for ev in &events {
-            exec.deliver(ev)
-                .map_err(|s| StoreError::InvalidInput(s.reason()))?;
+        if first.seq != 0 {
+            return Err(ReplayError::Gap {
+                expected: 0,
+                found: first.seq,
+            });
+        }
+        let body = registry
+            .get(workflow_id)
+            .ok_or_else(|| ReplayError::MissingWorkflow {
+                workflow_id: workflow_id.to_string(),
+                tool: tool.clone(),
+            })?;
+        let mut exec = Executor::new(run.clone(), body, first).map_err(ReplayError::Input)?;
+        for (expected, ev) in (0u64..).zip(events) {
+            if ev.seq != expected {
+                return Err(ReplayError::Gap {
+                    expected,
+                    found: ev.seq,
+                });
+            }
+            exec.deliver(ev).map_err(|stop| match stop {
+                Stop::NonDeterminism(nd) => ReplayError::NonDeterminism(nd),
+                other => ReplayError::Stopped(other.reason()),
+            })?;
         }
         Ok(ReplayReport {
             events: exec.delivered,
@@ -340,6 +379,50 @@ impl Worker {
             finished: exec.finished.is_some(),
         })
     }
+}
+
+/// Why a recorded journal does not replay against the current code
+/// ([`Worker::replay_journal`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// No events at all.
+    #[error("the journal is empty")]
+    Empty,
+    /// The first event is not `RunStarted`.
+    #[error("the journal does not start with RunStarted (found {found} at seq {seq}); export whole journals with `eve journal RUN --json`")]
+    NotARun {
+        /// The first event's seq.
+        seq: u64,
+        /// Its kind.
+        found: String,
+    },
+    /// Events are missing or out of order.
+    #[error(
+        "the journal skips from seq {expected} to seq {found}: events are missing or out of order"
+    )]
+    Gap {
+        /// The seq that should come next.
+        expected: u64,
+        /// The seq found instead.
+        found: u64,
+    },
+    /// The run's workflow is not among the registry's tools.
+    #[error("[{code}] workflow {workflow_id} (tool {tool:?}) is not among these tools: was it renamed or removed? Keep its id with #[workflow(id = \"..\")]", code = CODE_MISSING_WORKFLOW)]
+    MissingWorkflow {
+        /// The recorded workflow id.
+        workflow_id: String,
+        /// The recorded tool name.
+        tool: String,
+    },
+    /// The recorded input no longer fits the body's input type.
+    #[error("the recorded input does not fit the body: {0}")]
+    Input(String),
+    /// The body issues other operations than the journal recorded.
+    #[error(transparent)]
+    NonDeterminism(NonDeterminism),
+    /// The body panicked or waited on something that is not durable, with the code and reason.
+    #[error("{0}")]
+    Stopped(String),
 }
 
 /// A worker running in the background; see [`Worker::spawn`].
