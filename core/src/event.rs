@@ -472,6 +472,14 @@ pub enum Event {
         /// The message.
         message: Payload,
     },
+    /// `ctx.patched(id)` returned true at `cmd`: the run took the patched branch, on its first
+    /// execution and on every replay.
+    Patched {
+        /// Command counter.
+        cmd: u64,
+        /// The patch id.
+        id: String,
+    },
     /// Cancellation was requested; the body gets its grace period.
     CancelRequested {
         /// Why.
@@ -518,6 +526,7 @@ impl Event {
             Event::AgentFailed { .. } => "AgentFailed",
             Event::Progress { .. } => "Progress",
             Event::MessagePosted { .. } => "MessagePosted",
+            Event::Patched { .. } => "Patched",
             Event::CancelRequested { .. } => "CancelRequested",
             Event::RunCompleted { .. } => "RunCompleted",
             Event::RunFailed { .. } => "RunFailed",

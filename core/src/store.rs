@@ -588,6 +588,7 @@ impl Effects {
                 }
                 Event::RunBlocked { .. } => fx.status = Some(RunStatus::Blocked),
                 Event::RunResumed => fx.status = Some(RunStatus::Running),
+                Event::Patched { .. } => {}
                 Event::RunStarted { .. }
                 | Event::HookReceived { .. }
                 | Event::AgentStarted { .. }

@@ -30,7 +30,8 @@ pub fn recorded_commands(events: &[StoredEvent]) -> Vec<u64> {
             | Event::HookCreated { cmd, .. }
             | Event::InputRequested { cmd, .. }
             | Event::Progress { cmd, .. }
-            | Event::MessagePosted { cmd, .. } => Some(*cmd),
+            | Event::MessagePosted { cmd, .. }
+            | Event::Patched { cmd, .. } => Some(*cmd),
             _ => None,
         })
         .filter(|c| !internal(*c))

@@ -96,6 +96,9 @@ pub(crate) enum CmdKind {
     Message {
         message: Payload,
     },
+    Patch {
+        id: String,
+    },
 }
 
 impl CmdKind {
@@ -109,6 +112,7 @@ impl CmdKind {
             CmdKind::Agent { call, .. } => format!("agent {:?}", call.key),
             CmdKind::Progress { .. } => "progress".into(),
             CmdKind::Message { .. } => "post_message".into(),
+            CmdKind::Patch { id } => format!("patch {id:?}"),
         }
     }
 
@@ -187,6 +191,13 @@ pub(crate) struct Core {
     pub(crate) last_progress: Option<Payload>,
     /// The seq of `CancelRequested`, once delivered: the abort signal.
     pub(crate) cancel_seq: Option<u64>,
+    /// `Patched` markers read ahead in the journal, by cmd.
+    pub(crate) patches: HashMap<u64, String>,
+    /// The seq of the event being delivered.
+    pub(crate) seq: u64,
+    /// The journal's length when replay began (0: unknown): while events before it are still
+    /// to be delivered, the body is replaying a recorded run.
+    pub(crate) journal_end: u64,
 }
 
 impl Core {
@@ -210,7 +221,24 @@ impl Core {
             webhook_tokens: HashMap::new(),
             last_progress: None,
             cancel_seq: None,
+            patches: HashMap::new(),
+            seq: 0,
+            journal_end: 0,
         }
+    }
+
+    /// `ctx.patched(id)` (`new_runs: true`) or `ctx.deprecate_patch(id)` (`false`): takes a
+    /// command counter only when the patch is (or, for a new execution, becomes) recorded, so
+    /// runs recorded before the patch keep their counters.
+    fn patch(&mut self, id: &str, new_runs: bool) -> bool {
+        let cmd = self.cmds.len() as u64;
+        let recorded = self.patches.get(&cmd).is_some_and(|p| p == id);
+        let replaying = self.seq + 1 < self.journal_end;
+        if recorded || (new_runs && !replaying) {
+            self.issue(CmdKind::Patch { id: id.to_owned() });
+            return true;
+        }
+        false
     }
 
     fn issue(&mut self, kind: CmdKind) -> u64 {
@@ -231,7 +259,7 @@ impl Core {
                 self.open.insert(cmd);
                 self.unrecorded.insert(cmd);
             }
-            CmdKind::Progress { .. } | CmdKind::Message { .. } => {
+            CmdKind::Progress { .. } | CmdKind::Message { .. } | CmdKind::Patch { .. } => {
                 self.unrecorded.insert(cmd);
             }
         }
@@ -519,6 +547,33 @@ impl WorkflowCtx {
         let mut core = lock(&self.core);
         core.last_progress = Some(value.clone());
         core.issue(CmdKind::Progress { value });
+    }
+
+    /// A version marker, to change a body under runs in flight without a new deployment id:
+    /// `true` on a run that reaches this point under the new code (the decision is journaled
+    /// as `Patched`), `false` on a replay of a run that passed this point before the patch
+    /// existed, so it keeps the old branch and its recorded commands. The same answer on every
+    /// replay. Use one id per change; the ids of one body must differ.
+    ///
+    /// ```ignore
+    /// if ctx.patched("audit-before-deploy") {
+    ///     audit(&ctx, plan.clone()).await?; // new runs
+    /// } // runs recorded before the patch skip it
+    /// ```
+    ///
+    /// Once no run recorded before the patch is left, keep only the new branch and replace the
+    /// call with [`deprecate_patch`](Self::deprecate_patch); once no run recorded with the patch
+    /// is left either, delete that too. Deployment pinning (a new deployment id, the old code
+    /// kept running for its runs) is the alternative when a change is too large to branch.
+    pub fn patched(&self, id: &str) -> bool {
+        lock(&self.core).patch(id, true)
+    }
+
+    /// What a [`patched`](Self::patched) call becomes once only its new branch is kept:
+    /// runs that recorded the patch replay past their marker; new runs record nothing. Valid
+    /// while no run recorded before the patch is left (those would now diverge).
+    pub fn deprecate_patch(&self, id: &str) {
+        lock(&self.core).patch(id, false);
     }
 
     /// The run's cancellation signal: durable (the same on every replay), ready once a cancel

@@ -154,16 +154,28 @@ impl Executor {
     pub(crate) fn prescan(&mut self, events: &[StoredEvent]) {
         let mut core = lock(&self.core);
         for ev in events {
-            if let Event::HookCreated {
-                cmd,
-                token,
-                webhook: true,
-                ..
-            } = &ev.event
-            {
-                core.webhook_tokens.insert(*cmd, token.clone());
+            match &ev.event {
+                Event::HookCreated {
+                    cmd,
+                    token,
+                    webhook: true,
+                    ..
+                } => {
+                    core.webhook_tokens.insert(*cmd, token.clone());
+                }
+                Event::Patched { cmd, id } => {
+                    core.patches.insert(*cmd, id.clone());
+                }
+                _ => {}
             }
         }
+    }
+
+    /// The journal holds `end` events: until the last of them is delivered, the body replays
+    /// a recorded run (what `ctx.patched` decides by).
+    pub(crate) fn journal_ends_at(&mut self, end: u64) {
+        let mut core = lock(&self.core);
+        core.journal_end = core.journal_end.max(end);
     }
 
     /// The run's session.
@@ -237,6 +249,7 @@ impl Executor {
     fn apply(&mut self, ev: &StoredEvent) -> Result<(), NonDeterminism> {
         let mut core = lock(&self.core);
         core.now = ev.at;
+        core.seq = ev.seq;
         let issued = core.cmds.len() as u64;
         // Looks up the command the event names, checking kind and name.
         let check = |core: &Core, cmd: u64, expected: String, ok: &dyn Fn(&CmdKind) -> bool| {
@@ -405,6 +418,15 @@ impl Executor {
                 })?;
                 core.unrecorded.remove(cmd);
             }
+            Event::Patched { cmd, id } => {
+                check(
+                    &core,
+                    *cmd,
+                    format!("patch {id:?}"),
+                    &|k| matches!(k, CmdKind::Patch { id: i } if i == id),
+                )?;
+                core.unrecorded.remove(cmd);
+            }
             Event::CancelRequested { .. } => {
                 core.cancel_seq.get_or_insert(ev.seq);
             }
@@ -517,6 +539,10 @@ impl Executor {
                 CmdKind::Message { message } => Some(Event::MessagePosted {
                     cmd,
                     message: message.clone(),
+                }),
+                CmdKind::Patch { id } => Some(Event::Patched {
+                    cmd,
+                    id: id.clone(),
                 }),
                 CmdKind::Step { .. } => None,
             })

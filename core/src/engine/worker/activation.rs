@@ -173,6 +173,7 @@ impl Inner {
         // end), one page read ahead for what the body must get back at the call (webhook
         // tokens); events past that end arrive in the live part like any delivery.
         exec.prescan(&page);
+        exec.journal_ends_at(rec.next_seq);
         loop {
             let end = page.last().map_or(from, |e| e.seq + 1);
             let ahead = if !page.is_empty() && end < rec.next_seq {

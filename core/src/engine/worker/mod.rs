@@ -361,6 +361,8 @@ impl Worker {
                 tool: tool.clone(),
             })?;
         let mut exec = Executor::new(run.clone(), body, first).map_err(ReplayError::Input)?;
+        exec.prescan(events);
+        exec.journal_ends_at(events.len() as u64);
         for (expected, ev) in (0u64..).zip(events) {
             if ev.seq != expected {
                 return Err(ReplayError::Gap {
