@@ -12,6 +12,7 @@
 //! | `GET /v1/runs/{id}` | read | one run's record and journal |
 //! | `POST /v1/requests/{id}/answer` | answer | answers a request with `{"optionId": …}` or `{"text": …}` |
 //! | `POST /v1/tasks/{id}/cancel` | operate | requests cancellation of a background run |
+//! | `GET /v1/events?session=A&session=B` | read | several sessions' logs as one SSE stream; `id:` is a cursor (`{"A":4,"B":9}`) that `Last-Event-ID` or `?from=` resumes every session from |
 //! | `GET /v1/tools` | read | the tools this server starts: name, description, execution, input schema |
 //! | `POST /v1/tools/{name}/calls?wait=30s` | operate | starts a call with `{session, call_id, input}`: 201, 200 on a retry, 409 on the same key with another input; `wait` long-polls a default-execution call until it settles |
 //! | `GET /v1/keys`, `POST /v1/keys`, `POST /v1/keys/{id}/revoke` | admin | list, create (`{"name", "scope"}`; the key is in the answer only) and revoke API keys |
@@ -72,6 +73,7 @@ pub use auth::{create_key, key_hash, NewKey, COOKIE, KEY_PREFIX};
 pub use calls::MAX_WAIT;
 pub use error::ApiError;
 pub use metrics::{Metrics, SpanMetrics};
+pub use session::MAX_STREAM_SESSIONS;
 pub use webhook::{is_webhook_token, IDEMPOTENCY_KEY_MAX, MAX_JSON_DEPTH, SENSITIVE_HEADERS};
 
 use axum::extract::DefaultBodyLimit;
@@ -259,6 +261,7 @@ fn build(state: AppState, shutdown: watch::Receiver<bool>) -> Router {
     let mcp = state.mcp;
     let read = Router::new()
         .route("/v1/sessions/{id}/events", get(session::events))
+        .route("/v1/events", get(session::events_many))
         .route("/v1/sessions/{id}/requests", get(session::requests))
         .route("/v1/sessions/{id}/tasks", get(session::tasks))
         .route("/v1/runs", get(runs::list))

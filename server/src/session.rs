@@ -5,7 +5,7 @@ use crate::error::ApiError;
 use crate::Inner;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -15,7 +15,7 @@ use eve_core::{
     CallId, CancelOutcome, Execution, InputResponse, RequestId, RunId, RunQuery, RunStatus,
     SessionEntry, SessionEvent, SessionId, StoreError, Timestamp,
 };
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
@@ -106,26 +106,7 @@ pub(crate) async fn events(
         }
         None => q.from.unwrap_or(0),
     };
-    let session = SessionId::new(session);
-    // Subscribed before the first read, so nothing written after it is missed.
-    let watch = Waiter::new(
-        &*inner.store,
-        &WatchKey::Session(session.clone()),
-        inner.config.poll_interval.max(FALLBACK_POLL),
-        inner.config.poll_interval,
-    )
-    .await;
-    let state = Follow {
-        changed: inner.changed.subscribe(),
-        shutdown: inner.shutdown.clone(),
-        watch,
-        inner,
-        session,
-        next: from,
-        buf: VecDeque::new(),
-        catching_up: true,
-        first: true,
-    };
+    let state = Follow::new(inner, SessionId::new(session), from).await;
     let stream = futures::stream::unfold(state, |mut s| async move {
         let event = s.next_event().await?;
         Some((Ok(event), s))
@@ -151,6 +132,29 @@ struct Follow {
 }
 
 impl Follow {
+    /// Follows `session`'s log from seq `next`. Subscribed to the store's notifications before
+    /// the first read, so nothing written after it is missed.
+    async fn new(inner: Arc<Inner>, session: SessionId, next: u64) -> Self {
+        let watch = Waiter::new(
+            &*inner.store,
+            &WatchKey::Session(session.clone()),
+            inner.config.poll_interval.max(FALLBACK_POLL),
+            inner.config.poll_interval,
+        )
+        .await;
+        Follow {
+            changed: inner.changed.subscribe(),
+            shutdown: inner.shutdown.clone(),
+            watch,
+            inner,
+            session,
+            next,
+            buf: VecDeque::new(),
+            catching_up: true,
+            first: true,
+        }
+    }
+
     /// The next SSE event, or `None` to end the stream (server shutdown, store failure: the
     /// client reconnects with `Last-Event-ID`).
     async fn next_event(&mut self) -> Option<SseEvent> {
@@ -159,12 +163,19 @@ impl Follow {
             // Tell browsers to reconnect quickly after a server restart.
             return Some(SseEvent::default().retry(Duration::from_millis(500)));
         }
+        self.next_entry()
+            .await
+            .map(|e| sse_event(&e, e.seq.to_string()))
+    }
+
+    /// The next entry of the log, waiting for it; `None` on shutdown or a store failure.
+    async fn next_entry(&mut self) -> Option<SessionEntry> {
         loop {
             if *self.shutdown.borrow() {
                 return None;
             }
             if let Some(entry) = self.buf.pop_front() {
-                return Some(sse_event(&entry));
+                return Some(entry);
             }
             // Mark the change counter seen before reading, so a write that lands after the
             // read wakes the wait below.
@@ -213,10 +224,90 @@ impl Follow {
     }
 }
 
-fn sse_event(entry: &SessionEntry) -> SseEvent {
+/// At most this many sessions on one `GET /v1/events` stream.
+pub const MAX_STREAM_SESSIONS: usize = 500;
+
+/// `GET /v1/events?session=A&session=B…`: several sessions' logs as one SSE stream, so a
+/// page follows any number of sessions over one connection (browsers allow six per host over
+/// HTTP/1.1). Each event is as on the per-session route, except `id:`: a cursor, the JSON object
+/// of the last seq sent per session (`{"A":4,"B":9}`), which `Last-Event-ID` (or `?from=`)
+/// sends back to resume every session where it was; a session missing from it starts at 0.
+/// Entries of one session come in order; sessions interleave as their entries land.
+pub(crate) async fn events_many(
+    State(inner): State<Arc<Inner>>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
+    let mut sessions: Vec<String> = Vec::new();
+    let mut from = None;
+    for (k, v) in url::form_urlencoded::parse(raw.unwrap_or_default().as_bytes()) {
+        match &*k {
+            "session" if !v.is_empty() => {
+                if !sessions.iter().any(|s| *s == v) {
+                    sessions.push(v.into_owned());
+                }
+            }
+            "from" => from = Some(v.into_owned()),
+            other => {
+                return Err(ApiError::malformed(format!(
+                    "unknown query parameter {other:?}: use session=ID (repeatable) and from=CURSOR"
+                )))
+            }
+        }
+    }
+    if sessions.is_empty() {
+        return Err(ApiError::malformed(
+            "name the sessions to follow: /v1/events?session=A&session=B",
+        ));
+    }
+    if sessions.len() > MAX_STREAM_SESSIONS {
+        return Err(ApiError::malformed(format!(
+            "{} sessions on one stream; at most {MAX_STREAM_SESSIONS}",
+            sessions.len()
+        )));
+    }
+    let cursor_text = match headers.get("last-event-id") {
+        Some(v) => Some(v.to_str().map(str::to_owned).map_err(|_| {
+            ApiError::malformed("Last-Event-ID must be the id of the last event received")
+        })?),
+        None => from,
+    };
+    let mut cursor: std::collections::BTreeMap<String, u64> = match cursor_text {
+        Some(t) if !t.trim().is_empty() => serde_json::from_str(&t).map_err(|_| {
+            ApiError::malformed(
+                "Last-Event-ID (or from=) must be the id of the last event received: a JSON object of session id to seq",
+            )
+        })?,
+        _ => Default::default(),
+    };
+    cursor.retain(|s, _| sessions.contains(s));
+    let mut streams = Vec::with_capacity(sessions.len());
+    for session in &sessions {
+        let next = cursor.get(session).map_or(0, |n| n.saturating_add(1));
+        let follow = Follow::new(inner.clone(), SessionId::new(session.clone()), next).await;
+        streams.push(Box::pin(futures::stream::unfold(
+            follow,
+            |mut f| async move {
+                let entry = f.next_entry().await?;
+                Some((entry, f))
+            },
+        )));
+    }
+    let retry =
+        futures::stream::once(async { Ok(SseEvent::default().retry(Duration::from_millis(500))) });
+    let events = futures::stream::select_all(streams).map(move |entry| {
+        cursor.insert(entry.session_id.to_string(), entry.seq);
+        let id = serde_json::to_string(&cursor).expect("a cursor serializes");
+        Ok(sse_event(&entry, id))
+    });
+    Ok(Sse::new(retry.chain(events)).keep_alive(KeepAlive::default()))
+}
+
+/// The SSE event of `entry`, with `id:` = `id` (the session seq, or a multiplexed cursor).
+fn sse_event(entry: &SessionEntry, id: String) -> SseEvent {
     let data = serde_json::to_string(entry).expect("a session entry serializes");
     SseEvent::default()
-        .id(entry.seq.to_string())
+        .id(id)
         .event(event_type(&entry.event))
         .data(data)
 }

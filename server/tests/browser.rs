@@ -348,3 +348,106 @@ async fn clicking_approve_in_chromium_completes_the_run() {
     worker.shutdown().await;
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tab_answers_the_7th_and_8th_of_eight_sessions() {
+    for bin in [CHROMIUM, CHROMEDRIVER] {
+        if !Path::new(bin).exists() {
+            eprintln!(
+                "SKIPPED one_tab_answers_the_7th_and_8th_of_eight_sessions: {bin} is missing; \
+                 install Debian's chromium and chromium-driver (CI does: see .ci/run)"
+            );
+            return;
+        }
+    }
+    let (_dir, store) = sqlite().await;
+    let worker = worker(store.clone()).await;
+    let server = TestServer::start(store.clone(), |_| {}).await;
+    let mut runs = Vec::new();
+    for i in 1..=8 {
+        let run = start(
+            &store,
+            &format!("s-tab-{i}"),
+            "call-1",
+            "deploy",
+            json!({ "service": format!("svc-{i}") }),
+        )
+        .await;
+        runs.push(run);
+    }
+    let browser = Browser::start().await;
+    // No ?session=: the page follows every session with a live run, all on one connection.
+    browser.goto(&server.url("/")).await;
+    for run in &runs {
+        browser
+            .find(&format!(
+                r#".card[data-request^="{run}"] button[data-option="approve"]"#
+            ))
+            .await;
+    }
+    browser.find("#conn.live").await;
+    // The channel log is fed only by the stream: every session's ask arrived on it.
+    for i in 1..=8 {
+        browser
+            .find_by(
+                "xpath",
+                &format!(r#"//div[@id="log"]/div[starts-with(., "s-tab-{i} ") and contains(., " input.requested ")]"#),
+            )
+            .await;
+    }
+    browser.screenshot("page-eight-sessions.png").await;
+    for run in &runs[6..] {
+        let approve = browser
+            .find(&format!(
+                r#".card[data-request^="{run}"] button[data-option="approve"]"#
+            ))
+            .await;
+        browser.click(&approve).await;
+    }
+    // The answers land and both runs complete, seen live on the page and on the stream.
+    for i in 7..=8 {
+        browser
+            .find_by(
+                "xpath",
+                &format!(r#"//div[@id="log"]/div[starts-with(., "s-tab-{i} ") and contains(., " tool.settled ")]"#),
+            )
+            .await;
+    }
+    for run in &runs[6..] {
+        browser
+            .find(&format!(r#"tr[data-run="{run}"] td.status-completed"#))
+            .await;
+        assert_eq!(
+            store.get_run(run).await.unwrap().status,
+            eve_core::RunStatus::Completed
+        );
+    }
+    for run in &runs[..6] {
+        assert_eq!(
+            store.get_run(run).await.unwrap().status,
+            eve_core::RunStatus::Running,
+            "the other sessions' requests are untouched"
+        );
+    }
+    let sources = browser
+        .cmd(
+            "POST",
+            "/execute/sync",
+            json!({
+                "script": "return performance.getEntriesByType('resource').filter(e => e.name.includes('/events')).map(e => e.name)",
+                "args": []
+            }),
+        )
+        .await;
+    assert!(
+        sources
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|u| u.as_str().unwrap().contains("/v1/events?")),
+        "only the multiplexed stream is used: {sources}"
+    );
+    browser.quit().await;
+    worker.shutdown().await;
+    server.stop().await;
+}

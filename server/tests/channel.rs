@@ -436,3 +436,74 @@ async fn an_idle_stream_does_not_poll_and_wakes_at_once_on_this_servers_writes()
     quick.stop().await;
     slow.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_stream_follows_many_sessions_and_resumes_each_from_its_cursor() {
+    let (_dir, store) = sqlite().await;
+    let worker = worker(store.clone()).await;
+    let server = TestServer::start(store.clone(), |_| {}).await;
+    let sessions: Vec<String> = (1..=8).map(|i| format!("s-many-{i}")).collect();
+    let query: String = sessions
+        .iter()
+        .map(|s| format!("session={s}"))
+        .collect::<Vec<_>>()
+        .join("&");
+    let url = server.url(&format!("/v1/events?{query}"));
+    let mut events = SseClient::connect(&url, None).await;
+    for s in &sessions {
+        start(&store, s, "call-1", "deploy", json!({ "service": s })).await;
+    }
+    // All eight asks arrive on the one connection, each tagged with its session.
+    let mut asked = std::collections::BTreeMap::new();
+    let mut last = None;
+    while asked.len() < sessions.len() {
+        let f = events.until("input.requested").await.pop().unwrap();
+        let entry = f.json();
+        asked.insert(
+            entry["session_id"].as_str().unwrap().to_owned(),
+            entry["event"]["data"]["request_id"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+        last = f.raw_id;
+    }
+    let cursor = last.expect("a cursor id");
+    let positions: Value = serde_json::from_str(&cursor).expect("the cursor is JSON");
+    assert_eq!(positions.as_object().unwrap().len(), 8, "{cursor}");
+    drop(events);
+
+    // Answer the 7th and 8th: a stream resumed from the cursor sends only what came after.
+    for s in &sessions[6..] {
+        let (status, _) = answer(&server, &asked[s], json!({ "optionId": "approve" })).await;
+        assert_eq!(status, 200);
+    }
+    let mut resumed = SseClient::connect_cursor(&url, Some(&cursor), None).await;
+    let mut settled = Vec::new();
+    while settled.len() < 2 {
+        let f = resumed.next().await.expect("the resumed stream goes on");
+        assert_ne!(
+            f.event.as_deref(),
+            Some("input.requested"),
+            "nothing before the cursor is sent again: {f:?}"
+        );
+        if f.event.as_deref() == Some("tool.settled") {
+            settled.push(f.json()["session_id"].as_str().unwrap().to_owned());
+        }
+    }
+    settled.sort();
+    assert_eq!(settled, sessions[6..]);
+
+    // Bad input: no session, an unknown parameter, a cursor that is not one.
+    for (path, what) in [
+        ("/v1/events", "no session"),
+        ("/v1/events?session=a&nope=1", "unknown parameter"),
+        ("/v1/events?session=a&from=7", "numeric cursor"),
+    ] {
+        let (status, body) = get(&server, path).await;
+        assert_eq!(status, 400, "{what}: {body}");
+        assert_eq!(body["code"], "malformed", "{what}: {body}");
+    }
+    worker.shutdown().await;
+    server.stop().await;
+}

@@ -359,7 +359,10 @@ pub fn count(events: &[StoredEvent], pred: impl Fn(&Event) -> bool) -> usize {
 /// One Server-Sent Event.
 #[derive(Debug, Clone)]
 pub struct Frame {
+    /// The `id:` as a number (a per-session stream's seq).
     pub id: Option<u64>,
+    /// The `id:` as sent (a multiplexed stream's cursor).
+    pub raw_id: Option<String>,
     pub event: Option<String>,
     pub data: String,
 }
@@ -385,6 +388,11 @@ impl SseClient {
 
     /// [`SseClient::connect`] with an API key.
     pub async fn connect_with(url: &str, last_event_id: Option<u64>, key: Option<&str>) -> Self {
+        Self::connect_cursor(url, last_event_id.map(|n| n.to_string()).as_deref(), key).await
+    }
+
+    /// [`SseClient::connect_with`] with any `Last-Event-ID` (a multiplexed stream's cursor).
+    pub async fn connect_cursor(url: &str, last_event_id: Option<&str>, key: Option<&str>) -> Self {
         let mut req = reqwest::Client::new()
             .get(url)
             .header("accept", "text/event-stream");
@@ -392,7 +400,7 @@ impl SseClient {
             req = req.bearer_auth(k);
         }
         if let Some(id) = last_event_id {
-            req = req.header("last-event-id", id.to_string());
+            req = req.header("last-event-id", id);
         }
         let resp = req.send().await.expect("connect SSE");
         assert_eq!(resp.status(), 200, "SSE status");
@@ -413,12 +421,14 @@ impl SseClient {
                 let block: String = self.buf.drain(..end + 2).collect();
                 let mut frame = Frame {
                     id: None,
+                    raw_id: None,
                     event: None,
                     data: String::new(),
                 };
                 for line in block.lines() {
                     if let Some(v) = line.strip_prefix("id:") {
-                        frame.id = Some(v.trim().parse().expect("numeric SSE id"));
+                        frame.id = v.trim().parse().ok();
+                        frame.raw_id = Some(v.trim().to_owned());
                     } else if let Some(v) = line.strip_prefix("event:") {
                         frame.event = Some(v.trim().to_owned());
                     } else if let Some(v) = line.strip_prefix("data:") {
