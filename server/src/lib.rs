@@ -8,7 +8,7 @@
 //! | `GET /v1/sessions/{id}/events` | read | the session's channel as Server-Sent Events, resumable with `Last-Event-ID` |
 //! | `GET /v1/sessions/{id}/requests` | read | the session's pending input requests |
 //! | `GET /v1/sessions/{id}/tasks` | read | the session's background runs (its task index) |
-//! | `GET /v1/runs?session=&status=&limit=` | read | runs, oldest first |
+//! | `GET /v1/runs` | read | runs, filtered (`session`, `status`, `tool`, `q` search, `since`/`until`), `order=newest`, paged (`limit`, `before` = the previous page's `next`), with `counts` by status |
 //! | `GET /v1/runs/{id}` | read | one run's record and journal |
 //! | `POST /v1/requests/{id}/answer` | answer | answers a request with `{"optionId": …}` or `{"text": …}` |
 //! | `POST /v1/tasks/{id}/cancel` | operate | requests cancellation of a background run |

@@ -12,14 +12,26 @@ use std::sync::Arc;
 
 /// Query of `GET /v1/runs`.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct ListQuery {
     session: Option<String>,
     status: Option<String>,
+    tool: Option<String>,
+    q: Option<String>,
+    order: Option<String>,
+    before: Option<String>,
+    since: Option<i64>,
+    until: Option<i64>,
     limit: Option<usize>,
 }
 
-/// `GET /v1/runs?session=&status=&limit=`: `{"runs": [RunRecord…]}`, oldest first; `status`
-/// is one of running, blocked, completed, failed, cancelled; no `limit` means all.
+/// `GET /v1/runs`: `{"runs": [RunRecord…], "next": RUN_ID|null, "counts": {status: n}}`.
+/// Filters: `session`, `status` (running, blocked, completed, failed, cancelled), `tool`,
+/// `q` (a substring of the run, session or call id), `since`/`until` (creation time, epoch ms,
+/// inclusive/exclusive). `order=newest` lists newest first (default oldest first); `limit`
+/// pages (none means all) and `next` is the cursor of the following page, passed back as
+/// `before=`. `counts` counts the filtered runs by status, whatever the status filter and the
+/// page.
 pub(crate) async fn list(
     State(inner): State<Arc<Inner>>,
     q: Result<Query<ListQuery>, QueryRejection>,
@@ -33,16 +45,69 @@ pub(crate) async fn list(
             ))
         })?),
     };
-    let runs = inner
+    let newest = match q.order.as_deref() {
+        None | Some("") | Some("oldest") => false,
+        Some("newest") => true,
+        Some(o) => {
+            return Err(ApiError::malformed(format!(
+                "unknown order {o:?}; use newest or oldest"
+            )))
+        }
+    };
+    let text = |v: Option<String>| v.filter(|s| !s.is_empty());
+    let (tool, needle) = (text(q.tool), text(q.q));
+    let mut runs = inner
         .store
         .list_runs(&RunQuery {
-            session: q.session.filter(|s| !s.is_empty()).map(SessionId::new),
-            status,
+            session: text(q.session).map(SessionId::new),
+            status: None,
             deployment: None,
-            limit: q.limit.unwrap_or(0),
+            limit: 0,
         })
         .await?;
-    Ok(Json(serde_json::json!({ "runs": runs })))
+    runs.retain(|r| {
+        tool.as_ref().is_none_or(|t| &r.tool == t)
+            && needle.as_ref().is_none_or(|n| {
+                r.run_id.as_str().contains(n.as_str())
+                    || r.session_id.as_str().contains(n.as_str())
+                    || r.call_id.as_str().contains(n.as_str())
+            })
+            && q.since.is_none_or(|t| r.created_at.millis() >= t)
+            && q.until.is_none_or(|t| r.created_at.millis() < t)
+    });
+    let mut counts = serde_json::Map::new();
+    for s in ["running", "blocked", "completed", "failed", "cancelled"] {
+        counts.insert(s.into(), 0.into());
+    }
+    for r in &runs {
+        let n = counts.entry(r.status.as_str()).or_insert(0.into());
+        *n = (n.as_u64().unwrap_or(0) + 1).into();
+    }
+    runs.retain(|r| status.is_none_or(|s| r.status == s));
+    if newest {
+        runs.reverse();
+    }
+    if let Some(before) = text(q.before) {
+        let at = runs
+            .iter()
+            .position(|r| r.run_id.as_str() == before)
+            .ok_or_else(|| {
+                ApiError::malformed(format!(
+                    "before={before:?} is not a run of this listing; pass the `next` of the previous page"
+                ))
+            })?;
+        runs.drain(..=at);
+    }
+    let limit = q.limit.unwrap_or(0);
+    let next = if limit > 0 && runs.len() > limit {
+        runs.truncate(limit);
+        runs.last().map(|r| r.run_id.to_string())
+    } else {
+        None
+    };
+    Ok(Json(
+        serde_json::json!({ "runs": runs, "next": next, "counts": counts }),
+    ))
 }
 
 /// `GET /v1/runs/{id}`: `{"run": RunRecord, "events": [StoredEvent…]}` with webhook tokens

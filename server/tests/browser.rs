@@ -429,6 +429,33 @@ async fn one_tab_answers_the_7th_and_8th_of_eight_sessions() {
             "the other sessions' requests are untouched"
         );
     }
+    // Filters narrow the runs table in the server; the chips count by status.
+    browser
+        .find(r#"#counts span[data-count="completed"]"#)
+        .await;
+    let option = browser
+        .find_by(
+            "xpath",
+            r#"//select[@id="f-status"]/option[text()="completed"]"#,
+        )
+        .await;
+    browser.click(&option).await;
+    let rows = browser
+        .cmd(
+            "POST",
+            "/execute/async",
+            json!({
+                "script": "const done = arguments[0]; const t = Date.now(); (function poll() { const n = document.querySelectorAll('#runs tr.run').length; if (n === 2 || Date.now() - t > 10000) done(n); else setTimeout(poll, 50); })();",
+                "args": []
+            }),
+        )
+        .await;
+    assert_eq!(rows, json!(2), "only the two completed runs are listed");
+    let chip = browser
+        .find(r#"#counts span[data-count="completed"]"#)
+        .await;
+    assert_eq!(browser.text(&chip).await, "completed 2");
+    browser.screenshot("page-filtered.png").await;
     let sources = browser
         .cmd(
             "POST",

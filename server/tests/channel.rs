@@ -507,3 +507,79 @@ async fn one_stream_follows_many_sessions_and_resumes_each_from_its_cursor() {
     worker.shutdown().await;
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_list_newest_first_filtered_paged_and_counted() {
+    let (_dir, store) = sqlite().await;
+    let server = TestServer::start(store.clone(), |_| {}).await;
+    let mut runs = Vec::new();
+    for i in 0..5 {
+        let session = if i % 2 == 0 { "s-even" } else { "s-odd" };
+        let tool = if i < 3 { "deploy" } else { "render_video" };
+        let input = if tool == "deploy" {
+            json!({ "service": format!("svc-{i}") })
+        } else {
+            json!({ "project_id": format!("p-{i}") })
+        };
+        runs.push(start(&store, session, &format!("call-{i}"), tool, input).await);
+        // Distinct creation times.
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    }
+    let ids = |v: &Value| -> Vec<String> {
+        v["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["run_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let newest: Vec<String> = runs.iter().rev().map(|r| r.to_string()).collect();
+    // Newest first, two per page, the cursor chaining the pages.
+    let (status, p1) = get(&server, "/v1/runs?order=newest&limit=2").await;
+    assert_eq!(status, 200, "{p1}");
+    assert_eq!(ids(&p1), newest[..2]);
+    assert_eq!(p1["counts"]["running"], 5);
+    let next = p1["next"].as_str().unwrap();
+    let (_, p2) = get(
+        &server,
+        &format!("/v1/runs?order=newest&limit=2&before={next}"),
+    )
+    .await;
+    assert_eq!(ids(&p2), newest[2..4]);
+    let next = p2["next"].as_str().unwrap();
+    let (_, p3) = get(
+        &server,
+        &format!("/v1/runs?order=newest&limit=2&before={next}"),
+    )
+    .await;
+    assert_eq!(ids(&p3), newest[4..]);
+    assert!(p3["next"].is_null());
+    // Filters: tool, session, a search by id, a status with none; the default stays oldest first.
+    let (_, by_tool) = get(&server, "/v1/runs?tool=render_video").await;
+    assert_eq!(ids(&by_tool), [runs[3].to_string(), runs[4].to_string()]);
+    let (_, by_session) = get(&server, "/v1/runs?session=s-odd&order=newest").await;
+    assert_eq!(ids(&by_session), [runs[3].to_string(), runs[1].to_string()]);
+    let (_, found) = get(&server, &format!("/v1/runs?q={}", &runs[2].as_str()[4..])).await;
+    assert_eq!(ids(&found), [runs[2].to_string()]);
+    let (_, none) = get(&server, "/v1/runs?status=completed").await;
+    assert!(ids(&none).is_empty());
+    assert_eq!(
+        none["counts"]["running"], 5,
+        "counts ignore the status filter"
+    );
+    // Bad input.
+    for path in [
+        "/v1/runs?order=sideways",
+        "/v1/runs?before=run_nope",
+        "/v1/runs?status=asleep",
+        "/v1/runs?color=red",
+    ] {
+        let (status, body) = get(&server, path).await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (400, Some("malformed")),
+            "{path}: {body}"
+        );
+    }
+    server.stop().await;
+}
