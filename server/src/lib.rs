@@ -10,6 +10,7 @@
 //! | `GET /v1/sessions/{id}/tasks` | read | the session's background runs (its task index) |
 //! | `GET /v1/runs` | read | runs, filtered (`session`, `status`, `tool`, `q` search, `since`/`until`), `order=newest`, paged (`limit`, `before` = the previous page's `next`), with `counts` by status |
 //! | `GET /v1/runs/{id}` | read | one run's record and journal |
+//! | `POST /v1/runs/{id}/cancel`, `…/resume`, `…/fail` | operate | cancel any run (`{"reason"}` optional); resume a blocked run; fail a blocked run with `{"error"}` |
 //! | `POST /v1/requests/{id}/answer` | answer | answers a request with `{"optionId": …}` or `{"text": …}` |
 //! | `POST /v1/tasks/{id}/cancel` | operate | requests cancellation of a background run |
 //! | `GET /v1/events?session=A&session=B` | read | several sessions' logs as one SSE stream; `id:` is a cursor (`{"A":4,"B":9}`) that `Last-Event-ID` or `?from=` resumes every session from |
@@ -274,7 +275,10 @@ fn build(state: AppState, shutdown: watch::Receiver<bool>) -> Router {
         .route_layer(scope(KeyScope::Answer));
     let mut operate = Router::new()
         .route("/v1/tasks/{id}/cancel", post(session::cancel))
-        .route("/v1/tools/{name}/calls", post(calls::start));
+        .route("/v1/tools/{name}/calls", post(calls::start))
+        .route("/v1/runs/{id}/cancel", post(runs::cancel))
+        .route("/v1/runs/{id}/resume", post(runs::resume))
+        .route("/v1/runs/{id}/fail", post(runs::fail));
     if let Some(mcp) = mcp {
         operate = operate.nest_service("/mcp", mcp);
     }

@@ -3,10 +3,14 @@
 use crate::error::ApiError;
 use crate::session::query;
 use crate::Inner;
-use axum::extract::rejection::QueryRejection;
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
-use eve_core::{Event, JournalStoreExt, RunId, RunQuery, RunStatus, SessionId, StoredEvent};
+use eve_core::{
+    Event, JournalStoreExt, Resolution, RunId, RunQuery, RunStatus, SessionId, StoredEvent,
+};
 use serde::Deserialize;
 use std::sync::Arc;
 
@@ -126,6 +130,81 @@ pub(crate) async fn show(
         .map(redact)
         .collect();
     Ok(Json(serde_json::json!({ "run": run, "events": events })))
+}
+
+/// The body of the operator routes: why (cancel, optional) or the error a failed run ends with
+/// (fail, required).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Decision {
+    reason: Option<String>,
+    error: Option<String>,
+}
+
+fn decision(inner: &Inner, body: Result<Bytes, BytesRejection>) -> Result<Decision, ApiError> {
+    let body = crate::error::body(inner, body)?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Decision::default());
+    }
+    crate::error::json_object(&body, "{\"reason\": …} or {\"error\": …}")
+}
+
+/// The reason `POST /v1/runs/{id}/cancel` writes when the body gives none.
+pub(crate) const REASON_OPERATOR_CANCEL: &str = "cancelled by an operator";
+
+/// `POST /v1/runs/{id}/cancel` (operate) with an optional `{"reason"}`: cancels any run, a
+/// default-execution call included (its call settles cancelled); answers as the task cancel
+/// route does (202 requested, 200 already requested or already ended, 404 unknown).
+pub(crate) async fn cancel(
+    State(inner): State<Arc<Inner>>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let d = decision(&inner, body)?;
+    let reason = d.reason.filter(|r| !r.trim().is_empty());
+    crate::session::cancel_run(
+        &inner,
+        &RunId::new(id),
+        reason.as_deref().unwrap_or(REASON_OPERATOR_CANCEL),
+    )
+    .await
+}
+
+/// `POST /v1/runs/{id}/resume` (operate): makes a blocked run claimable again (after a fix was
+/// deployed): 200 `{"seq"}` of its `RunResumed`; 400 `invalid_input` when it is not blocked.
+pub(crate) async fn resume(
+    State(inner): State<Arc<Inner>>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let seq = inner
+        .store
+        .resolve_blocked(&RunId::new(id), Resolution::Resume, inner.clock.now())
+        .await?;
+    inner.wrote();
+    Ok(Json(serde_json::json!({ "seq": seq })).into_response())
+}
+
+/// `POST /v1/runs/{id}/fail` (operate) with `{"error"}`: ends a blocked run failed, settling
+/// its call with that error; 400 when the error is missing or the run is not blocked.
+pub(crate) async fn fail(
+    State(inner): State<Arc<Inner>>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let error = decision(&inner, body)?
+        .error
+        .filter(|e| !e.trim().is_empty())
+        .ok_or_else(|| ApiError::malformed("send {\"error\": \"why the run failed\"}"))?;
+    let seq = inner
+        .store
+        .resolve_blocked(
+            &RunId::new(id),
+            Resolution::Fail { error },
+            inner.clock.now(),
+        )
+        .await?;
+    inner.wrote();
+    Ok(Json(serde_json::json!({ "seq": seq })).into_response())
 }
 
 /// Hides a webhook token but its first characters, enough to tell webhooks apart.

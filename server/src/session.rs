@@ -454,9 +454,18 @@ pub(crate) async fn cancel(
             format!("{run_id} is a default-execution call, not a background task; steer its session's turn to cancel it"),
         ));
     }
+    cancel_run(&inner, &run_id, REASON_TASK_CANCEL).await
+}
+
+/// Requests cancellation of `run_id` and answers as `POST /v1/tasks/{id}/cancel` does.
+pub(crate) async fn cancel_run(
+    inner: &Inner,
+    run_id: &RunId,
+    reason: &str,
+) -> Result<Response, ApiError> {
     let outcome = inner
         .store
-        .request_cancel(&run_id, REASON_TASK_CANCEL, inner.clock.now())
+        .request_cancel(run_id, reason, inner.clock.now())
         .await?;
     Ok(match outcome {
         CancelOutcome::Requested { seq } => {

@@ -4,7 +4,8 @@
 //! journal.
 //!
 //! Skipped, loudly, when /usr/bin/chromium or /usr/bin/chromedriver is missing (CI installs
-//! both). Set `EVE_BROWSER_SCREENSHOTS=DIR` to keep screenshots of the page.
+//! both). Screenshots of the main views go to `$CARGO_TARGET_DIR/tmp/eve-page-screenshots/`
+//! (or `EVE_BROWSER_SCREENSHOTS=DIR`).
 
 mod common;
 
@@ -169,9 +170,11 @@ impl Browser {
     }
 
     async fn screenshot(&self, name: &str) {
-        let Ok(dir) = std::env::var("EVE_BROWSER_SCREENSHOTS") else {
-            return;
-        };
+        // Under the target directory unless EVE_BROWSER_SCREENSHOTS names another.
+        let dir = std::env::var("EVE_BROWSER_SCREENSHOTS").unwrap_or_else(|_| {
+            concat!(env!("CARGO_TARGET_TMPDIR"), "/eve-page-screenshots").to_owned()
+        });
+        std::fs::create_dir_all(&dir).expect("screenshot directory");
         let png = self.cmd("GET", "/screenshot", Value::Null).await;
         let bytes = base64_decode(png.as_str().unwrap());
         std::fs::write(Path::new(&dir).join(name), bytes).expect("write screenshot");
@@ -473,6 +476,133 @@ async fn one_tab_answers_the_7th_and_8th_of_eight_sessions() {
             .iter()
             .all(|u| u.as_str().unwrap().contains("/v1/events?")),
         "only the multiplexed stream is used: {sources}"
+    );
+    browser.quit().await;
+    worker.shutdown().await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeline_and_operator_actions_from_the_page() {
+    for bin in [CHROMIUM, CHROMEDRIVER] {
+        if !Path::new(bin).exists() {
+            eprintln!(
+                "SKIPPED timeline_and_operator_actions_from_the_page: {bin} is missing; \
+                 install Debian's chromium and chromium-driver (CI does: see .ci/run)"
+            );
+            return;
+        }
+    }
+    let (_dir, store) = sqlite().await;
+    let worker = worker(store.clone()).await;
+    let server = TestServer::start(store.clone(), |_| {}).await;
+    let broken = start(
+        &store,
+        "s-ops",
+        "call-1",
+        "broken",
+        json!({ "service": "db" }),
+    )
+    .await;
+    let deploy = start(
+        &store,
+        "s-ops",
+        "call-2",
+        "deploy",
+        json!({ "service": "web" }),
+    )
+    .await;
+    let browser = Browser::start().await;
+    browser.goto(&server.url("/")).await;
+    let accept = |text: Option<&'static str>| {
+        let browser = &browser;
+        async move {
+            if let Some(t) = text {
+                browser
+                    .cmd("POST", "/alert/text", json!({ "text": t }))
+                    .await;
+            }
+            browser.cmd("POST", "/alert/accept", json!({})).await;
+        }
+    };
+
+    // The broken run is parked as blocked; its timeline names the step and the panic's code.
+    let row = browser
+        .find(&format!(r#"tr[data-run="{broken}"] td.status-blocked"#))
+        .await;
+    browser.click(&row).await;
+    let timeline = format!(r#"//tr[@data-journal="{broken}"]"#);
+    browser
+        .find_by(
+            "xpath",
+            &format!(r#"{timeline}//li[@data-kind="StepCompleted" and contains(., "step check done, attempt 1")]"#),
+        )
+        .await;
+    browser
+        .find_by(
+            "xpath",
+            &format!(r#"{timeline}//li[@data-kind="RunBlocked" and contains(@class, "has-error") and contains(., "EVE-")]"#),
+        )
+        .await;
+    browser.screenshot("page-timeline.png").await;
+    // Resume (confirmed): it runs again and blocks again; then Fail with a reason.
+    let resume = browser
+        .find_by(
+            "xpath",
+            &format!(r#"{timeline}//button[@data-action="resume"]"#),
+        )
+        .await;
+    browser.click(&resume).await;
+    accept(None).await;
+    browser
+        .find_by(
+            "xpath",
+            &format!(r#"{timeline}//li[@data-kind="RunResumed"]"#),
+        )
+        .await;
+    browser
+        .find_by(
+            "xpath",
+            &format!(r#"({timeline}//li[@data-kind="RunBlocked"])[2]"#),
+        )
+        .await;
+    let fail = browser
+        .find_by(
+            "xpath",
+            &format!(r#"{timeline}//button[@data-action="fail"]"#),
+        )
+        .await;
+    browser.click(&fail).await;
+    accept(Some("given up from the page")).await;
+    browser
+        .find(&format!(r#"tr[data-run="{broken}"] td.status-failed"#))
+        .await;
+    // Cancel the deploy call parked on its ask.
+    let row = browser
+        .find(&format!(r#"tr[data-run="{deploy}"] td.status-running"#))
+        .await;
+    browser.click(&row).await;
+    let cancel = browser
+        .find_by(
+            "xpath",
+            &format!(r#"//tr[@data-journal="{deploy}"]//button[@data-action="cancel"]"#),
+        )
+        .await;
+    browser.click(&cancel).await;
+    accept(None).await;
+    browser
+        .find(&format!(r#"tr[data-run="{deploy}"] td.status-cancelled"#))
+        .await;
+    browser.screenshot("page-actions.png").await;
+
+    let failed = journal(&store, &broken).await;
+    assert!(failed.iter().any(|e| matches!(
+        &e.event,
+        eve_core::Event::RunFailed { error } if error == "given up from the page"
+    )));
+    assert_eq!(
+        store.get_run(&deploy).await.unwrap().status,
+        eve_core::RunStatus::Cancelled
     );
     browser.quit().await;
     worker.shutdown().await;

@@ -199,6 +199,19 @@ pub struct DeployInput {
     pub service: String,
 }
 
+/// A body with a bug: it panics after its first step, which parks the run as blocked (for
+/// the operator actions: resume, fail).
+pub async fn broken(ctx: WorkflowCtx, input: DeployInput) -> Result<Value, WorkflowError> {
+    let service = input.service.clone();
+    let _: String = ctx
+        .step("check", move |_| {
+            let s = service.clone();
+            async move { Ok(s) }
+        })
+        .await?;
+    panic!("the body of broken has a bug (service {})", input.service)
+}
+
 /// The seed's deploy tool: plan (a step), ask for approval, deploy (a step) when approved.
 pub async fn deploy(ctx: WorkflowCtx, input: DeployInput) -> Result<Value, WorkflowError> {
     let service = input.service.clone();
@@ -300,6 +313,7 @@ pub fn registry() -> Registry {
         define_workflow_tool("Render a video.", workflow!(render_video)).named("render_video"),
         define_workflow_tool("Collect webhook deliveries.", workflow!(collect)).named("collect"),
         define_workflow_tool("Deploy a service.", workflow!(deploy)).named("deploy"),
+        define_workflow_tool("A body that panics.", workflow!(broken)).named("broken"),
         define_workflow_tool("Report progress, then ask.", workflow!(report)).named("report"),
         define_workflow_tool("Refund an order.", workflow!(refund))
             .named("refund_order")
