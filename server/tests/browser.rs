@@ -389,6 +389,33 @@ async fn one_tab_answers_the_7th_and_8th_of_eight_sessions() {
             .await;
     }
     browser.find("#conn.live").await;
+    // Grouped by session; the search narrows the cards to one session's.
+    browser
+        .find(r#"#requests .group[data-session="s-tab-8"] .card"#)
+        .await;
+    let search = browser.find("#req-q").await;
+    browser.type_into(&search, "svc-3").await;
+    let visible = browser
+        .cmd(
+            "POST",
+            "/execute/sync",
+            json!({
+                "script": "return [...document.querySelectorAll('#requests .card')].filter(c => !c.hidden).map(c => c.closest('.group').dataset.session)",
+                "args": []
+            }),
+        )
+        .await;
+    assert_eq!(visible, json!(["s-tab-3"]), "the search finds one card");
+    browser
+        .cmd("POST", &format!("/element/{search}/clear"), json!({}))
+        .await;
+    browser
+        .cmd(
+            "POST",
+            "/execute/sync",
+            json!({ "script": "filterRequests(); return true", "args": [] }),
+        )
+        .await;
     // The channel log is fed only by the stream: every session's ask arrived on it.
     for i in 1..=8 {
         browser
