@@ -55,6 +55,9 @@ pub enum Command {
         /// Only this session's.
         #[arg(long)]
         session: Option<String>,
+        /// A JSON array instead of one line per request.
+        #[arg(long)]
+        json: bool,
     },
     /// Answer a pending input request with an option id, a text, or both.
     Answer {
@@ -96,6 +99,11 @@ pub enum Command {
     },
     /// Measure replay and step throughput on the backend of --store, on fresh storage.
     Bench(BenchArgs),
+    /// Print a shell completion script: `source <(eve completions bash)`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// Check this app's tools against exported journals before deploying: replays each (no
     /// store, no step runs) and says whether it replays cleanly, where the code diverges, or
     /// that its workflow is missing. Exit code 1 if any does not replay.
@@ -173,14 +181,35 @@ pub enum RunsCommand {
         /// Only runs in this status: running, blocked, completed, failed, cancelled.
         #[arg(long)]
         status: Option<String>,
+        /// Only runs of this tool.
+        #[arg(long)]
+        tool: Option<String>,
+        /// Only runs created within this long before now, e.g. 2h, 7d.
+        #[arg(long, value_name = "DURATION")]
+        since: Option<String>,
+        /// Only runs created more than this long before now.
+        #[arg(long, value_name = "DURATION")]
+        until: Option<String>,
+        /// Oldest first (default: newest first).
+        #[arg(long)]
+        oldest_first: bool,
+        /// The page after this run (printed at the end of the previous page).
+        #[arg(long, value_name = "RUN")]
+        before: Option<String>,
         /// At most this many (0: all).
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 100)]
         limit: usize,
+        /// One JSON object ({"runs", "next", "counts"}) instead of the table.
+        #[arg(long)]
+        json: bool,
     },
     /// Show one run: its record, pending requests and outcome.
     Show {
         /// The run id.
         run: String,
+        /// One JSON object ({"run", "pending", "outcome"}).
+        #[arg(long)]
+        json: bool,
     },
     /// Make a blocked run claimable again (after a fix was deployed).
     Resume {
@@ -222,7 +251,14 @@ impl Cli {
     }
 }
 
+/// Opens the store of `--store` for a command that reads or acts on what is there: a SQLite
+/// file that does not exist is refused (with its absolute path), never created empty.
 async fn open(cli: &Cli) -> Result<Arc<dyn JournalStore>, CliError> {
+    Ok(cli.store_url()?.open_existing().await?)
+}
+
+/// Opens (creating) the store of `--store`, for a command that may be the first on it.
+async fn open_or_create(cli: &Cli) -> Result<Arc<dyn JournalStore>, CliError> {
     Ok(cli.store_url()?.open().await?)
 }
 
@@ -231,6 +267,13 @@ async fn open(cli: &Cli) -> Result<Arc<dyn JournalStore>, CliError> {
 /// # Errors
 /// The command's [`CliError`].
 pub async fn run(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<(), CliError> {
+    let store = cli.store_url().map(|u| u.to_string()).unwrap_or_default();
+    dispatch(cli, registry, out)
+        .await
+        .map_err(|e| e.naming_store(&store))
+}
+
+async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<(), CliError> {
     let now = Timestamp::now;
     match &cli.command {
         Command::Serve(args) => serve::run(&cli.store_url()?, args, registry, out).await,
@@ -238,14 +281,38 @@ pub async fn run(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<(
         Command::Runs(RunsCommand::List {
             session,
             status,
+            tool,
+            since,
+            until,
+            oldest_first,
+            before,
             limit,
+            json,
         }) => {
-            let status = status.as_deref().map(inspect::parse_status).transpose()?;
+            let ago = |d: &Option<String>, flag: &str| -> Result<Option<Timestamp>, CliError> {
+                d.as_deref()
+                    .map(|d| {
+                        eve_core::engine::parse_duration(d)
+                            .map(|d| Timestamp(now().millis() - d.as_millis() as i64))
+                            .map_err(|e| CliError::Usage(format!("{flag}: {e}")))
+                    })
+                    .transpose()
+            };
+            let filter = eve_core::RunFilter {
+                status: status.as_deref().map(inspect::parse_status).transpose()?,
+                tool: tool.clone(),
+                text: None,
+                since: ago(since, "--since")?,
+                until: ago(until, "--until")?,
+                newest_first: !oldest_first,
+                before: before.clone().map(eve_core::RunId::new),
+                limit: *limit,
+            };
             let store = open(&cli).await?;
-            inspect::runs_list(&*store, session.clone(), status, *limit, out).await
+            inspect::runs_list(&*store, session.clone(), &filter, *json, out).await
         }
-        Command::Runs(RunsCommand::Show { run }) => {
-            inspect::runs_show(&*open(&cli).await?, run, out).await
+        Command::Runs(RunsCommand::Show { run, json }) => {
+            inspect::runs_show(&*open(&cli).await?, run, *json, out).await
         }
         Command::Runs(RunsCommand::Resume { run }) => {
             inspect::resolve(&*open(&cli).await?, run, Resolution::Resume, now(), out).await
@@ -259,8 +326,8 @@ pub async fn run(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<(
         Command::Journal { run, json } => {
             inspect::journal(&*open(&cli).await?, run, *json, out).await
         }
-        Command::Requests { session } => {
-            inspect::requests(&*open(&cli).await?, session.clone(), out).await
+        Command::Requests { session, json } => {
+            inspect::requests(&*open(&cli).await?, session.clone(), *json, out).await
         }
         Command::Answer {
             request,
@@ -274,7 +341,27 @@ pub async fn run(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<(
             let store = open(&cli).await?;
             inspect::hook_resume(&*store, token, json, key.as_deref(), now(), out).await
         }
-        Command::Keys(command) => keys::run(&*open(&cli).await?, command, now(), out).await,
+        Command::Keys(command) => {
+            // Creating a key may come before anything else, as on a fresh deployment.
+            let store = match command {
+                keys::KeysCommand::Create { .. } => open_or_create(&cli).await?,
+                _ => open(&cli).await?,
+            };
+            keys::run(&*store, command, now(), out).await
+        }
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            let name = std::env::args_os()
+                .next()
+                .and_then(|a| {
+                    std::path::Path::new(&a)
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                })
+                .unwrap_or_else(|| "eve".into());
+            clap_complete::generate(*shell, &mut cmd, name, out);
+            Ok(())
+        }
         Command::Cancel { task, reason } => {
             inspect::cancel(&*open(&cli).await?, task, reason, now(), out).await
         }

@@ -75,6 +75,21 @@ impl CliError {
         move |source| CliError::Engine { doing, source }
     }
 
+    /// The same error, a `NotFound` naming the store it looked in (`store`, the URL as
+    /// printed, password redacted).
+    pub fn naming_store(self, store: &str) -> Self {
+        match self {
+            CliError::Store {
+                doing,
+                source: source @ StoreError::NotFound { .. },
+            } if !store.is_empty() => CliError::Store {
+                doing: format!("{doing} in store {store}"),
+                source,
+            },
+            other => other,
+        }
+    }
+
     /// The process exit code: 2 for a usage error (a bad URL or argument), 1 for every other
     /// failure. Success is 0.
     pub fn exit_code(&self) -> u8 {

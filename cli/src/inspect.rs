@@ -5,7 +5,7 @@ use crate::error::CliError;
 use crate::format::{describe, event_line, run_header, run_row, utc};
 use eve_core::{
     CancelOutcome, Event, InputResponse, JournalStore, JournalStoreExt, Payload, PendingRequest,
-    RequestId, Resolution, RunId, RunQuery, RunStatus, SessionId, Timestamp,
+    RequestId, Resolution, RunFilter, RunId, RunQuery, RunStatus, SessionId, Timestamp,
 };
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -29,25 +29,45 @@ pub fn parse_status(s: &str) -> Result<RunStatus, CliError> {
 pub async fn runs_list(
     store: &dyn JournalStore,
     session: Option<String>,
-    status: Option<RunStatus>,
-    limit: usize,
+    filter: &RunFilter,
+    json: bool,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let query = RunQuery {
         session: session.map(SessionId::new),
-        status,
-        deployment: None,
-        limit,
+        ..RunQuery::default()
     };
     let runs = store
         .list_runs(&query)
         .await
         .map_err(CliError::store("cannot list runs"))?;
+    let page = filter
+        .page(runs)
+        .map_err(|e| CliError::Usage(format!("--before: {e}")))?;
+    if json {
+        let _ = writeln!(
+            out,
+            "{}",
+            serde_json::to_string(&page).expect("a page serializes")
+        );
+        return Ok(());
+    }
     let _ = writeln!(out, "{}", run_header());
-    for r in &runs {
+    for r in &page.runs {
         let _ = writeln!(out, "{}", run_row(r));
     }
-    let _ = writeln!(out, "{} run(s)", runs.len());
+    match &page.next {
+        Some(next) => {
+            let _ = writeln!(
+                out,
+                "{} run(s) shown; the next page: --before {next}",
+                page.runs.len()
+            );
+        }
+        None => {
+            let _ = writeln!(out, "{} run(s)", page.runs.len());
+        }
+    }
     Ok(())
 }
 
@@ -58,11 +78,35 @@ pub async fn runs_list(
 pub async fn runs_show(
     store: &dyn JournalStore,
     run: &str,
+    json: bool,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let id = RunId::new(run);
     let doing = || format!("cannot show run {run}");
     let r = store.get_run(&id).await.map_err(CliError::store(doing()))?;
+    if json {
+        let pending: Vec<PendingRequest> = store
+            .pending_requests(&r.session_id)
+            .await
+            .map_err(CliError::store(doing()))?
+            .into_iter()
+            .filter(|p| p.run_id == id)
+            .collect();
+        let events = store
+            .read_all(&id, 0)
+            .await
+            .map_err(CliError::store(doing()))?;
+        let outcome = events
+            .iter()
+            .rev()
+            .find(|e| e.event.is_terminal() || matches!(e.event, Event::RunBlocked { .. }));
+        let _ = writeln!(
+            out,
+            "{}",
+            serde_json::json!({ "run": r, "pending": pending, "outcome": outcome })
+        );
+        return Ok(());
+    }
     let lines = [
         ("run", r.run_id.to_string()),
         ("status", r.status.as_str().to_owned()),
@@ -148,6 +192,7 @@ pub async fn journal(
 pub async fn requests(
     store: &dyn JournalStore,
     session: Option<String>,
+    json: bool,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let doing = || "cannot list pending requests".to_owned();
@@ -169,18 +214,27 @@ pub async fn requests(
             all
         }
     };
-    let mut n = 0;
+    let mut all = Vec::new();
     for s in &sessions {
-        for p in store
-            .pending_requests(s)
-            .await
-            .map_err(CliError::store(doing()))?
-        {
-            let _ = writeln!(out, "{}", request_line(&p));
-            n += 1;
-        }
+        all.extend(
+            store
+                .pending_requests(s)
+                .await
+                .map_err(CliError::store(doing()))?,
+        );
     }
-    let _ = writeln!(out, "{n} pending request(s)");
+    if json {
+        let _ = writeln!(
+            out,
+            "{}",
+            serde_json::to_string(&all).expect("requests serialize")
+        );
+        return Ok(());
+    }
+    for p in &all {
+        let _ = writeln!(out, "{}", request_line(p));
+    }
+    let _ = writeln!(out, "{} pending request(s)", all.len());
     Ok(())
 }
 

@@ -33,6 +33,14 @@ pub enum OpenError {
     /// The URL does not parse.
     #[error(transparent)]
     BadUrl(#[from] BadStoreUrl),
+    /// A command that reads the store was pointed at a SQLite file that does not exist.
+    #[error("no store at {path} ({url}; a relative sqlite:// path is relative to the working directory): run the command where the store is, or pass --store sqlite:///absolute/path.db")]
+    Missing {
+        /// The URL as given.
+        url: String,
+        /// The file's absolute path.
+        path: String,
+    },
     /// The backend refused or did not answer.
     #[error("cannot open store {url}: {source}")]
     Store {
@@ -126,6 +134,26 @@ impl StoreUrl {
                 Ok(Arc::new(store))
             }
         }
+    }
+
+    /// [`open`](Self::open) for a command that reads or acts on what is stored: a SQLite file
+    /// that does not exist is refused with [`OpenError::Missing`] naming its absolute path
+    /// (a relative `sqlite://eve.db` run from another directory would otherwise create an empty
+    /// store and report every run as not found).
+    ///
+    /// # Errors
+    /// As [`open`](Self::open), and `Missing`.
+    pub async fn open_existing(&self) -> Result<Arc<dyn JournalStore>, OpenError> {
+        if let StoreUrl::Sqlite { path, .. } = self {
+            if !path.exists() {
+                let absolute = std::path::absolute(path).unwrap_or_else(|_| path.clone());
+                return Err(OpenError::Missing {
+                    url: self.to_string(),
+                    path: absolute.display().to_string(),
+                });
+            }
+        }
+        self.open().await
     }
 
     /// A DynamoDB store on `table` at this URL's endpoint and region (the table is not

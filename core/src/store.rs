@@ -346,6 +346,92 @@ impl RunQuery {
     }
 }
 
+/// How a person lists runs (the HTTP API's `GET /v1/runs`, `eve runs list`): filters and a
+/// page over a store's [`JournalStore::list_runs`] listing, applied in memory. Fine for tens of
+/// thousands of runs, not for millions.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunFilter {
+    /// Only runs in this status (the counts ignore it).
+    pub status: Option<RunStatus>,
+    /// Only runs of this tool.
+    pub tool: Option<String>,
+    /// Only runs whose run, session or call id contains this.
+    pub text: Option<String>,
+    /// Only runs created at or after this time.
+    pub since: Option<Timestamp>,
+    /// Only runs created before this time.
+    pub until: Option<Timestamp>,
+    /// Newest first (else oldest first, the store's order).
+    pub newest_first: bool,
+    /// The page after this run (the previous page's [`RunPage::next`]).
+    pub before: Option<RunId>,
+    /// At most this many (0: all).
+    pub limit: usize,
+}
+
+/// One page of runs (see [`RunFilter::page`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RunPage {
+    /// The runs, in the filter's order.
+    pub runs: Vec<RunRecord>,
+    /// The cursor of the following page, if there is one.
+    pub next: Option<RunId>,
+    /// The filtered runs by status (`running`, `blocked`, …), whatever the status filter and
+    /// the page.
+    pub counts: std::collections::BTreeMap<&'static str, usize>,
+}
+
+impl RunFilter {
+    /// Filters, counts, orders and pages `runs` (a listing in the store's order).
+    ///
+    /// # Errors
+    /// `InvalidInput` when [`before`](Self::before) names no run of the filtered listing.
+    pub fn page(&self, mut runs: Vec<RunRecord>) -> Result<RunPage, StoreError> {
+        runs.retain(|r| {
+            self.tool.as_ref().is_none_or(|t| &r.tool == t)
+                && self.text.as_ref().is_none_or(|n| {
+                    r.run_id.as_str().contains(n.as_str())
+                        || r.session_id.as_str().contains(n.as_str())
+                        || r.call_id.as_str().contains(n.as_str())
+                })
+                && self.since.is_none_or(|t| r.created_at >= t)
+                && self.until.is_none_or(|t| r.created_at < t)
+        });
+        let mut counts: std::collections::BTreeMap<&'static str, usize> = [
+            RunStatus::Running,
+            RunStatus::Blocked,
+            RunStatus::Completed,
+            RunStatus::Failed,
+            RunStatus::Cancelled,
+        ]
+        .into_iter()
+        .map(|s| (s.as_str(), 0))
+        .collect();
+        for r in &runs {
+            *counts.entry(r.status.as_str()).or_default() += 1;
+        }
+        runs.retain(|r| self.status.is_none_or(|s| r.status == s));
+        if self.newest_first {
+            runs.reverse();
+        }
+        if let Some(before) = &self.before {
+            let at = runs.iter().position(|r| &r.run_id == before).ok_or_else(|| {
+                StoreError::InvalidInput(format!(
+                    "{before} is not a run of this listing: pass the cursor of the previous page with the same filters"
+                ))
+            })?;
+            runs.drain(..=at);
+        }
+        let next = if self.limit > 0 && runs.len() > self.limit {
+            runs.truncate(self.limit);
+            runs.last().map(|r| r.run_id.clone())
+        } else {
+            None
+        };
+        Ok(RunPage { runs, next, counts })
+    }
+}
+
 /// An input request that can still be answered.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PendingRequest {

@@ -137,6 +137,49 @@ async fn inspect_answer_hook_cancel_resolve_on_sqlite() {
     assert!(ok(d, &["runs", "list", "--status", "completed"]).contains("0 run(s)"));
     assert!(ok(d, &["runs", "list", "--session", "s1", "--limit", "2"]).contains("2 run(s)"));
     assert!(ok(d, &["runs", "list", "--session", "other"]).contains("0 run(s)"));
+    // Newest first by default, pages chained by the cursor printed at the end, filters, JSON.
+    let listed = |args: &[&str]| -> Vec<String> {
+        let mut all = vec!["runs", "list", "--json"];
+        all.extend_from_slice(args);
+        let page: serde_json::Value = serde_json::from_str(&ok(d, &all)).unwrap();
+        page["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["run_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let newest = listed(&[]);
+    let mut oldest = listed(&["--oldest-first"]);
+    assert_eq!(oldest.len(), 3);
+    oldest.reverse();
+    assert_eq!(newest, oldest, "newest first is the store's order reversed");
+    let first = ok(d, &["runs", "list", "--limit", "2"]);
+    assert!(
+        first.contains(&format!("the next page: --before {}", newest[1])),
+        "{first}"
+    );
+    assert_eq!(
+        listed(&["--limit", "2", "--before", &newest[1]]),
+        newest[2..]
+    );
+    assert_eq!(
+        listed(&["--oldest-first", "--limit", "1"]),
+        [newest[2].clone()]
+    );
+    assert_eq!(listed(&["--tool", "render_video"]), [render.to_string()]);
+    assert_eq!(listed(&["--since", "1h"]).len(), 3);
+    assert!(listed(&["--until", "1h"]).is_empty());
+    fails(d, &["runs", "list", "--before", "run_nope"], 2, "--before");
+    fails(d, &["runs", "list", "--since", "soon"], 2, "--since");
+    let shown: serde_json::Value =
+        serde_json::from_str(&ok(d, &["runs", "show", deploy.as_str(), "--json"])).unwrap();
+    assert_eq!(shown["run"]["tool"], "deploy_approval");
+    assert_eq!(shown["pending"].as_array().unwrap().len(), 1, "{shown}");
+    let pending: serde_json::Value = serde_json::from_str(&ok(d, &["requests", "--json"])).unwrap();
+    assert_eq!(pending[0]["run_id"], deploy.as_str(), "{pending}");
+    let completions = ok(d, &["completions", "bash"]);
+    assert!(completions.contains("complete") && completions.contains("runs"));
     fails(
         d,
         &["runs", "list", "--status", "bogus"],
@@ -247,14 +290,29 @@ async fn inspect_answer_hook_cancel_resolve_on_sqlite() {
         2,
         "unknown scheme \"redis\"",
     );
+    // A command that reads a SQLite file that does not exist is refused with its absolute path
+    // (a relative URL run from another directory), and creates nothing.
     let other = Command::new(EVE)
         .args(["runs", "list"])
         .current_dir(d)
         .env("EVE_STORE_URL", "sqlite://other.db")
         .output()
         .unwrap();
-    assert!(stdout(&other).contains("0 run(s)"), "{}", stderr(&other));
-    assert!(d.join("other.db").exists());
+    assert_eq!(other.status.code(), Some(1), "{}", stdout(&other));
+    let missing = d.join("other.db");
+    assert!(
+        stderr(&other).contains(&format!("no store at {}", missing.display())),
+        "{}",
+        stderr(&other)
+    );
+    assert!(!missing.exists());
+    // A not-found names the store it looked in.
+    fails(
+        d,
+        &["runs", "show", "run_nope"],
+        1,
+        "in store sqlite://eve.db",
+    );
     let abs = format!("sqlite://{}", d.join("eve.db").display());
     assert!(ok(Path::new("/"), &["runs", "list", "--store", &abs]).contains("3 run(s)"));
 }

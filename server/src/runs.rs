@@ -9,7 +9,8 @@ use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use eve_core::{
-    Event, JournalStoreExt, Resolution, RunId, RunQuery, RunStatus, SessionId, StoredEvent,
+    Event, JournalStoreExt, Resolution, RunFilter, RunId, RunQuery, RunStatus, SessionId,
+    StoredEvent, Timestamp,
 };
 use serde::Deserialize;
 use std::sync::Arc;
@@ -59,8 +60,7 @@ pub(crate) async fn list(
         }
     };
     let text = |v: Option<String>| v.filter(|s| !s.is_empty());
-    let (tool, needle) = (text(q.tool), text(q.q));
-    let mut runs = inner
+    let runs = inner
         .store
         .list_runs(&RunQuery {
             session: text(q.session).map(SessionId::new),
@@ -69,49 +69,20 @@ pub(crate) async fn list(
             limit: 0,
         })
         .await?;
-    runs.retain(|r| {
-        tool.as_ref().is_none_or(|t| &r.tool == t)
-            && needle.as_ref().is_none_or(|n| {
-                r.run_id.as_str().contains(n.as_str())
-                    || r.session_id.as_str().contains(n.as_str())
-                    || r.call_id.as_str().contains(n.as_str())
-            })
-            && q.since.is_none_or(|t| r.created_at.millis() >= t)
-            && q.until.is_none_or(|t| r.created_at.millis() < t)
-    });
-    let mut counts = serde_json::Map::new();
-    for s in ["running", "blocked", "completed", "failed", "cancelled"] {
-        counts.insert(s.into(), 0.into());
-    }
-    for r in &runs {
-        let n = counts.entry(r.status.as_str()).or_insert(0.into());
-        *n = (n.as_u64().unwrap_or(0) + 1).into();
-    }
-    runs.retain(|r| status.is_none_or(|s| r.status == s));
-    if newest {
-        runs.reverse();
-    }
-    if let Some(before) = text(q.before) {
-        let at = runs
-            .iter()
-            .position(|r| r.run_id.as_str() == before)
-            .ok_or_else(|| {
-                ApiError::malformed(format!(
-                    "before={before:?} is not a run of this listing; pass the `next` of the previous page"
-                ))
-            })?;
-        runs.drain(..=at);
-    }
-    let limit = q.limit.unwrap_or(0);
-    let next = if limit > 0 && runs.len() > limit {
-        runs.truncate(limit);
-        runs.last().map(|r| r.run_id.to_string())
-    } else {
-        None
+    let filter = RunFilter {
+        status,
+        tool: text(q.tool),
+        text: text(q.q),
+        since: q.since.map(Timestamp),
+        until: q.until.map(Timestamp),
+        newest_first: newest,
+        before: text(q.before).map(RunId::new),
+        limit: q.limit.unwrap_or(0),
     };
-    Ok(Json(
-        serde_json::json!({ "runs": runs, "next": next, "counts": counts }),
-    ))
+    let page = filter
+        .page(runs)
+        .map_err(|e| ApiError::malformed(format!("before=: {e}")))?;
+    Ok(Json(serde_json::to_value(page).expect("a page serializes")))
 }
 
 /// `GET /v1/runs/{id}`: `{"run": RunRecord, "events": [StoredEvent…]}` with webhook tokens
