@@ -64,6 +64,43 @@ fn routes() -> Vec<Route> {
             None,
             404,
         ),
+        r(
+            Method::GET,
+            "/v1/events?session=s&session=t",
+            KeyScope::Read,
+            None,
+            200,
+        ),
+        r(Method::GET, "/v1/tools", KeyScope::Read, None, 200),
+        r(Method::GET, "/metrics", KeyScope::Read, None, 200),
+        r(
+            Method::POST,
+            "/v1/tools/deploy/calls",
+            KeyScope::Operate,
+            Some(json!({ "session": "s", "call_id": "c", "input": {} })),
+            404,
+        ),
+        r(
+            Method::POST,
+            "/v1/runs/run-none/cancel",
+            KeyScope::Operate,
+            None,
+            404,
+        ),
+        r(
+            Method::POST,
+            "/v1/runs/run-none/resume",
+            KeyScope::Operate,
+            None,
+            404,
+        ),
+        r(
+            Method::POST,
+            "/v1/runs/run-none/fail",
+            KeyScope::Operate,
+            Some(json!({ "error": "x" })),
+            404,
+        ),
         r(Method::GET, "/v1/keys", KeyScope::Admin, None, 200),
         r(
             Method::POST,
@@ -93,7 +130,7 @@ async fn call(server: &TestServer, route: &Route, key: Option<&str>) -> (StatusC
     let resp = req.send().await.expect("request reaches the server");
     let status = resp.status();
     // An open event stream never ends: its headers are enough.
-    let body = if route.path.ends_with("/events") && status == 200 {
+    let body = if route.path.contains("/events") && status == 200 {
         String::new()
     } else {
         resp.text().await.expect("body")
