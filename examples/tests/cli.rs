@@ -91,6 +91,22 @@ async fn start(
     .run_id
 }
 
+/// Runs everything due on `store` with the examples' tools, on a manual clock (timers stay
+/// pending), and returns that worker and clock.
+async fn drain(store: &Arc<dyn JournalStore>) -> (Worker, Arc<ManualClock>) {
+    let clock = ManualClock::new(Timestamp::now());
+    let worker = Worker::new(
+        store.clone(),
+        registry(),
+        clock.clone(),
+        WorkerConfig::default(),
+    )
+    .await
+    .unwrap();
+    worker.drain().await.unwrap();
+    (worker, clock)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_answer_hook_cancel_resolve_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
@@ -117,16 +133,7 @@ async fn inspect_answer_hook_cancel_resolve_on_sqlite() {
         serde_json::json!({"note": "stand up", "delay": "1h"}),
     )
     .await;
-    let clock = ManualClock::new(Timestamp::now());
-    let worker = Worker::new(
-        store.clone(),
-        registry(),
-        clock.clone(),
-        WorkerConfig::default(),
-    )
-    .await
-    .unwrap();
-    worker.drain().await.unwrap();
+    let (worker, clock) = drain(&store).await;
 
     // runs list, with and without filters.
     let all = ok(d, &["runs", "list"]);
@@ -722,16 +729,7 @@ async fn replay_checks_exported_journals_against_the_tools() {
         serde_json::json!({"note": "stand up", "delay": "1h"}),
     )
     .await;
-    let clock = ManualClock::new(Timestamp::now());
-    let worker = Worker::new(
-        store.clone(),
-        registry(),
-        clock.clone(),
-        WorkerConfig::default(),
-    )
-    .await
-    .unwrap();
-    worker.drain().await.unwrap();
+    drain(&store).await;
 
     // Exported as a user would, one RUN.jsonl per run: both replay cleanly.
     let good = d.join("good");
