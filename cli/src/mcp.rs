@@ -17,12 +17,16 @@ use std::sync::Arc;
 /// The store cannot be opened, the worker cannot register, or the MCP transport fails.
 pub async fn run(url: &StoreUrl, args: &McpArgs, registry: &Registry) -> Result<(), CliError> {
     let store = url.open().await?;
-    let id = args.worker_id.clone().map(WorkerId::new).unwrap_or_else(|| {
-        // Agent hosts may launch several of these at once: each gets its own worker id (a
-        // shared one would fence the other process).
-        let base = default_worker_id(registry.deployment().as_str(), 1);
-        WorkerId::new(format!("{base}/mcp-{}", std::process::id()))
-    });
+    let id = args
+        .worker_id
+        .clone()
+        .map(WorkerId::new)
+        .unwrap_or_else(|| {
+            // Agent hosts may launch several of these at once: each gets its own worker id (a
+            // shared one would fence the other process).
+            let base = default_worker_id(registry.deployment().as_str(), 1);
+            WorkerId::new(format!("{base}/mcp-{}", std::process::id()))
+        });
     let worker = Worker::new(
         store.clone(),
         registry.clone(),

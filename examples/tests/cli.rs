@@ -3,9 +3,9 @@
 //! bench, `eve serve` (HTTP, worker, MCP at /mcp, the demo surviving a restart while its ask is
 //! pending) and `eve mcp` on stdio.
 
-use eve_examples::registry;
 use eve_core::engine::{start_tool_call, ManualClock, Worker, WorkerConfig};
 use eve_core::{CallId, JournalStore, JournalStoreExt, RunId, RunStatus, SessionId, Timestamp};
+use eve_examples::registry;
 use eve_storage_sqlite::SqliteStore;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
@@ -617,7 +617,10 @@ async fn mcp_on_stdio_and_at_serve_slash_mcp() {
     let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
     let (status, body) = http(&base, "", "POST", "/mcp", ping);
     assert_eq!(status, 401, "MCP over HTTP needs a key: {body}");
-    let made = ok(d, &["keys", "create", "--name", "reader", "--scope", "read"]);
+    let made = ok(
+        d,
+        &["keys", "create", "--name", "reader", "--scope", "read"],
+    );
     let read_key = made.lines().next().unwrap().to_owned();
     let (status, _) = http(&base, &read_key, "POST", "/mcp", ping);
     assert_eq!(status, 403, "starting calls over MCP needs an operate key");
@@ -634,7 +637,10 @@ async fn mcp_on_stdio_and_at_serve_slash_mcp() {
     // Both calls are durable runs in their stores, completed.
     for db in ["eve.db", "mcp.db"] {
         let url = format!("sqlite://{}", d.join(db).display());
-        let runs = ok(d, &["runs", "list", "--status", "completed", "--store", &url]);
+        let runs = ok(
+            d,
+            &["runs", "list", "--status", "completed", "--store", &url],
+        );
         assert!(runs.contains("1 run(s)"), "{db}: {runs}");
     }
 }

@@ -37,7 +37,10 @@ fn http(base: &str, key: &str, method: &str, path: &str, body: &str) -> (u16, se
     s.read_to_string(&mut resp).unwrap();
     let status = resp.split_whitespace().nth(1).unwrap().parse().unwrap();
     let (head, body) = resp.split_once("\r\n\r\n").unwrap();
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         dechunk(body)
     } else {
         body.to_owned()
@@ -71,7 +74,10 @@ impl Drop for Served {
 fn serve_call_answer_settle() {
     let dir = tempfile::tempdir().unwrap();
     let store = format!("sqlite://{}", dir.path().join("app.db").display());
-    let key = app(&store, &["keys", "create", "--name", "agent", "--scope", "operate"]);
+    let key = app(
+        &store,
+        &["keys", "create", "--name", "agent", "--scope", "operate"],
+    );
     let key = key.lines().next().unwrap().trim().to_owned();
     assert!(key.starts_with("eve_"), "{key}");
 
@@ -83,7 +89,10 @@ fn serve_call_answer_settle() {
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let _served = Served(child);
     let base = loop {
-        let line = lines.next().expect("my-eve serve printed no address").unwrap();
+        let line = lines
+            .next()
+            .expect("my-eve serve printed no address")
+            .unwrap();
         if let Some(url) = line.split("listening on ").nth(1) {
             break url.split('/').take(3).collect::<Vec<_>>().join("/");
         }
