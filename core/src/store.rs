@@ -942,10 +942,10 @@ pub trait JournalStore: Debug + Send + Sync + 'static {
     /// before `ended_before`, and everything kept for them, and returns how many it deleted.
     /// Each run is deleted whole: in one transaction, or (DynamoDB, whose runs span many
     /// items) with its record deleted last, so a purge interrupted halfway leaves the run listed
-    /// and the next call finishes it. Live runs are never touched. Idempotent: a
-    /// second call with the same cutoff deletes nothing more (returns 0) unless more runs ended
-    /// meanwhile. Work per call is bounded by `limit`, so a caller that wants everything gone
-    /// calls again while the answer equals `limit`.
+    /// and the next call finishes it. Live runs are never touched. Idempotent: once a call
+    /// returned less than `limit` (or had no limit), another call with the same cutoff deletes
+    /// nothing and returns 0. Work per call is bounded by `limit`, so a caller that wants
+    /// everything gone calls again while the answer equals `limit`.
     ///
     /// # Errors
     /// Backend faults only.
