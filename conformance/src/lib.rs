@@ -554,6 +554,7 @@ macro_rules! __store_cases {
             keys::keys_revoke_once_and_persist,
             retention::purge_removes_only_runs_ended_before_cutoff,
             retention::purge_is_bounded_and_idempotent,
+            retention::concurrent_purges_count_each_run_once,
             sequences::random_sequences_match_model,
         ] }
     };

@@ -326,3 +326,85 @@ pub async fn purge_is_bounded_and_idempotent(factory: &dyn StoreFactory) {
         "the live run is kept"
     );
 }
+
+/// Purges racing each other (two at once, on one handle and on two when the store can be
+/// opened twice) delete each ended run once: their counts add up to the number of ended runs.
+/// On a persistent store, a purge survives reopening: the purged run stays gone, and the
+/// session log still never reuses its seqs.
+pub async fn concurrent_purges_count_each_run_once(factory: &dyn StoreFactory) {
+    const N: usize = 6;
+    let s = fresh(factory).await;
+    let st = &*s.store;
+    let session = SessionId::new(unique("retention-session"));
+    let (live, llive) = started(st, in_session("live", &session), at(0)).await;
+    let (live_req, live_ask) = ask(&live.run_id, 1);
+    must_append(st, append(&live.run_id, 1, &llive, vec![live_ask], at(1))).await;
+    let mut ended = Vec::new();
+    for i in 0..N {
+        let (run, lease) = started(st, in_session(&format!("ended{i}"), &session), at(0)).await;
+        let (_, a) = ask(&run.run_id, 1);
+        must_append(st, append(&run.run_id, 1, &lease, vec![a], at(2))).await;
+        end(st, &run.run_id, &lease, completed("{}"), at(10)).await;
+        ended.push(run.run_id);
+    }
+    let max_seq = session_log(st, &session)
+        .await
+        .last()
+        .expect("the session has a log")
+        .seq;
+    let second: std::sync::Arc<dyn JournalStore> = match factory.open(&s.location).await {
+        Ok(Some(h)) => h,
+        Ok(None) => s.store.clone(),
+        Err(e) => panic!("StoreFactory::open({:?}) failed: {e}", s.location),
+    };
+    let (a, b) = tokio::join!(
+        retrying(|| s.store.purge(at(50), 0)),
+        retrying(|| second.purge(at(50), 0))
+    );
+    let (a, b) = (a.expect("first purge"), b.expect("second purge"));
+    assert_eq!(
+        a + b,
+        N,
+        "racing purges count each ended run once ({a} + {b})"
+    );
+    for h in [&s.store, &second] {
+        for id in &ended {
+            assert_err!(
+                h.get_run(id).await,
+                StoreError::NotFound { .. },
+                "get_run of purged run {id}"
+            );
+        }
+        assert_eq!(purge(&**h, at(50), 0).await, 0, "nothing is left to purge");
+    }
+    let log = session_log(&*second, &session).await;
+    assert!(
+        log.iter().all(|e| e.run_id == live.run_id),
+        "only the live run's entries are left: {log:?}"
+    );
+    // After reopening (when the store persists), the counter still moves past purged seqs.
+    if let Ok(Some(third)) = factory.open(&s.location).await {
+        third
+            .answer(
+                &live_req,
+                InputResponse {
+                    option_id: Some("yes".into()),
+                    text: None,
+                },
+                at(60),
+            )
+            .await
+            .expect("answer the live run");
+        let last = session_log(&*third, &session).await;
+        let last = last.last().expect("log");
+        assert!(
+            last.run_id == live.run_id && last.seq > max_seq,
+            "after reopening, a new session entry gets a fresh seq (> {max_seq}): {last:?}"
+        );
+        assert_err!(
+            third.get_run(&ended[0]).await,
+            StoreError::NotFound { .. },
+            "a purged run after reopening"
+        );
+    }
+}

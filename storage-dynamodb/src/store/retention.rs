@@ -68,7 +68,12 @@ pub(super) async fn purge(
 /// Deletes one ended run; true when this call deleted its header.
 async fn purge_run(store: &DynamoStore, rec: &RunRecord) -> Result<bool, StoreError> {
     let run = &rec.run_id;
-    let events = store.read_all(run, 0).await?;
+    let events = match store.read_all(run, 0).await {
+        Ok(events) => events,
+        // Another purge got there first.
+        Err(StoreError::NotFound { .. }) => return Ok(false),
+        Err(e) => return Err(e),
+    };
     let mut keys = Vec::new();
     for e in &events {
         if let Event::InputRequested { request_id, .. } = &e.event {
