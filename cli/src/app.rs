@@ -1,5 +1,5 @@
 //! [`App`]: a user's own `eve`. A binary that registers its tools and calls [`App::run`] gets
-//! the whole command line (`serve`, `mcp`, `runs`, `journal`, `requests`, `answer`, `hook`,
+//! the whole command line (`serve`, `mcp`, `call`, `runs`, `journal`, `requests`, `answer`, `hook`,
 //! `cancel`, `keys`, `conformance`, `bench`, the backend by `--store` URL), serving its tools.
 
 use crate::cli::{Cli, Command};

@@ -3,13 +3,14 @@
 use crate::bench::BenchConfig;
 use crate::error::CliError;
 use crate::store_url::{StoreUrl, DEFAULT_STORE_URL, STORE_URL_ENV};
-use crate::{bench, conformance, inspect, keys, mcp, replay, serve};
+use crate::{bench, call, conformance, inspect, keys, mcp, replay, retention, serve};
 use clap::{Args, Parser, Subcommand};
 use eve_core::engine::Registry;
 use eve_core::{JournalStore, Resolution, Timestamp};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// eve: durable workflow tools for AI agents. Serve them, inspect runs and journals, answer
 /// pending requests, and check or measure a store.
@@ -39,7 +40,10 @@ pub enum Command {
     /// Serve this app's tools over MCP on stdin/stdout (what a desktop agent host launches),
     /// with a worker, until the client closes stdin. Prints nothing else on stdout.
     Mcp(McpArgs),
-    /// Inspect runs, or decide on a blocked one.
+    /// Start a call of one of this app's tools on the store; with --wait, wait until it ends and
+    /// print its result as JSON.
+    Call(CallArgs),
+    /// Inspect runs, decide on a blocked one, or purge ended ones.
     #[command(subcommand)]
     Runs(RunsCommand),
     /// Print a run's journal, one event per line.
@@ -141,6 +145,35 @@ pub struct ServeArgs {
     /// reads every journal, answers every request and cancels every task.
     #[arg(long)]
     pub insecure_no_auth: bool,
+    /// Keep ended runs this long (e.g. 30d, 12h): purge runs that ended earlier at start and
+    /// every hour, logging how many. Live runs are never purged. Default: keep everything.
+    #[arg(long, value_name = "AGE", value_parser = humantime::parse_duration)]
+    pub retain: Option<Duration>,
+}
+
+/// `eve call` options.
+#[derive(Debug, Args)]
+pub struct CallArgs {
+    /// The tool's name (see `eve serve`'s tool list or GET /v1/tools).
+    pub tool: String,
+    /// The input, a JSON object, e.g. '{"service": "api"}'.
+    #[arg(long, value_name = "JSON")]
+    pub input: String,
+    /// The session the call belongs to.
+    #[arg(long, default_value = "cli", value_name = "S")]
+    pub session: String,
+    /// The call id. With the session it is the start's idempotency key: the same session and
+    /// call id again return the run they started. Default: a fresh id.
+    #[arg(long, value_name = "ID")]
+    pub call_id: Option<String>,
+    /// Wait until the run ends (at most DURATION, e.g. 30s; no limit without one) and print its
+    /// result as the last line.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub wait: Option<Option<Duration>>,
+    /// With --wait: run a worker for this app in this process while waiting, for when no
+    /// `eve serve` runs this deployment.
+    #[arg(long, requires = "wait")]
+    pub worker: bool,
 }
 
 /// `eve mcp` options.
@@ -224,6 +257,13 @@ pub enum RunsCommand {
         #[arg(long)]
         error: String,
     },
+    /// Delete runs that ended (completed, failed, cancelled) more than AGE ago, with their
+    /// journals, requests, hook records and session-log entries. Live runs are never touched.
+    Purge {
+        /// How long ago, e.g. 30d, 12h, 90m.
+        #[arg(long, value_name = "AGE", value_parser = humantime::parse_duration)]
+        ended_before: Duration,
+    },
 }
 
 /// `eve hook …`.
@@ -278,6 +318,23 @@ async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<
     match &cli.command {
         Command::Serve(args) => serve::run(&cli.store_url()?, args, registry, out).await,
         Command::Mcp(args) => mcp::run(&cli.store_url()?, args, registry).await,
+        Command::Call(args) => {
+            let req = call::CallRequest {
+                tool: args.tool.clone(),
+                input: args.input.clone(),
+                session: args.session.clone(),
+                call_id: args
+                    .call_id
+                    .clone()
+                    .unwrap_or_else(|| format!("call-{}", uuid::Uuid::new_v4().simple())),
+                wait: args.wait,
+                worker: args.worker,
+            };
+            call::run(open_or_create(&cli).await?, registry, &req, out).await
+        }
+        Command::Runs(RunsCommand::Purge { ended_before }) => {
+            retention::runs_purge(&*open(&cli).await?, *ended_before, now(), out).await
+        }
         Command::Runs(RunsCommand::List {
             session,
             status,

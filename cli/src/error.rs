@@ -60,6 +60,9 @@ pub enum CliError {
     /// Serving failed (the address is taken, the server stopped with an error).
     #[error("serve: {0}")]
     Serve(String),
+    /// `eve call --wait`: the run did not end in time (it keeps running).
+    #[error("call: {0}")]
+    Wait(String),
 }
 
 impl CliError {

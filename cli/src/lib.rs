@@ -4,13 +4,15 @@
 //! - Backend choice by URL in one place: [`open_store`] / [`StoreUrl`] (`sqlite://PATH`,
 //!   `postgres://…`, `dynamodb://TABLE?endpoint=…&region=…`), from `--store` or
 //!   `EVE_STORE_URL`, a SQLite file `eve.db` in the working directory by default.
-//! - The commands ([`cli::Command`]): `eve serve`, `eve mcp`, `eve runs list|show|resume|fail`,
+//! - The commands ([`cli::Command`]): `eve serve [--retain AGE]`, `eve mcp`, `eve call`,
+//!   `eve runs list|show|resume|fail|purge`,
 //!   `eve journal`, `eve requests`, `eve answer`, `eve hook resume`, `eve cancel`,
 //!   `eve keys create|list|revoke`, `eve replay`, `eve conformance`, `eve bench`. Each fails with one [`CliError`], printed as one line on
 //!   stderr with a non-zero exit code.
 
 pub mod app;
 pub mod bench;
+pub mod call;
 pub mod cli;
 pub mod conformance;
 pub mod demo;
@@ -22,6 +24,7 @@ pub mod keys;
 pub mod logging;
 pub mod mcp;
 pub mod replay;
+pub mod retention;
 pub mod serve;
 pub mod store_url;
 

@@ -13,7 +13,8 @@ use std::sync::Arc;
 /// Serves until Ctrl-C or SIGTERM (or, with `--demo`, until the demo's run has finished unless
 /// `--keep-serving`): binds `args.listen`, starts a worker for `registry`'s deployment, the
 /// server (with the start API and MCP at `/mcp`, both behind an operate key) and prints where
-/// it listens. On the way out the server stops accepting and the worker retires its lease, so
+/// it listens. With `--retain AGE` it purges runs that ended more than AGE ago at start and
+/// every hour ([`crate::retention::spawn_retention`]). On the way out the server stops accepting and the worker retires its lease, so
 /// another process takes the runs over at once.
 ///
 /// # Errors
@@ -76,6 +77,10 @@ pub async fn run(
     } else {
         first_key(&*store, out).await?;
     }
+    let retention = match args.retain {
+        Some(age) => Some(crate::retention::spawn_retention(store.clone(), age, out).await),
+        None => None,
+    };
     let state = AppState::new(store.clone(), clock)
         .with_config(ServerConfig {
             base_url: base.clone(),
@@ -139,6 +144,9 @@ pub async fn run(
     let _ = stop.send(());
     if !server.is_finished() {
         let _ = server.await;
+    }
+    if let Some(r) = retention {
+        r.abort();
     }
     worker.shutdown().await;
     let _ = writeln!(out, "eve serve: stopped");

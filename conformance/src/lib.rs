@@ -69,7 +69,8 @@
 //!
 //! [`store::appends`], [`store::starts`], [`store::deliveries`], [`store::hooks`],
 //! [`store::leases`], [`store::wakeups`], [`store::reads`], [`store::limits`],
-//! [`store::persistence`], [`store::isolation`], [`store::sessions`], [`store::blocked`] and
+//! [`store::persistence`], [`store::isolation`], [`store::sessions`], [`store::blocked`],
+//! [`store::retention`] and
 //! [`store::sequences`] (the model-based test against [`model::Model`]); engine families
 //! [`engine::no_faults`], [`engine::crash`], [`engine::ambiguous_commit`],
 //! [`engine::duplicate_deliveries`], [`engine::duplicate_dispatch`],
@@ -551,6 +552,9 @@ macro_rules! __store_cases {
             blocked::cancel_ends_a_blocked_run,
             keys::keys_create_find_list,
             keys::keys_revoke_once_and_persist,
+            retention::purge_removes_only_runs_ended_before_cutoff,
+            retention::purge_is_bounded_and_idempotent,
+            retention::concurrent_purges_count_each_run_once,
             sequences::random_sequences_match_model,
         ] }
     };

@@ -109,6 +109,9 @@ impl JournalStore for Buggy {
     async fn key_by_hash(&self, hash: &str) -> Result<Option<eve_core::ApiKey>, StoreError> {
         self.inner.key_by_hash(hash).await
     }
+    async fn purge(&self, ended_before: Timestamp, limit: usize) -> Result<usize, StoreError> {
+        self.inner.purge(ended_before, limit).await
+    }
     async fn pending_requests(&self, s: &SessionId) -> Result<Vec<PendingRequest>, StoreError> {
         self.inner.pending_requests(s).await
     }

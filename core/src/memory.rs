@@ -119,7 +119,10 @@ struct State {
     /// (run, hook cmd, dedupe key) → seq of the accepted delivery.
     hook_dedupe: HashMap<(RunId, u64, String), u64>,
     requests: HashMap<RequestId, MemRequest>,
+    /// Session logs, each in seq order; purged entries leave gaps.
     sessions: HashMap<SessionId, Vec<SessionEntry>>,
+    /// Each session log's next seq, kept apart from the log so a purge never frees a seq.
+    session_next: HashMap<SessionId, u64>,
     workers: HashMap<WorkerId, MemWorker>,
     /// Session-log and run watchers.
     hub: WatchHub,
@@ -298,10 +301,13 @@ impl State {
             self.hub.wake(&WatchKey::Session(session.clone()));
         }
         let log = self.sessions.entry(session.clone()).or_default();
+        let next_seq = self.session_next.entry(session.clone()).or_default();
         for event in fx.session_events {
+            let seq = *next_seq;
+            *next_seq += 1;
             log.push(SessionEntry {
                 session_id: session.clone(),
-                seq: log.len() as u64,
+                seq,
                 at: now,
                 run_id: run_id.clone(),
                 call_id: call.clone(),
@@ -641,11 +647,8 @@ impl JournalStore for MemoryStore {
             .sessions
             .get(session)
             .map(|log| {
-                log.iter()
-                    .skip(usize::try_from(from_seq).unwrap_or(usize::MAX))
-                    .take(max)
-                    .cloned()
-                    .collect()
+                let start = log.partition_point(|e| e.seq < from_seq);
+                log[start..].iter().take(max).cloned().collect()
             })
             .unwrap_or_default())
     }
@@ -822,6 +825,42 @@ impl JournalStore for MemoryStore {
     async fn key_by_hash(&self, hash: &str) -> Result<Option<ApiKey>, StoreError> {
         let st = self.state.lock().expect("memory store lock");
         Ok(st.api_keys.iter().find(|k| k.hash == hash).cloned())
+    }
+
+    async fn purge(&self, ended_before: Timestamp, limit: usize) -> Result<usize, StoreError> {
+        let mut st = self.state.lock().expect("memory store lock");
+        let mut doomed: Vec<RunId> = st
+            .order
+            .iter()
+            .filter(|id| {
+                let r = &st.runs[*id].record;
+                r.status.is_terminal() && r.updated_at < ended_before
+            })
+            .cloned()
+            .collect();
+        if limit != 0 {
+            doomed.truncate(limit);
+        }
+        if doomed.is_empty() {
+            return Ok(0);
+        }
+        let gone: std::collections::HashSet<RunId> = doomed.iter().cloned().collect();
+        let mut sessions = std::collections::HashSet::new();
+        for id in &doomed {
+            let run = st.runs.remove(id).expect("listed");
+            st.keys.remove(&run.record.idempotency_key);
+            sessions.insert(run.record.session_id);
+        }
+        st.order.retain(|id| !gone.contains(id));
+        st.hooks.retain(|_, (r, _)| !gone.contains(r));
+        st.hook_dedupe.retain(|(r, _, _), _| !gone.contains(r));
+        st.requests.retain(|_, r| !gone.contains(&r.pending.run_id));
+        for session in sessions {
+            if let Some(log) = st.sessions.get_mut(&session) {
+                log.retain(|e| !gone.contains(&e.run_id));
+            }
+        }
+        Ok(doomed.len())
     }
 
     async fn next_wake(

@@ -739,6 +739,15 @@ impl Effects {
 ///    it, revoked or not; [`revoke_key`](Self::revoke_key) marks it revoked once (the first
 ///    revocation time stays); [`list_keys`](Self::list_keys) lists every key, oldest first.
 ///
+/// 9. **Retention.** [`purge`](Self::purge) deletes runs that *ended* before a cutoff (status
+///    completed, failed or cancelled, and `updated_at`, the time of the write that ended them,
+///    earlier than the cutoff) with everything kept for them: journal, append ids, session-log
+///    entries, hook and dedupe records, requests and the idempotency key. Live runs (running,
+///    blocked) are never touched. A purged run is as if it never existed: `get_run` and `read`
+///    are `NotFound`, the session log and the task index no longer list it, its hook tokens and
+///    idempotency key are free. The session log keeps its seq counter: later entries never reuse
+///    a purged entry's seq.
+///
 /// Time is always an argument (`now`), never the store's own clock, so tests can simulate it.
 /// Limits are the same on every backend: [`MAX_EVENTS_PER_APPEND`], [`MAX_PAYLOAD_BYTES`],
 /// [`MAX_APPEND_PAYLOAD_BYTES`], checked with [`check_limits`].
@@ -1015,6 +1024,19 @@ pub trait JournalStore: Debug + Send + Sync + 'static {
         let _ = hash;
         Err(keys_unsupported(self.backend()))
     }
+
+    /// Retention (contract clause 9): deletes up to `limit` runs (0: no limit) that ended
+    /// before `ended_before`, and everything kept for them, and returns how many it deleted.
+    /// Each run is deleted whole: in one transaction, or (DynamoDB, whose runs span many
+    /// items) with its record deleted last, so a purge interrupted halfway leaves the run listed
+    /// and the next call finishes it. Live runs are never touched. Idempotent: once a call
+    /// returned less than `limit` (or had no limit), another call with the same cutoff deletes
+    /// nothing and returns 0. Work per call is bounded by `limit`, so a caller that wants
+    /// everything gone calls again while the answer equals `limit`.
+    ///
+    /// # Errors
+    /// Backend faults only.
+    async fn purge(&self, ended_before: Timestamp, limit: usize) -> Result<usize, StoreError>;
 }
 
 /// The answer of the default key methods of a store without API keys.

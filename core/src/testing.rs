@@ -255,6 +255,10 @@ impl JournalStore for FaultyStore {
     async fn key_by_hash(&self, hash: &str) -> Result<Option<crate::ApiKey>, StoreError> {
         self.inner.key_by_hash(hash).await
     }
+    async fn purge(&self, ended_before: Timestamp, limit: usize) -> Result<usize, StoreError> {
+        self.call("purge", self.inner.purge(ended_before, limit))
+            .await
+    }
     async fn pending_requests(
         &self,
         session: &SessionId,

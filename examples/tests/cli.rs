@@ -818,3 +818,118 @@ async fn replay_checks_exported_journals_against_the_tools() {
         "does not exist",
     );
 }
+
+/// The last line of `out`, parsed as JSON.
+fn last_json(out: &str) -> serde_json::Value {
+    let line = out.lines().last().unwrap_or_default();
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("last line is not JSON ({e}): {out}"))
+}
+
+#[test]
+fn call_purge_and_serve_retain_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // Clear errors before anything starts.
+    fails(
+        d,
+        &["call", "nope", "--input", "{}"],
+        2,
+        "unknown tool \"nope\"",
+    );
+    fails(
+        d,
+        &["call", "deploy", "--input", "{not json"],
+        2,
+        "--input is not JSON",
+    );
+    fails(d, &["call", "deploy", "--input", "[1]"], 2, "JSON object");
+    fails(
+        d,
+        &["call", "deploy", "--input", r#"{"service": 7}"#],
+        2,
+        "cannot call deploy",
+    );
+
+    // A default-execution call, run by a worker in the same process, awaited to its result.
+    let input = r#"{"service": "api", "first_deadline": "1s", "second_deadline": "1s"}"#;
+    let args = [
+        "call",
+        "deploy",
+        "--input",
+        input,
+        "--session",
+        "s9",
+        "--call-id",
+        "c1",
+    ];
+    let waited = ok(d, &[&args[..], &["--wait", "60s", "--worker"]].concat());
+    let first: serde_json::Value = serde_json::from_str(waited.lines().next().unwrap()).unwrap();
+    assert_eq!(first["created"], true, "{waited}");
+    let run = first["run"].as_str().unwrap().to_owned();
+    let result = last_json(&waited);
+    assert_eq!(result["run"], run.as_str(), "{waited}");
+    assert_eq!(result["status"], "completed", "{waited}");
+    assert_eq!(
+        result["output"],
+        serde_json::json!({"deployed": false, "reason": "timed out"}),
+        "{waited}"
+    );
+    // The same session and call id again: the same run, not a new one.
+    let again = last_json(&ok(d, &args));
+    assert_eq!(
+        (again["run"].as_str(), &again["created"]),
+        (Some(run.as_str()), &serde_json::json!(false))
+    );
+    // A background call nobody runs: --wait gives up with one line; the run keeps going.
+    let remind = ok(
+        d,
+        &[
+            "call",
+            "remind",
+            "--input",
+            r#"{"note": "n", "delay": "1h"}"#,
+        ],
+    );
+    let live = last_json(&remind)["run"].as_str().unwrap().to_owned();
+    fails(
+        d,
+        &[
+            "call",
+            "remind",
+            "--input",
+            r#"{"note": "n", "delay": "1h"}"#,
+            "--call-id",
+            "c2",
+            "--wait",
+            "300ms",
+        ],
+        1,
+        "has not ended after 300ms",
+    );
+
+    // Purge: nothing ended an hour ago; everything that ended before now goes, live runs stay.
+    assert!(ok(d, &["runs", "purge", "--ended-before", "1h"]).contains("purged 0 run(s)"));
+    let purged = ok(d, &["runs", "purge", "--ended-before", "0s"]);
+    assert!(purged.contains("purged 1 run(s)"), "{purged}");
+    fails(d, &["runs", "show", &run], 1, "not found");
+    let listed = ok(d, &["runs", "list"]);
+    assert!(
+        listed.contains(&live) && !listed.contains(&run) && listed.contains("2 run(s)"),
+        "{listed}"
+    );
+    assert!(ok(d, &["runs", "purge", "--ended-before", "0s"]).contains("purged 0 run(s)"));
+    let bad = eve(d, &["runs", "purge", "--ended-before", "soon"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+
+    // eve serve --retain purges at start and says how many.
+    ok(
+        d,
+        &[&args[..2], &["--input", input, "--wait", "--worker"]].concat(),
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    let mut served = Served::start(d, &["--retain", "10ms", "--insecure-no-auth"]);
+    let line = served.wait_for("retention");
+    assert!(line.contains("purged 1 run(s)"), "{line}");
+    drop(served);
+    assert!(ok(d, &["runs", "show", &live]).contains("running"));
+}

@@ -151,6 +151,10 @@
 //!   the first unheld run of each wake shard and the orphaned runs.
 //!   [`retire_worker`](eve_core::JournalStore::retire_worker) only marks the worker retired: the
 //!   runs it held keep naming it and are claimable at once.
+//! * **Retention (guarantee 9)**: a purge finds ended runs through `gsi3` and deletes each
+//!   run's items one by one (requests, session-log batches, idempotency item, journal), its
+//!   header last and conditionally, so an interrupted purge is finished by the next one and a
+//!   run is counted once. The session counter stays, so no session seq is reused.
 //! * **Reads (guarantee 6)** are strongly consistent queries, at least 100 items a page.
 //!
 //! # Limits

@@ -160,6 +160,7 @@ mod deliveries;
 mod error;
 mod keys;
 mod reads;
+mod retention;
 mod schema;
 mod wake;
 
@@ -270,6 +271,10 @@ impl JournalStore for PostgresStore {
 
     async fn key_by_hash(&self, hash: &str) -> Result<Option<ApiKey>, StoreError> {
         self.db().key_by_hash(hash).await
+    }
+
+    async fn purge(&self, ended_before: Timestamp, limit: usize) -> Result<usize, StoreError> {
+        self.db().purge(ended_before, limit).await
     }
 
     async fn create_run(&self, new: NewRun, now: Timestamp) -> Result<CreatedRun, StoreError> {

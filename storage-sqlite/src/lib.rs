@@ -30,6 +30,7 @@
 //! | `hook_dedupe` | `(run_id, cmd, key)` | `seq` of the accepted delivery |
 //! | `requests` | `request_id` | `state` pending / answered / withdrawn, the request, the response and its seq |
 //! | `session_log` | `(session_id, seq)` | session channel entries |
+//! | `session_heads` | `session_id` | `next_seq` floor of a log whose tail [`purge`](eve_core::JournalStore::purge) deleted |
 //! | `workers` | `worker_id` | `deployment`, `epoch`, `expires_at`, `retired` |
 //! | `api_keys` | `id`; unique `hash` | `name`, `scope`, `created_at`, `revoked_at` (contract clause 8) |
 //!
@@ -112,6 +113,7 @@
 
 mod error;
 mod keys;
+mod retention;
 mod rows;
 mod schema;
 mod watch;
@@ -424,6 +426,10 @@ impl JournalStore for SqliteStore {
 
     async fn key_by_hash(&self, hash: &str) -> Result<Option<ApiKey>, StoreError> {
         keys::by_hash(&self.reads, hash).await
+    }
+
+    async fn purge(&self, ended_before: Timestamp, limit: usize) -> Result<usize, StoreError> {
+        retention::purge(&self.reads, ended_before, limit).await
     }
 
     async fn create_run(&self, run: NewRun, now: Timestamp) -> Result<CreatedRun, StoreError> {

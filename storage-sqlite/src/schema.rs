@@ -5,7 +5,7 @@ use eve_core::StoreError;
 use sqlx::{Row, SqliteConnection};
 
 /// The schema version this build writes and reads.
-pub(crate) const SCHEMA_VERSION: i64 = 2;
+pub(crate) const SCHEMA_VERSION: i64 = 3;
 
 /// Migrations in order; entry `i` brings the schema from version `i` to `i + 1`.
 const MIGRATIONS: &[&str] = &[
@@ -117,6 +117,12 @@ CREATE TABLE api_keys (
     created_at INTEGER NOT NULL,
     revoked_at INTEGER
 );
+"#,
+    r#"
+CREATE TABLE session_heads (
+    session_id TEXT PRIMARY KEY,
+    next_seq   INTEGER NOT NULL
+) WITHOUT ROWID;
 "#,
 ];
 

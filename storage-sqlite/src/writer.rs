@@ -557,9 +557,14 @@ async fn write(
             StoreError::InvalidInput(format!("session event does not serialize: {e}"))
         })?;
         plan.push(
+            // The next seq is past the log's last entry and past `session_heads`, which a
+            // purge sets before deleting a log's tail, so no seq is ever used twice.
             "INSERT INTO session_log (session_id, seq, at, run_id, call_id, event) \
-             SELECT ?, coalesce(max(seq) + 1, 0), ?, ?, ?, ? FROM session_log WHERE session_id = ?",
+             SELECT ?, max(coalesce(max(seq) + 1, 0), \
+               coalesce((SELECT next_seq FROM session_heads WHERE session_id = ?), 0)), \
+               ?, ?, ?, ? FROM session_log WHERE session_id = ?",
             [
+                txt(rec.session_id.as_str()),
                 txt(rec.session_id.as_str()),
                 Arg::Int(now.0),
                 txt(run),

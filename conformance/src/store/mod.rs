@@ -11,6 +11,7 @@ pub mod leases;
 pub mod limits;
 pub mod persistence;
 pub mod reads;
+pub mod retention;
 pub mod sequences;
 pub mod sessions;
 pub mod starts;

@@ -13,6 +13,7 @@ mod deliveries;
 mod keys;
 mod leases;
 mod reads;
+mod retention;
 mod sessions;
 mod tx;
 
@@ -325,6 +326,10 @@ impl JournalStore for DynamoStore {
 
     async fn key_by_hash(&self, hash: &str) -> Result<Option<ApiKey>, StoreError> {
         DynamoStore::key_by_hash(self, hash).await
+    }
+
+    async fn purge(&self, ended_before: Timestamp, limit: usize) -> Result<usize, StoreError> {
+        retention::purge(self, ended_before, limit).await
     }
 
     async fn append(&self, a: Append) -> Result<Appended, StoreError> {

@@ -1,0 +1,193 @@
+//! `eve call TOOL --input JSON`: starts a call of one of the app's tools directly on the store,
+//! and with `--wait` waits until it settles and prints its result.
+
+use crate::error::CliError;
+use eve_core::engine::{
+    default_worker_id, tool_call_run, EngineError, Registry, SystemClock, Worker, WorkerConfig,
+};
+use eve_core::wake::{Waiter, WatchKey};
+use eve_core::{CallId, Event, JournalStore, RunRecord, SessionId, Timestamp, WorkerId};
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What `eve call` was asked to do.
+#[derive(Debug, Clone)]
+pub struct CallRequest {
+    /// The tool's name.
+    pub tool: String,
+    /// The input, as JSON text (an object).
+    pub input: String,
+    /// The session the call belongs to.
+    pub session: String,
+    /// The call id; with the session, the idempotency key of the start.
+    pub call_id: String,
+    /// `None`: do not wait. `Some(None)`: wait until the run ends. `Some(Some(d))`: wait at most
+    /// `d`.
+    pub wait: Option<Option<Duration>>,
+    /// Run a worker for the app's deployment in this process while waiting.
+    pub worker: bool,
+}
+
+/// Starts the call (or finds the run this session and call id started before, with the same
+/// input) and prints one JSON line: `{"run", "session", "call_id", "created", "status"}`. With
+/// `wait`, then waits (woken by the store's notifications, with a slow fallback poll) until
+/// the run ends, and prints its result as the last line: `{"run", "status": "completed",
+/// "output"}`, `{"run", "status": "failed", "error"}` or `{"run", "status": "cancelled"}`.
+///
+/// # Errors
+/// `Usage` (exit code 2) for input that is not a JSON object or fails the tool's schema, and for
+/// an unknown tool (naming the tools the app serves); `Store` when the start fails (a repeated
+/// session and call id with another input is `IdempotencyMismatch`); `Wait` when the run has
+/// not ended in time (it keeps running).
+pub async fn run(
+    store: Arc<dyn JournalStore>,
+    registry: &Registry,
+    req: &CallRequest,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let input: serde_json::Value = serde_json::from_str(&req.input).map_err(|e| {
+        CliError::Usage(format!(
+            "--input is not JSON: {e}; pass an object such as '{{\"service\": \"api\"}}'"
+        ))
+    })?;
+    if !input.is_object() {
+        return Err(CliError::Usage(format!(
+            "--input must be a JSON object, not {input}"
+        )));
+    }
+    let new = tool_call_run(
+        registry,
+        &SessionId::new(req.session.clone()),
+        &CallId::new(req.call_id.clone()),
+        &req.tool,
+        input,
+    )
+    .map_err(|e| match e {
+        EngineError::UnknownTool { .. } => {
+            let mut tools: Vec<&str> = registry.tools().map(|t| t.name()).collect();
+            tools.sort_unstable();
+            CliError::Usage(format!(
+                "unknown tool {:?}; this app serves: {}",
+                req.tool,
+                tools.join(", ")
+            ))
+        }
+        other => CliError::Usage(format!("cannot call {}: {other}", req.tool)),
+    })?;
+    let created = store
+        .create_run(new, Timestamp::now())
+        .await
+        .map_err(CliError::store(format!(
+            "cannot start a call of {}",
+            req.tool
+        )))?;
+    let run = created.run;
+    let _ = writeln!(
+        out,
+        "{}",
+        serde_json::json!({
+            "run": run.run_id,
+            "session": run.session_id,
+            "call_id": run.call_id,
+            "created": created.created,
+            "status": run.status,
+        })
+    );
+    let Some(wait) = req.wait else {
+        return Ok(());
+    };
+    let worker = if req.worker {
+        // Its own id: the stable default would fence an `eve serve` of this deployment.
+        let base = default_worker_id(registry.deployment().as_str(), 1);
+        let id = WorkerId::new(format!("{base}/call-{}", std::process::id()));
+        let w = Worker::new(
+            store.clone(),
+            registry.clone(),
+            Arc::new(SystemClock),
+            WorkerConfig {
+                id: Some(id),
+                ..WorkerConfig::default()
+            },
+        )
+        .await
+        .map_err(CliError::store("cannot register the worker"))?;
+        Some(w.spawn())
+    } else {
+        None
+    };
+    let settled = settle(&*store, run, wait).await;
+    if let Some(w) = worker {
+        w.shutdown().await;
+    }
+    let run = settled?;
+    if !run.status.is_terminal() {
+        return Err(CliError::Wait(format!(
+            "run {} has not ended after {}; it keeps running (eve runs show {}){}",
+            run.run_id,
+            humantime::format_duration(wait.unwrap_or_default()),
+            run.run_id,
+            if req.worker {
+                ""
+            } else {
+                "; is a worker (eve serve) running this deployment? --worker runs one here"
+            }
+        )));
+    }
+    let _ = writeln!(out, "{}", result(&*store, &run).await?);
+    Ok(())
+}
+
+/// The run once it has ended, or as it stands when `wait` is up. Wakes on the session's log
+/// (a run's end writes `tool.settled` or `task.*` there).
+async fn settle(
+    store: &dyn JournalStore,
+    mut run: RunRecord,
+    wait: Option<Duration>,
+) -> Result<RunRecord, CliError> {
+    let key = WatchKey::Session(run.session_id.clone());
+    let mut watch = Waiter::new(
+        store,
+        &key,
+        Duration::from_secs(2),
+        Duration::from_millis(200),
+    )
+    .await;
+    let until = wait.map(|w| tokio::time::Instant::now() + w);
+    loop {
+        if run.status.is_terminal() {
+            return Ok(run);
+        }
+        match until {
+            Some(until) => {
+                if tokio::time::timeout_at(until, watch.wait()).await.is_err() {
+                    return Ok(run);
+                }
+            }
+            None => watch.wait().await,
+        }
+        run = store
+            .get_run(&run.run_id)
+            .await
+            .map_err(CliError::store(format!("cannot read run {}", run.run_id)))?;
+    }
+}
+
+/// The result line of an ended run, from its last event.
+async fn result(store: &dyn JournalStore, run: &RunRecord) -> Result<serde_json::Value, CliError> {
+    let last = store
+        .read(&run.run_id, run.next_seq.saturating_sub(1), 1)
+        .await
+        .map_err(CliError::store(format!("cannot read run {}", run.run_id)))?;
+    Ok(match last.first().map(|e| &e.event) {
+        Some(Event::RunCompleted { output }) => serde_json::json!({
+            "run": run.run_id,
+            "status": run.status,
+            "output": serde_json::from_str::<serde_json::Value>(output.get()).unwrap_or_default(),
+        }),
+        Some(Event::RunFailed { error }) => {
+            serde_json::json!({ "run": run.run_id, "status": run.status, "error": error })
+        }
+        _ => serde_json::json!({ "run": run.run_id, "status": run.status }),
+    })
+}
