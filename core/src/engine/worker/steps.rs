@@ -11,6 +11,56 @@ pub(super) struct Running {
     abort: tokio::task::AbortHandle,
 }
 
+/// Something in flight that can be aborted.
+pub(super) trait Abortable {
+    fn abort_handle(&self) -> &tokio::task::AbortHandle;
+}
+
+impl Abortable for Running {
+    fn abort_handle(&self) -> &tokio::task::AbortHandle {
+        &self.abort
+    }
+}
+
+impl Abortable for (AgentStart, tokio::task::AbortHandle) {
+    fn abort_handle(&self) -> &tokio::task::AbortHandle {
+        &self.1
+    }
+}
+
+/// An activation's in-flight step attempts (or agent starts) by command, aborted when the
+/// activation ends in any way, an early return on a store error included: as after a real
+/// crash, a dead activation starts and finishes nothing (dropping a tokio `JoinHandle` would
+/// let the task run on, and start a step attempt another worker may already have recorded).
+pub(super) struct Inflight<T: Abortable>(HashMap<u64, T>);
+
+impl<T: Abortable> Inflight<T> {
+    fn new() -> Self {
+        Self(HashMap::new())
+    }
+}
+
+impl<T: Abortable> std::ops::Deref for Inflight<T> {
+    type Target = HashMap<u64, T>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl<T: Abortable> std::ops::DerefMut for Inflight<T> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl<T: Abortable> Drop for Inflight<T> {
+    fn drop(&mut self) {
+        for t in self.0.values() {
+            t.abort_handle().abort();
+        }
+    }
+}
+
 pub(super) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     p.downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
@@ -97,8 +147,8 @@ impl Inner {
         let (tx, mut rx) = mpsc::unbounded_channel::<StepResult>();
         let (agent_tx, mut agent_rx) = mpsc::unbounded_channel::<(u64, Result<String, String>)>();
         let (abort_tx, abort_rx) = watch::channel(false);
-        let mut running: HashMap<u64, Running> = HashMap::new();
-        let mut starting: HashMap<u64, (AgentStart, tokio::task::AbortHandle)> = HashMap::new();
+        let mut running: Inflight<Running> = Inflight::new();
+        let mut starting: Inflight<(AgentStart, tokio::task::AbortHandle)> = Inflight::new();
         let mut outbox: Vec<Event> = Vec::new();
         // Deliveries to this run (an answer, a hook payload, a cancel) while its steps run.
         let mut deliveries = self.watch(WatchKey::Run(run.clone())).await;
