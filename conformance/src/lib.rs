@@ -69,7 +69,8 @@
 //!
 //! [`store::appends`], [`store::starts`], [`store::deliveries`], [`store::hooks`],
 //! [`store::leases`], [`store::wakeups`], [`store::reads`], [`store::limits`],
-//! [`store::persistence`], [`store::isolation`], [`store::sessions`], [`store::blocked`] and
+//! [`store::persistence`], [`store::isolation`], [`store::sessions`], [`store::blocked`], [`store::clauses`] (directed cases, one per
+//! clause) and
 //! [`store::sequences`] (the model-based test against [`model::Model`]); engine families
 //! [`engine::no_faults`], [`engine::crash`], [`engine::ambiguous_commit`],
 //! [`engine::duplicate_deliveries`], [`engine::duplicate_dispatch`],
@@ -551,6 +552,15 @@ macro_rules! __store_cases {
             blocked::cancel_ends_a_blocked_run,
             keys::keys_create_find_list,
             keys::keys_revoke_once_and_persist,
+            clauses::answer_to_withdrawn_request_of_running_run,
+            clauses::hook_dedupe_key_belongs_to_one_hook,
+            clauses::reads_in_seq_order_when_clocks_go_back,
+            clauses::hook_token_released_at_every_end,
+            clauses::older_epoch_fenced_after_reclaim,
+            clauses::cancel_after_end_is_already_ended,
+            clauses::retry_of_older_append_is_duplicate,
+            clauses::claims_honour_time_to_the_millisecond,
+            clauses::refused_append_mode_match_and_due_wake,
             sequences::random_sequences_match_model,
         ] }
     };
