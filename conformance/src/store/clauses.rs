@@ -20,8 +20,10 @@ async fn session_log(store: &dyn JournalStore, run: &RunId) -> Vec<SessionEvent>
         .collect()
 }
 
-/// Clause 2: an answer to a request the run withdrew (an `InputWithdrawn` the worker appended,
-/// the run still running) is refused as `Withdrawn`, and writes nothing.
+/// Contract clause 2: an answer to a request the run withdrew (an `InputWithdrawn` the worker
+/// appended, the run still running) is refused as `Withdrawn`, and writes nothing.
+///
+/// Issue 17, item 1.
 pub async fn answer_to_withdrawn_request_of_running_run(factory: &dyn StoreFactory) {
     let s = fresh(factory).await;
     let st = &*s.store;
@@ -57,9 +59,11 @@ pub async fn answer_to_withdrawn_request_of_running_run(factory: &dyn StoreFacto
     assert_eq!(record(st, id).await.next_seq, 3, "nothing was written");
 }
 
-/// Clause 2: a hook dedupe key belongs to one hook. The same key sent to two live hooks writes
-/// to both, and a token released by an ended run and registered by a later run does not inherit
-/// the earlier hook's keys.
+/// Contract clause 2: a hook dedupe key belongs to one hook. The same key sent to two live hooks
+/// writes to both, and a token released by an ended run and registered by a later run does not
+/// inherit the earlier hook's keys.
+///
+/// Issue 17, item 2.
 pub async fn hook_dedupe_key_belongs_to_one_hook(factory: &dyn StoreFactory) {
     let s = fresh(factory).await;
     let st = &*s.store;
@@ -118,9 +122,11 @@ pub async fn hook_dedupe_key_belongs_to_one_hook(factory: &dyn StoreFactory) {
     );
 }
 
-/// Clause 6: reads are in seq order whatever the writers' clocks say. Appends and deliveries
-/// whose `now` goes backwards keep their seqs and their `at`; no page reorders or repeats an
-/// event, and the session log stays in seq order too.
+/// Contract clause 6: reads are in seq order whatever the writers' clocks say. Appends and
+/// deliveries whose `now` goes backwards keep their seqs and their `at`; no page reorders or
+/// repeats an event, and the session log stays in seq order too.
+///
+/// Issue 17, item 3.
 pub async fn reads_in_seq_order_when_clocks_go_back(factory: &dyn StoreFactory) {
     let s = fresh(factory).await;
     let st = &*s.store;
@@ -198,9 +204,11 @@ pub async fn reads_in_seq_order_when_clocks_go_back(factory: &dyn StoreFactory) 
     assert!(log.len() >= 2, "the request and its answer are logged");
 }
 
-/// Clause 4: a hook's token is released at every end of its run: completed, failed, cancelled
-/// (by the worker after a cancel request) and failed by an operator (`resolve_blocked` with
-/// `Fail`). After each, a delivery is `NotFound` and another run may register the token.
+/// Contract clause 4: a hook's token is released at every end of its run: completed, failed,
+/// cancelled (by the worker after a cancel request) and failed by an operator (`resolve_blocked`
+/// with `Fail`). After each, a delivery is `NotFound` and another run may register the token.
+///
+/// Issue 17, item 4.
 pub async fn hook_token_released_at_every_end(factory: &dyn StoreFactory) {
     let s = fresh(factory).await;
     let st = &*s.store;
@@ -268,8 +276,10 @@ pub async fn hook_token_released_at_every_end(factory: &dyn StoreFactory) {
     }
 }
 
-/// Clause 5: after a worker re-registers (a new epoch) and re-claims its run, appends and
+/// Contract clause 5: after a worker re-registers (a new epoch) and re-claims its run, appends and
 /// releases under the older epoch are `Fenced`, write nothing and leave the new epoch's claim.
+///
+/// Issue 17, item 5.
 pub async fn older_epoch_fenced_after_reclaim(factory: &dyn StoreFactory) {
     let s = fresh(factory).await;
     let st = &*s.store;
@@ -307,8 +317,10 @@ pub async fn older_epoch_fenced_after_reclaim(factory: &dyn StoreFactory) {
     must_append(st, append(id, 3, &new, vec![step(3, "3")], at(6))).await;
 }
 
-/// Clause 2: cancelling an ended run answers `AlreadyEnded` with how it ended, even when a
+/// Contract clause 2: cancelling an ended run answers `AlreadyEnded` with how it ended, even when a
 /// cancel had been requested before it ended; nothing is written.
+///
+/// Issue 17, item 6.
 pub async fn cancel_after_end_is_already_ended(factory: &dyn StoreFactory) {
     let s = fresh(factory).await;
     let st = &*s.store;
@@ -336,8 +348,10 @@ pub async fn cancel_after_end_is_already_ended(factory: &dyn StoreFactory) {
     }
 }
 
-/// Clause 1: a retry of an older landed append (not the latest) is a duplicate success with
-/// its original seqs, and writes nothing.
+/// Contract clause 1: a retry of an older landed append (not the latest) is a duplicate success
+/// with its original seqs, and writes nothing.
+///
+/// Issue 17, item 7.
 pub async fn retry_of_older_append_is_duplicate(factory: &dyn StoreFactory) {
     let s = fresh(factory).await;
     let st = &*s.store;
@@ -365,9 +379,11 @@ pub async fn retry_of_older_append_is_duplicate(factory: &dyn StoreFactory) {
     assert_eq!(journal(st, id).await.len(), 5, "a duplicate writes nothing");
 }
 
-/// Clause 5: claims honour due times and lease expiries to the millisecond: a timer due at `t`
-/// is not claimable at `t - 1ms` and is at `t`; a run held by a lease expiring at `e` is not
+/// Contract clause 5: claims honour due times and lease expiries to the millisecond: a timer due at
+/// `t` is not claimable at `t - 1ms` and is at `t`; a run held by a lease expiring at `e` is not
 /// claimable by another worker at `e - 1ms` and is (orphaned) at `e`.
+///
+/// Issue 17, item 8.
 pub async fn claims_honour_time_to_the_millisecond(factory: &dyn StoreFactory) {
     let s = fresh(factory).await;
     let st = &*s.store;
@@ -398,10 +414,12 @@ pub async fn claims_honour_time_to_the_millisecond(factory: &dyn StoreFactory) {
     claim_run(st, &other, &held.run_id, expiry).await;
 }
 
-/// Clauses 1, 3 and 5: a refused append (`Conflict` or `Fenced`) writes no session-log entry
-/// and no pending request; the execution mode is part of the idempotent-start match (the same
-/// key in the other mode is `IdempotencyMismatch`); `next_wake` names work that is already due
-/// (a time at or before `now`).
+/// Contract clauses 1, 3 and 5: a refused append (`Conflict` or `Fenced`) writes no session-log
+/// entry and no pending request; the execution mode is part of the idempotent-start match (the same
+/// key in the other mode is `IdempotencyMismatch`); `next_wake` names work that is already due (a
+/// time at or before `now`).
+///
+/// Issue 17, item 9.
 pub async fn refused_append_mode_match_and_due_wake(factory: &dyn StoreFactory) {
     let s = fresh(factory).await;
     let st = &*s.store;
