@@ -4,8 +4,8 @@
 use crate::fixtures::*;
 use crate::{assert_err, StoreFactory};
 use eve_core::{
-    CancelOutcome, DeploymentId, Event, Execution, InputResponse, JournalStore, Resolution, RunId,
-    RunStatus, SessionEvent, StoreError, Timestamp,
+    Append, CancelOutcome, DeploymentId, Event, Execution, InputResponse, JournalStore, Resolution,
+    RunId, RunStatus, SessionEvent, StoreError, Timestamp,
 };
 
 /// The session log of `run`'s session, panicking on error.
@@ -202,6 +202,41 @@ pub async fn reads_in_seq_order_when_clocks_go_back(factory: &dyn StoreFactory) 
         log.iter().map(|e| e.seq).collect::<Vec<_>>()
     );
     assert!(log.len() >= 2, "the request and its answer are logged");
+    // A second run of the session, its writer's clock further back: the log stays in seq order,
+    // and pages of it give the same entries once.
+    let mut second = new_run("clock-back-2");
+    second.session_id = session.clone();
+    let (run2, lease2) = started(st, second, at(500)).await;
+    let (_, a2) = ask(&run2.run_id, 1);
+    must_append(st, append(&run2.run_id, 1, &lease2, vec![a2], at(100))).await;
+    let full = st
+        .read_session(&session, 0, 1000)
+        .await
+        .expect("read_session");
+    assert_eq!(full.len(), log.len() + 1, "the new request is logged once");
+    assert!(
+        full.windows(2).all(|w| w[0].seq < w[1].seq),
+        "the session log in seq order: {:?}",
+        full.iter().map(|e| e.seq).collect::<Vec<_>>()
+    );
+    for size in [1usize, 2] {
+        let mut got = Vec::new();
+        let mut from = full[0].seq;
+        loop {
+            let page = st
+                .read_session(&session, from, size)
+                .await
+                .expect("read_session");
+            let Some(last) = page.last() else { break };
+            assert!(page.len() <= size);
+            from = last.seq + 1;
+            got.extend(page);
+        }
+        assert_eq!(
+            got, full,
+            "session log pages of {size} give the log once, in order"
+        );
+    }
 }
 
 /// Contract clause 4: a hook's token is released at every end of its run: completed, failed,
@@ -303,6 +338,25 @@ pub async fn older_epoch_fenced_after_reclaim(factory: &dyn StoreFactory) {
         StoreError::Fenced { .. },
         "a release under the older epoch"
     );
+    assert_err!(
+        st.retire_worker(&old, at(5)).await,
+        StoreError::Fenced { .. },
+        "retiring the older epoch"
+    );
+    assert_err!(
+        st.claim(&old, 10, at(5)).await,
+        StoreError::Fenced { .. },
+        "a claim under the older epoch"
+    );
+    let other = worker(st, at(5)).await;
+    assert!(
+        st.claim(&other, 10, at(5))
+            .await
+            .expect("claim")
+            .iter()
+            .all(|r| &r.run_id != id),
+        "the older epoch's refused release and retire left the run held by the new epoch"
+    );
     assert_eq!(
         journal(st, id).await.len(),
         3,
@@ -358,6 +412,7 @@ pub async fn retry_of_older_append_is_duplicate(factory: &dyn StoreFactory) {
     let (run, lease) = started(st, new_run("older-retry"), at(0)).await;
     let id = &run.run_id;
     let first = append(id, 1, &lease, vec![step(1, "1"), step(2, "2")], at(1));
+    let first_id = first.append_id.clone();
     must_append(st, first.clone()).await;
     let second = append(id, 3, &lease, vec![step(3, "3")], at(2));
     must_append(st, second.clone()).await;
@@ -377,6 +432,19 @@ pub async fn retry_of_older_append_is_duplicate(factory: &dyn StoreFactory) {
         (3, 4, true)
     );
     assert_eq!(journal(st, id).await.len(), 5, "a duplicate writes nothing");
+    let end = append(id, 5, &lease, vec![completed("1")], at(4));
+    must_append(st, end).await;
+    let late = append(id, 1, &lease, vec![step(1, "1"), step(2, "2")], at(1));
+    let late = Append {
+        append_id: first_id,
+        ..late
+    };
+    let again = st
+        .append(late)
+        .await
+        .expect("the retry of an older append after the run ended is a duplicate, not RunEnded");
+    assert_eq!((again.first_seq, again.duplicate), (1, true));
+    assert_eq!(journal(st, id).await.len(), 6, "a duplicate writes nothing");
 }
 
 /// Contract clause 5: claims honour due times and lease expiries to the millisecond: a timer due at
@@ -399,6 +467,40 @@ pub async fn claims_honour_time_to_the_millisecond(factory: &dyn StoreFactory) {
         "a timer due at +1000ms is not claimable at +999ms"
     );
     claim_run(st, &w, id, at(1_000)).await;
+    let retry = Event::StepFailed {
+        cmd: 2,
+        name: "s".into(),
+        attempt: 1,
+        error: "flaky".into(),
+        fatal: false,
+        retry_at: Some(at(2_000)),
+    };
+    let ok = must_append(
+        st,
+        append(
+            id,
+            2,
+            &w,
+            vec![Event::SleepFired { cmd: 1 }, retry],
+            at(1_001),
+        ),
+    )
+    .await;
+    st.release(&w, id, ok.next_seq, at(1_001))
+        .await
+        .expect("release");
+    assert_eq!(
+        st.next_wake(&DeploymentId::new(DEPLOYMENT), at(1_999))
+            .await
+            .expect("next_wake"),
+        Some(at(2_000)),
+        "next_wake names the retry's time at 1ms before"
+    );
+    assert!(
+        st.claim(&w, 10, at(1_999)).await.expect("claim").is_empty(),
+        "a retry due at +2000ms is not claimable at +1999ms"
+    );
+    claim_run(st, &w, id, at(2_000)).await;
 
     let (held, holder) = started(st, new_run("lease-ms"), at(0)).await;
     let expiry = holder.expires_at;
@@ -439,11 +541,33 @@ pub async fn refused_append_mode_match_and_due_wake(factory: &dyn StoreFactory) 
         StoreError::Fenced { .. },
         "an append by a worker that does not own the run"
     );
+    let (holder, hl) = started(st, new_run("token-holder"), at(1)).await;
+    let taken = unique("token");
+    must_append(
+        st,
+        append(&holder.run_id, 1, &hl, vec![hook(1, &taken)], at(1)),
+    )
+    .await;
+    let (_, a) = ask(id, 1);
+    assert_err!(
+        st.append(append(id, 1, &lease, vec![a, hook(2, &taken)], at(1)))
+            .await,
+        StoreError::AlreadyExists { .. },
+        "an append registering a live token"
+    );
+    let (_, a) = ask(id, 1);
+    assert_err!(
+        st.append(append(id, 5, &lease, vec![a, completed("1")], at(1)))
+            .await,
+        StoreError::Conflict { .. },
+        "an ending append at the wrong seq"
+    );
     assert_eq!(
         session_log(st, id).await,
         log_before,
         "a refused append writes no session-log entry"
     );
+    assert_eq!(record(st, id).await.status, RunStatus::Running);
     assert!(
         st.pending_requests(&run.session_id)
             .await
@@ -467,6 +591,19 @@ pub async fn refused_append_mode_match_and_due_wake(factory: &dyn StoreFactory) 
     );
     let same = st.create_run(bg.clone(), at(3)).await.expect("repeat");
     assert!(!same.created && same.run.run_id == bg.run_id);
+    let mut eager = new_run("mode-eager");
+    eager.idempotency_key = Some(unique("key"));
+    let w = worker(st, at(3)).await;
+    st.create_run_claimed(eager.clone(), &w, at(3))
+        .await
+        .expect("create_run_claimed");
+    let mut again = eager.clone();
+    again.execution = Execution::Background;
+    assert_err!(
+        st.create_run_claimed(again, &w, at(4)).await,
+        StoreError::IdempotencyMismatch { .. },
+        "an eager start with the same key and input in the other execution mode"
+    );
 
     // next_wake names work already due.
     let s = fresh(factory).await;
@@ -503,5 +640,20 @@ pub async fn refused_append_mode_match_and_due_wake(factory: &dyn StoreFactory) 
     assert!(
         matches!(wake, Some(t) if t <= at(60_000)),
         "next_wake names due work: {wake:?}"
+    );
+    // An orphaned run (its owner's lease expired) has work due at once.
+    let s = fresh(factory).await;
+    let st = &*s.store;
+    let (_, held) = started(st, new_run("orphan-wake"), at(0)).await;
+    assert_eq!(
+        st.next_wake(&dep, at(1)).await.expect("next_wake"),
+        None,
+        "a run a valid lease holds, with no timer, is no one else's wake-up"
+    );
+    let late = held.expires_at;
+    let wake = st.next_wake(&dep, late).await.expect("next_wake");
+    assert!(
+        matches!(wake, Some(t) if t <= late),
+        "next_wake names an orphaned run as due: {wake:?}"
     );
 }
