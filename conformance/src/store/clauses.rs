@@ -400,6 +400,38 @@ pub async fn cancel_after_end_is_already_ended(factory: &dyn StoreFactory) {
         );
         assert_eq!(journal(st, id).await.len(), 3, "nothing written");
     }
+    // Cancel requested, then the run blocked and an operator failed it.
+    let (run, lease) = started(st, new_run("cancel-then-operator-fail"), at(0)).await;
+    let id = &run.run_id;
+    assert_eq!(
+        st.request_cancel(id, "stop", at(1)).await.expect("cancel"),
+        CancelOutcome::Requested { seq: 1 }
+    );
+    let blocked = Event::RunBlocked {
+        reason: "stuck".into(),
+    };
+    let ok = must_append(st, append(id, 2, &lease, vec![blocked], at(2))).await;
+    st.release(&lease, id, ok.next_seq, at(2))
+        .await
+        .expect("release");
+    st.resolve_blocked(
+        id,
+        Resolution::Fail {
+            error: "operator".into(),
+        },
+        at(3),
+    )
+    .await
+    .expect("resolve_blocked Fail");
+    let len = journal(st, id).await.len();
+    assert_eq!(
+        st.request_cancel(id, "again", at(4)).await.expect("cancel"),
+        CancelOutcome::AlreadyEnded {
+            status: RunStatus::Failed
+        },
+        "cancelling a run an operator failed after a cancel request"
+    );
+    assert_eq!(journal(st, id).await.len(), len, "nothing written");
 }
 
 /// Contract clause 1: a retry of an older landed append (not the latest) is a duplicate success
