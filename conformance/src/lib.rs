@@ -70,7 +70,7 @@
 //! [`store::appends`], [`store::starts`], [`store::deliveries`], [`store::hooks`],
 //! [`store::leases`], [`store::wakeups`], [`store::reads`], [`store::limits`],
 //! [`store::persistence`], [`store::isolation`], [`store::sessions`], [`store::blocked`],
-//! [`store::retention`] and
+//! [`store::retention`], [`store::clauses`] (directed cases, one per clause) and
 //! [`store::sequences`] (the model-based test against [`model::Model`]); engine families
 //! [`engine::no_faults`], [`engine::crash`], [`engine::ambiguous_commit`],
 //! [`engine::duplicate_deliveries`], [`engine::duplicate_dispatch`],
@@ -555,6 +555,15 @@ macro_rules! __store_cases {
             retention::purge_removes_only_runs_ended_before_cutoff,
             retention::purge_is_bounded_and_idempotent,
             retention::concurrent_purges_count_each_run_once,
+            clauses::answer_to_withdrawn_request_of_running_run,
+            clauses::hook_dedupe_key_belongs_to_one_hook,
+            clauses::reads_in_seq_order_when_clocks_go_back,
+            clauses::hook_token_released_at_every_end,
+            clauses::older_epoch_fenced_after_reclaim,
+            clauses::cancel_after_end_is_already_ended,
+            clauses::retry_of_older_append_is_duplicate,
+            clauses::claims_honour_time_to_the_millisecond,
+            clauses::refused_append_mode_match_and_due_wake,
             sequences::random_sequences_match_model,
         ] }
     };

@@ -18,12 +18,78 @@ enum Bug {
     ListRunsReversed,
     HeartbeatNotRenewed,
     SessionLogDropsFirst,
+    // One per directed case of `clauses`:
+    WithdrawnAnswerAlreadyAnswered,
+    HookDedupeKeyStoreWide,
+    ReadSortedByTime,
+    TokenKeptAfterOperatorFail,
+    OldEpochReleaseAccepted,
+    CancelAfterEndAlreadyRequested,
+    OlderAppendRetryConflict,
+    ClaimOneMsEarly,
+    RefusedAppendLogged,
+    ExecutionIgnoredInStartMatch,
+    NextWakeSkipsDueWork,
 }
+
+/// The directed case each clause bug must fail.
+const CLAUSE_BUGS: &[(Bug, &str)] = &[
+    (
+        Bug::WithdrawnAnswerAlreadyAnswered,
+        "clauses::answer_to_withdrawn_request_of_running_run",
+    ),
+    (
+        Bug::HookDedupeKeyStoreWide,
+        "clauses::hook_dedupe_key_belongs_to_one_hook",
+    ),
+    (
+        Bug::ReadSortedByTime,
+        "clauses::reads_in_seq_order_when_clocks_go_back",
+    ),
+    (
+        Bug::TokenKeptAfterOperatorFail,
+        "clauses::hook_token_released_at_every_end",
+    ),
+    (
+        Bug::OldEpochReleaseAccepted,
+        "clauses::older_epoch_fenced_after_reclaim",
+    ),
+    (
+        Bug::CancelAfterEndAlreadyRequested,
+        "clauses::cancel_after_end_is_already_ended",
+    ),
+    (
+        Bug::OlderAppendRetryConflict,
+        "clauses::retry_of_older_append_is_duplicate",
+    ),
+    (
+        Bug::ClaimOneMsEarly,
+        "clauses::claims_honour_time_to_the_millisecond",
+    ),
+    (
+        Bug::RefusedAppendLogged,
+        "clauses::refused_append_mode_match_and_due_wake",
+    ),
+    (
+        Bug::ExecutionIgnoredInStartMatch,
+        "clauses::refused_append_mode_match_and_due_wake",
+    ),
+    (
+        Bug::NextWakeSkipsDueWork,
+        "clauses::refused_append_mode_match_and_due_wake",
+    ),
+];
 
 #[derive(Debug)]
 struct Buggy {
     inner: MemoryStore,
     bug: Bug,
+    /// `HookDedupeKeyStoreWide`: the first delivery of each key, whatever its hook.
+    keys: std::sync::Mutex<std::collections::HashMap<String, Delivered>>,
+    /// `TokenKeptAfterOperatorFail`: tokens of runs an operator failed, still "live".
+    zombies: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// `RefusedAppendLogged`: session entries of refused appends.
+    phantoms: std::sync::Mutex<Vec<SessionEntry>>,
 }
 
 #[async_trait]
@@ -32,11 +98,53 @@ impl JournalStore for Buggy {
         "buggy"
     }
     async fn create_run(&self, run: NewRun, now: Timestamp) -> Result<CreatedRun, StoreError> {
-        self.inner.create_run(run, now).await
+        match self.inner.create_run(run.clone(), now).await {
+            Err(StoreError::IdempotencyMismatch { .. })
+                if self.bug == Bug::ExecutionIgnoredInStartMatch =>
+            {
+                let mut other = run;
+                other.execution = match other.execution {
+                    Execution::Default => Execution::Background,
+                    Execution::Background => Execution::Default,
+                };
+                self.inner.create_run(other, now).await
+            }
+            r => r,
+        }
     }
     async fn append(&self, a: Append) -> Result<Appended, StoreError> {
         let (run, expected) = (a.run.clone(), a.expected_seq);
+        let events = a.events.clone();
         match self.inner.append(a).await {
+            Ok(x) if x.duplicate && self.bug == Bug::OlderAppendRetryConflict => {
+                let actual = self.inner.get_run(&run).await?.next_seq;
+                if x.next_seq < actual {
+                    Err(StoreError::Conflict {
+                        run,
+                        expected,
+                        actual,
+                    })
+                } else {
+                    Ok(x)
+                }
+            }
+            Err(e) if self.bug == Bug::RefusedAppendLogged => {
+                if let Ok(rec) = self.inner.get_run(&run).await {
+                    let fx = Effects::of(rec.execution, &events);
+                    let mut phantoms = self.phantoms.lock().expect("lock");
+                    for event in fx.session_events {
+                        phantoms.push(SessionEntry {
+                            session_id: rec.session_id.clone(),
+                            seq: u64::MAX,
+                            at: rec.updated_at,
+                            run_id: run.clone(),
+                            call_id: rec.call_id.clone(),
+                            event,
+                        });
+                    }
+                }
+                Err(e)
+            }
             Ok(x) if x.duplicate && self.bug == Bug::AppendRetryConflict => {
                 Err(StoreError::Conflict {
                     run,
@@ -58,6 +166,9 @@ impl JournalStore for Buggy {
             page.pop();
             page.push(page[0].clone());
         }
+        if self.bug == Bug::ReadSortedByTime {
+            page.sort_by_key(|e| e.at);
+        }
         Ok(page)
     }
     async fn get_run(&self, run: &RunId) -> Result<RunRecord, StoreError> {
@@ -77,6 +188,11 @@ impl JournalStore for Buggy {
         now: Timestamp,
     ) -> Result<Delivered, StoreError> {
         match self.inner.answer(request, response, now).await {
+            Err(StoreError::Withdrawn { request })
+                if self.bug == Bug::WithdrawnAnswerAlreadyAnswered =>
+            {
+                Err(StoreError::AlreadyAnswered { request })
+            }
             Ok(d) if d.duplicate && self.bug == Bug::AnswerRetryRefused => {
                 Err(StoreError::AlreadyAnswered {
                     request: request.clone(),
@@ -97,6 +213,31 @@ impl JournalStore for Buggy {
         } else {
             dedupe_key
         };
+        if self.bug == Bug::TokenKeptAfterOperatorFail
+            && self.zombies.lock().expect("lock").contains(token)
+        {
+            return Ok(Delivered {
+                run: RunId::new("zombie"),
+                seq: 0,
+                duplicate: true,
+            });
+        }
+        if self.bug == Bug::HookDedupeKeyStoreWide {
+            if let Some(k) = key {
+                if let Some(d) = self.keys.lock().expect("lock").get(k) {
+                    return Ok(Delivered {
+                        duplicate: true,
+                        ..d.clone()
+                    });
+                }
+                let d = self.inner.deliver_hook(token, payload, key, now).await?;
+                self.keys
+                    .lock()
+                    .expect("lock")
+                    .insert(k.to_owned(), d.clone());
+                return Ok(d);
+            }
+        }
         self.inner.deliver_hook(token, payload, key, now).await
     }
     async fn request_cancel(
@@ -105,7 +246,15 @@ impl JournalStore for Buggy {
         reason: &str,
         now: Timestamp,
     ) -> Result<CancelOutcome, StoreError> {
-        self.inner.request_cancel(run, reason, now).await
+        match self.inner.request_cancel(run, reason, now).await {
+            Ok(CancelOutcome::AlreadyEnded { .. })
+                if self.bug == Bug::CancelAfterEndAlreadyRequested
+                    && self.inner.get_run(run).await?.cancel_requested =>
+            {
+                Ok(CancelOutcome::AlreadyRequested)
+            }
+            r => r,
+        }
     }
     async fn resolve_blocked(
         &self,
@@ -113,7 +262,16 @@ impl JournalStore for Buggy {
         resolution: Resolution,
         now: Timestamp,
     ) -> Result<u64, StoreError> {
-        self.inner.resolve_blocked(run, resolution, now).await
+        let fail = matches!(resolution, Resolution::Fail { .. });
+        let seq = self.inner.resolve_blocked(run, resolution, now).await?;
+        if fail && self.bug == Bug::TokenKeptAfterOperatorFail {
+            for e in self.inner.read_all(run, 0).await? {
+                if let Event::HookCreated { token, .. } = e.event {
+                    self.zombies.lock().expect("lock").insert(token);
+                }
+            }
+        }
+        Ok(seq)
     }
     async fn create_key(&self, key: eve_core::ApiKey) -> Result<(), StoreError> {
         self.inner.create_key(key).await
@@ -146,6 +304,15 @@ impl JournalStore for Buggy {
         if self.bug == Bug::SessionLogDropsFirst && from_seq == 0 && !log.is_empty() {
             log.remove(0);
         }
+        if self.bug == Bug::RefusedAppendLogged {
+            let phantoms = self.phantoms.lock().expect("lock");
+            log.extend(
+                phantoms
+                    .iter()
+                    .filter(|e| &e.session_id == session)
+                    .cloned(),
+            );
+        }
         Ok(log)
     }
     async fn register_worker(
@@ -176,6 +343,11 @@ impl JournalStore for Buggy {
         max: usize,
         now: Timestamp,
     ) -> Result<Vec<RunRecord>, StoreError> {
+        let now = if self.bug == Bug::ClaimOneMsEarly {
+            Timestamp(now.0 + 1)
+        } else {
+            now
+        };
         self.inner.claim(lease, max, now).await
     }
     async fn release(
@@ -185,7 +357,10 @@ impl JournalStore for Buggy {
         processed_seq: u64,
         now: Timestamp,
     ) -> Result<(), StoreError> {
-        self.inner.release(lease, run, processed_seq, now).await
+        match self.inner.release(lease, run, processed_seq, now).await {
+            Err(StoreError::Fenced { .. }) if self.bug == Bug::OldEpochReleaseAccepted => Ok(()),
+            r => r,
+        }
     }
     async fn retire_worker(&self, lease: &Lease, now: Timestamp) -> Result<(), StoreError> {
         self.inner.retire_worker(lease, now).await
@@ -195,7 +370,10 @@ impl JournalStore for Buggy {
         deployment: &DeploymentId,
         now: Timestamp,
     ) -> Result<Option<Timestamp>, StoreError> {
-        self.inner.next_wake(deployment, now).await
+        match self.inner.next_wake(deployment, now).await? {
+            Some(t) if t <= now && self.bug == Bug::NextWakeSkipsDueWork => Ok(None),
+            w => Ok(w),
+        }
     }
 }
 
@@ -209,6 +387,9 @@ impl StoreFactory for BuggyFactory {
             store: Arc::new(Buggy {
                 inner: MemoryStore::new(),
                 bug: self.0,
+                keys: Default::default(),
+                zombies: Default::default(),
+                phantoms: Default::default(),
             }),
             location: "memory".into(),
         })
@@ -275,6 +456,32 @@ async fn runner_reports_failed_cases() {
     );
     let clean = eve_conformance::run_store_suite(&BuggyFactory(Bug::None)).await;
     assert!(unexpected_failures(&clean).is_empty(), "{clean}");
+}
+
+/// Each directed clause case fails on the store with its clause's bug, and passes without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directed_cases_catch_their_clause_bugs() {
+    let cases = eve_conformance::store_cases();
+    let run = |name: &str| {
+        cases
+            .iter()
+            .find(|(n, _)| *n == name)
+            .unwrap_or_else(|| panic!("no store case named {name}"))
+            .1
+    };
+    for (bug, name) in CLAUSE_BUGS {
+        let clean = eve_conformance::run_case(&BuggyFactory(Bug::None), name, run(name)).await;
+        assert!(
+            matches!(clean.outcome, eve_conformance::CaseOutcome::Passed),
+            "{name} must pass on the clean wrapper: {clean:?}"
+        );
+        let caught = eve_conformance::run_case(&BuggyFactory(*bug), name, run(name)).await;
+        assert!(
+            matches!(caught.outcome, eve_conformance::CaseOutcome::Failed(_)),
+            "{name} must fail on {bug:?}: {caught:?}"
+        );
+        println!("{bug:?} caught by {name}");
+    }
 }
 
 /// Memory stores that "reopen" as the same store: runs the persistence and two-handle cases (and

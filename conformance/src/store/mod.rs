@@ -3,6 +3,7 @@
 
 pub mod appends;
 pub mod blocked;
+pub mod clauses;
 pub mod deliveries;
 pub mod hooks;
 pub mod isolation;
