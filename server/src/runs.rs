@@ -82,7 +82,54 @@ pub(crate) async fn list(
     let page = filter
         .page(runs)
         .map_err(|e| ApiError::malformed(format!("before=: {e}")))?;
-    Ok(Json(serde_json::to_value(page).expect("a page serializes")))
+    let mut body = serde_json::to_value(&page).expect("a page serializes");
+    // A page (not a whole listing) says how each ended or blocked run came out: one read of
+    // its last event each.
+    if (1..=MAX_OUTCOMES).contains(&filter.limit) {
+        for (r, json) in page
+            .runs
+            .iter()
+            .zip(body["runs"].as_array_mut().into_iter().flatten())
+        {
+            if let Some(outcome) = outcome(&*inner.store, r).await? {
+                json["outcome"] = outcome;
+            }
+        }
+    }
+    Ok(Json(body))
+}
+
+/// Pages of at most this many runs carry each run's `outcome`.
+const MAX_OUTCOMES: usize = 500;
+
+/// `{"kind", "detail", "code"}` of an ended or blocked run, from its last event (`code` is the
+/// error's `EVE-…` code, when it has one); `None` for a live run.
+async fn outcome(
+    store: &dyn eve_core::JournalStore,
+    r: &eve_core::RunRecord,
+) -> Result<Option<serde_json::Value>, ApiError> {
+    if !(r.status.is_terminal() || r.status == RunStatus::Blocked) || r.next_seq == 0 {
+        return Ok(None);
+    }
+    let last = store.read(&r.run_id, r.next_seq - 1, 1).await?;
+    let Some(e) = last.first() else {
+        return Ok(None);
+    };
+    let (kind, detail) = match &e.event {
+        Event::RunCompleted { .. } => ("completed", String::new()),
+        Event::RunFailed { error } => ("failed", error.clone()),
+        Event::RunCancelled => ("cancelled", String::new()),
+        Event::RunBlocked { reason } => ("blocked", reason.clone()),
+        _ => return Ok(None),
+    };
+    let code = detail
+        .split('[')
+        .skip(1)
+        .filter_map(|s| s.split_once(']').map(|(c, _)| c))
+        .find(|c| c.starts_with("EVE-"));
+    Ok(Some(
+        serde_json::json!({ "kind": kind, "detail": detail, "code": code }),
+    ))
 }
 
 /// `GET /v1/runs/{id}`: `{"run": RunRecord, "events": [StoredEvent…]}` with webhook tokens

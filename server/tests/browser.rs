@@ -557,6 +557,10 @@ async fn timeline_and_operator_actions_from_the_page() {
     let row = browser
         .find(&format!(r#"tr[data-run="{broken}"] td.status-blocked"#))
         .await;
+    let outcome = browser
+        .find(&format!(r#"tr[data-run="{broken}"] td.outcome.has-error"#))
+        .await;
+    assert_eq!(browser.text(&outcome).await, "EVE-PANIC-001");
     browser.click(&row).await;
     let timeline = format!(r#"//tr[@data-journal="{broken}"]"#);
     browser
@@ -604,6 +608,11 @@ async fn timeline_and_operator_actions_from_the_page() {
     browser
         .find(&format!(r#"tr[data-run="{broken}"] td.status-failed"#))
         .await;
+    // The runs table says how it came out.
+    let outcome = browser
+        .find(&format!(r#"tr[data-run="{broken}"] td.outcome"#))
+        .await;
+    assert_eq!(browser.text(&outcome).await, "given up from the page");
     // Cancel the deploy call parked on its ask.
     let row = browser
         .find(&format!(r#"tr[data-run="{deploy}"] td.status-running"#))

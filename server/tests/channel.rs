@@ -539,6 +539,10 @@ async fn runs_list_newest_first_filtered_paged_and_counted() {
     assert_eq!(status, 200, "{p1}");
     assert_eq!(ids(&p1), newest[..2]);
     assert_eq!(p1["counts"]["running"], 5);
+    assert!(
+        p1["runs"][0].get("outcome").is_none(),
+        "a live run has no outcome: {p1}"
+    );
     let next = p1["next"].as_str().unwrap();
     let (_, p2) = get(
         &server,
