@@ -45,12 +45,16 @@ impl Connection {
                 Execution::Background => "background",
             }),
         );
-        Tool::new(
+        let tool = Tool::new(
             t.name().to_owned(),
             t.description().to_owned(),
             Arc::new(schema),
         )
-        .with_meta(MetaObject(meta))
+        .with_meta(MetaObject(meta));
+        match t.output_schema() {
+            Some(Value::Object(o)) => tool.with_raw_output_schema(Arc::new(o.clone())),
+            _ => tool,
+        }
     }
 
     /// The eve session of a request: `mcp_<Mcp-Session-Id>` over streamable HTTP with sessions,

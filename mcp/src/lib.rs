@@ -3,7 +3,7 @@
 //!
 //! | MCP | eve |
 //! | --- | --- |
-//! | `tools/list` | the [`Registry`]: name, description, `inputSchema` (schemars); `_meta` says the tool may wait for input ([`META_MAY_ASK`]) and how it executes ([`META_EXECUTION`]) |
+//! | `tools/list` | the [`Registry`]: name, description, `inputSchema` (schemars), `outputSchema` when the tool declares its output type (`WorkflowTool::output_schema_of`); `_meta` says the tool may wait for input ([`META_MAY_ASK`]) and how it executes ([`META_EXECUTION`]) |
 //! | `tools/call`, client declared tasks | a run; answered with a task whose `taskId` is the run id |
 //! | `tools/call`, no tasks | a run; the call blocks until the run settles. Progress goes out as `notifications/progress` (when a progress token was sent); a pending `ctx.ask` goes to the client as `elicitation/create` (when it declared elicitation, protocol ≤ 2025-11-25) or as an `input_required` result whose `requestState` is the run id (protocol 2026-07-28) |
 //! | `tasks/get` | the run read from the store: `working`, `input_required` (pending asks as elicitation forms), `completed`, `failed`, `cancelled`; `statusMessage` = the last progress value |

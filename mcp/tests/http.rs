@@ -96,6 +96,20 @@ async fn tools_are_listed_from_the_registry() {
     let meta = deploy.meta.as_ref().unwrap();
     assert_eq!(meta.0[eve_mcp::META_MAY_ASK], json!(true));
     assert_eq!(meta.0[eve_mcp::META_EXECUTION], json!("default"));
+    assert!(deploy.output_schema.is_none(), "no output type declared");
+    // A tool that declares its output type lists it as outputSchema, and its result conforms.
+    let weigh = tools.iter().find(|t| t.name == "weigh").unwrap();
+    let out = weigh
+        .output_schema
+        .as_ref()
+        .expect("weigh declares its output");
+    assert_eq!(out["type"], "object");
+    assert_eq!(out["properties"]["kilograms"]["type"], "number");
+    let result = c
+        .call_tool(call("weigh", json!({ "grams": 1500 })))
+        .await
+        .unwrap();
+    assert_eq!(result.structured_content, Some(json!({ "kilograms": 1.5 })));
     c.cancel().await.unwrap();
 }
 

@@ -168,6 +168,7 @@ pub struct WorkflowTool {
     execution: Execution,
     grace: std::time::Duration,
     input_schema: serde_json::Value,
+    output_schema: Option<serde_json::Value>,
     validate: fn(&serde_json::Value) -> Result<(), String>,
     pub(crate) body: ErasedBody,
 }
@@ -234,6 +235,7 @@ where
         execution: workflow.execution,
         grace: DEFAULT_GRACE,
         input_schema: serde_json::to_value(&schema).unwrap_or(serde_json::Value::Null),
+        output_schema: None,
         validate: validate_as::<I>,
         body: workflow.body,
     }
@@ -268,6 +270,30 @@ impl WorkflowTool {
     pub fn named(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
         self
+    }
+
+    /// Declares the tool's output type `O` (the body's `Ok` value), whose schemars schema MCP
+    /// lists as the tool's `outputSchema`. It must describe a JSON object (MCP's rule for
+    /// structured results); the body's output then conforms to it by construction.
+    ///
+    /// # Panics
+    /// When `O`'s schema is not an object schema (a programming error at startup).
+    pub fn output_schema_of<O: JsonSchema>(mut self) -> Self {
+        let schema =
+            serde_json::to_value(schemars::schema_for!(O)).unwrap_or(serde_json::Value::Null);
+        assert!(
+            schema["type"] == "object",
+            "tool {}: an output schema must describe a JSON object (MCP's structured results), got {}",
+            self.name,
+            schema["type"]
+        );
+        self.output_schema = Some(schema);
+        self
+    }
+
+    /// The declared output schema, if any (see [`WorkflowTool::output_schema_of`]).
+    pub fn output_schema(&self) -> Option<&serde_json::Value> {
+        self.output_schema.as_ref()
     }
 
     /// The model-visible name.
@@ -572,5 +598,34 @@ impl Tool {
         input: serde_json::Value,
     ) -> Result<serde_json::Value, String> {
         (self.run)(ctx, input).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{WorkflowCtx, WorkflowError};
+
+    #[derive(serde::Deserialize, JsonSchema)]
+    struct In {}
+
+    async fn body(_ctx: WorkflowCtx, _: In) -> Result<String, WorkflowError> {
+        Ok("done".into())
+    }
+
+    #[test]
+    #[should_panic(expected = "an output schema must describe a JSON object")]
+    fn an_output_schema_must_be_an_object() {
+        let _ = define_workflow_tool("A string output.", crate::workflow!(body))
+            .output_schema_of::<String>();
+    }
+
+    #[test]
+    fn no_output_schema_unless_declared() {
+        assert!(
+            define_workflow_tool("A string output.", crate::workflow!(body))
+                .output_schema()
+                .is_none()
+        );
     }
 }

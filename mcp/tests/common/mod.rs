@@ -44,9 +44,41 @@ mod nap {
     }
 }
 
-/// The tools the tests call: the examples' and `nap` (sleeps; cleans up when cancelled).
+mod weigh {
+    use eve_core::engine::{define_workflow_tool, WorkflowCtx, WorkflowError, WorkflowTool};
+    use eve_core::workflow;
+
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    pub struct Input {
+        pub grams: u32,
+    }
+
+    /// A typed output, declared as the tool's output schema.
+    #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+    pub struct Weight {
+        pub kilograms: f64,
+    }
+
+    /// Converts grams to kilograms.
+    pub async fn execute(_ctx: WorkflowCtx, input: Input) -> Result<Weight, WorkflowError> {
+        Ok(Weight {
+            kilograms: f64::from(input.grams) / 1000.0,
+        })
+    }
+
+    pub fn tool() -> WorkflowTool {
+        define_workflow_tool("Convert grams to kilograms.", workflow!(execute))
+            .named("weigh")
+            .output_schema_of::<Weight>()
+    }
+}
+
+/// The tools the tests call: the examples', `nap` (sleeps; cleans up when cancelled) and
+/// `weigh` (declares its output schema).
 pub fn registry() -> Registry {
-    eve_examples::registry().with(nap::tool())
+    eve_examples::registry()
+        .with(nap::tool())
+        .with(weigh::tool())
 }
 
 /// A SQLite store, [`registry`], a worker, and the MCP server over them.
