@@ -18,7 +18,8 @@ use syn::{Attribute, Error, FnArg, Ident, ItemFn, LitStr, Meta, Pat, Token, Type
 /// the tool name is the function name. The function becomes a unit struct of the same name
 /// that implements `IntoWorkflowTool`: `Registry::new("v1").with(name)`.
 ///
-/// Options: `name = ".."` (tool name), `description = ".."`, `id = ".."` (keep an old workflow
+/// Options: `output_schema` (list the `Ok` type's schema as MCP's `outputSchema`; an object
+/// type), `name = ".."` (tool name), `description = ".."`, `id = ".."` (keep an old workflow
 /// id after moving or renaming the function), `background` (the call returns a task receipt at
 /// once; the body may take `(ctx: WorkflowCtx, task: TaskHandle, input: I)` to post messages).
 #[proc_macro_attribute]
@@ -77,6 +78,7 @@ struct Options {
     background: Option<Span>,
     retries: Option<syn::LitInt>,
     backoff: Option<LitStr>,
+    output_schema: Option<Span>,
 }
 
 impl Options {
@@ -85,6 +87,7 @@ impl Options {
         for meta in metas {
             match &meta {
                 Meta::Path(p) if p.is_ident("background") => o.background = Some(p.span()),
+                Meta::Path(p) if p.is_ident("output_schema") => o.output_schema = Some(p.span()),
                 Meta::NameValue(nv) => {
                     let key = nv.path.get_ident().map(Ident::to_string).unwrap_or_default();
                     let syn::Expr::Lit(syn::ExprLit { lit, .. }) = &nv.value else {
@@ -96,10 +99,10 @@ impl Options {
                         ("id", syn::Lit::Str(s)) => o.id = Some(s.clone()),
                         ("backoff", syn::Lit::Str(s)) => o.backoff = Some(s.clone()),
                         ("retries", syn::Lit::Int(i)) => o.retries = Some(i.clone()),
-                        _ => return Err(Error::new(meta.span(), "unknown option or wrong literal type: expected name = \"..\", description = \"..\", id = \"..\", background, retries = N or backoff = \"2s\"")),
+                        _ => return Err(Error::new(meta.span(), "unknown option or wrong literal type: expected name = \"..\", description = \"..\", id = \"..\", background, output_schema, retries = N or backoff = \"2s\"")),
                     }
                 }
-                _ => return Err(Error::new(meta.span(), "unknown option: expected name = \"..\", description = \"..\", id = \"..\", background, retries = N or backoff = \"2s\"")),
+                _ => return Err(Error::new(meta.span(), "unknown option: expected name = \"..\", description = \"..\", id = \"..\", background, output_schema, retries = N or backoff = \"2s\"")),
             }
         }
         Ok(o)
@@ -114,6 +117,7 @@ impl Options {
             ("background", self.background),
             ("retries", self.retries.as_ref().map(syn::LitInt::span)),
             ("backoff", self.backoff.as_ref().map(LitStr::span)),
+            ("output_schema", self.output_schema),
         ];
         for (key, span) in given {
             if let (Some(span), false) = (span, allowed.contains(&key)) {
@@ -261,7 +265,10 @@ fn split_docs(attrs: Vec<Attribute>) -> (Vec<Attribute>, Vec<Attribute>) {
 }
 
 fn workflow_impl(o: Options, f: ItemFn) -> syn::Result<TokenStream2> {
-    o.only("workflow", &["name", "description", "id", "background"])?;
+    o.only(
+        "workflow",
+        &["name", "description", "id", "background", "output_schema"],
+    )?;
     check_fn("workflow", &f, "a workflow body awaits durable operations")?;
     let background = o.background.is_some();
     let inputs: Vec<&syn::PatType> = f.sig.inputs.iter().map(typed).collect::<syn::Result<_>>()?;
@@ -312,6 +319,22 @@ fn workflow_impl(o: Options, f: ItemFn) -> syn::Result<TokenStream2> {
         quote!(__new)
     };
     let background = (background && !with_task).then(|| quote!(.background()));
+    let output_schema = match o.output_schema {
+        Some(span) => {
+            let ret = match &f.sig.output {
+                syn::ReturnType::Type(_, ty) => ok_type(ty).cloned(),
+                syn::ReturnType::Default => None,
+            };
+            let ok = ret.ok_or_else(|| {
+                Error::new(
+                    span,
+                    "#[workflow(output_schema)] needs the body to return `Result<O, WorkflowError>` with O a JsonSchema struct",
+                )
+            })?;
+            Some(quote!(.output_schema_of::<#ok>()))
+        }
+        None => None,
+    };
     let ItemFn {
         attrs,
         vis,
@@ -341,6 +364,7 @@ fn workflow_impl(o: Options, f: ItemFn) -> syn::Result<TokenStream2> {
                 )
                 .named(#tool_name)
                 #background
+                #output_schema
             }
         }
     })

@@ -148,3 +148,25 @@ async fn attribute_tool_runs_once() {
     // The IntoWorkflowTool trait is what Registry::with takes.
     let _ = refund.into_tool();
 }
+
+/// A typed result.
+#[derive(Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct Quote {
+    /// Cents back.
+    pub cents: u64,
+}
+
+/// Quote a refund.
+#[workflow(output_schema)]
+async fn quote(_ctx: WorkflowCtx, input: Order) -> Result<Quote, WorkflowError> {
+    Ok(Quote { cents: input.cents })
+}
+
+#[test]
+fn output_schema_lists_the_ok_type() {
+    let tool = quote.into_tool();
+    let schema = tool.output_schema().expect("declared by the attribute");
+    assert_eq!(schema["type"], "object");
+    assert_eq!(schema["properties"]["cents"]["type"], "integer");
+    assert!(refund.into_tool().output_schema().is_none());
+}
