@@ -10,7 +10,7 @@
 //! deleted them. The session counter item stays, so no session seq is ever reused.
 
 use super::DynamoStore;
-use crate::client::{CallError, BACKEND};
+use crate::client::CallError;
 use crate::item::*;
 use aws_sdk_dynamodb::types::{DeleteRequest, WriteRequest};
 use eve_core::{Event, JournalStoreExt, RunRecord, RunStatus, SessionEntry, StoreError, Timestamp};
@@ -163,51 +163,20 @@ async fn partition_keys(store: &DynamoStore, pk: String) -> Result<Vec<Item>, St
 impl DynamoStore {
     /// Deletes items by key, 25 a call, retrying what the service left unprocessed.
     async fn delete_items(&self, keys: Vec<Item>) -> Result<(), StoreError> {
-        for group in keys.chunks(25) {
-            let mut pending: Vec<WriteRequest> = group
-                .iter()
-                .map(|k| {
-                    Ok(WriteRequest::builder()
-                        .delete_request(
-                            DeleteRequest::builder()
-                                .set_key(Some(k.clone()))
-                                .build()
-                                .map_err(super::build_err)?,
-                        )
-                        .build())
-                })
-                .collect::<Result<_, StoreError>>()?;
-            let mut attempt = 0;
-            while !pending.is_empty() {
-                let req = self
-                    .client
-                    .batch_write_item()
-                    .request_items(&self.table, pending.clone());
-                let out = self
-                    .caller
-                    .call("BatchWriteItem", |_| false, || req.clone().send())
-                    .await
-                    .map_err(|e| self.map("BatchWriteItem", e))?;
-                pending = out
-                    .unprocessed_items()
-                    .and_then(|m| m.get(&self.table))
-                    .cloned()
-                    .unwrap_or_default();
-                if !pending.is_empty() {
-                    attempt += 1;
-                    if attempt >= self.caller.max_attempts {
-                        return Err(StoreError::Unavailable {
-                            backend: BACKEND,
-                            message: format!(
-                                "BatchWriteItem left {} items of a purge unprocessed after {attempt} attempts (throttled); purge again",
-                                pending.len()
-                            ),
-                        });
-                    }
-                    self.caller.backoff(attempt).await;
-                }
-            }
-        }
-        Ok(())
+        let deletes = keys
+            .into_iter()
+            .map(|k| {
+                Ok(WriteRequest::builder()
+                    .delete_request(
+                        DeleteRequest::builder()
+                            .set_key(Some(k))
+                            .build()
+                            .map_err(super::build_err)?,
+                    )
+                    .build())
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        self.batch_write(deletes, "items of a purge (purge again)")
+            .await
     }
 }

@@ -188,20 +188,31 @@ impl DynamoStore {
 
     /// Writes chunk items (before the transaction that points at them).
     pub(super) async fn write_chunks(&self, chunks: &[Item]) -> Result<(), StoreError> {
-        for group in chunks.chunks(25) {
-            let mut pending: Vec<WriteRequest> = group
-                .iter()
-                .map(|it| {
-                    Ok(WriteRequest::builder()
-                        .put_request(
-                            PutRequest::builder()
-                                .set_item(Some(it.clone()))
-                                .build()
-                                .map_err(build_err)?,
-                        )
-                        .build())
-                })
-                .collect::<Result<_, StoreError>>()?;
+        let puts = chunks
+            .iter()
+            .map(|it| {
+                Ok(WriteRequest::builder()
+                    .put_request(
+                        PutRequest::builder()
+                            .set_item(Some(it.clone()))
+                            .build()
+                            .map_err(build_err)?,
+                    )
+                    .build())
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        self.batch_write(puts, "chunk items").await
+    }
+
+    /// Sends `requests` with BatchWriteItem, 25 a call, retrying (with backoff) what the
+    /// service leaves unprocessed; `Unavailable` naming `what` once the attempts are spent.
+    pub(super) async fn batch_write(
+        &self,
+        requests: Vec<WriteRequest>,
+        what: &str,
+    ) -> Result<(), StoreError> {
+        for group in requests.chunks(25) {
+            let mut pending = group.to_vec();
             let mut attempt = 0;
             while !pending.is_empty() {
                 let req = self
@@ -224,7 +235,7 @@ impl DynamoStore {
                         return Err(StoreError::Unavailable {
                             backend: BACKEND,
                             message: format!(
-                                "BatchWriteItem left {} chunk items unprocessed after {attempt} attempts (throttled)",
+                                "BatchWriteItem left {} {what} unprocessed after {attempt} attempts (throttled)",
                                 pending.len()
                             ),
                         });
