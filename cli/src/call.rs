@@ -5,8 +5,10 @@ use crate::error::CliError;
 use eve_core::engine::{
     default_worker_id, tool_call_run, EngineError, Registry, SystemClock, Worker, WorkerConfig,
 };
-use eve_core::wake::{Waiter, WatchKey};
-use eve_core::{CallId, Event, JournalStore, RunRecord, SessionId, Timestamp, WorkerId};
+use eve_core::wake::until_ended;
+use eve_core::{
+    CallId, Event, JournalStore, JournalStoreExt, RunRecord, SessionId, Timestamp, WorkerId,
+};
 use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
@@ -116,7 +118,10 @@ pub async fn run(
     } else {
         None
     };
-    let settled = settle(&*store, run, wait).await;
+    let run_id = run.run_id.clone();
+    let settled = until_ended(&*store, run, wait)
+        .await
+        .map_err(CliError::store(format!("cannot read run {run_id}")));
     if let Some(w) = worker {
         w.shutdown().await;
     }
@@ -138,48 +143,13 @@ pub async fn run(
     Ok(())
 }
 
-/// The run once it has ended, or as it stands when `wait` is up. Wakes on the session's log
-/// (a run's end writes `tool.settled` or `task.*` there).
-async fn settle(
-    store: &dyn JournalStore,
-    mut run: RunRecord,
-    wait: Option<Duration>,
-) -> Result<RunRecord, CliError> {
-    let key = WatchKey::Session(run.session_id.clone());
-    let mut watch = Waiter::new(
-        store,
-        &key,
-        Duration::from_secs(2),
-        Duration::from_millis(200),
-    )
-    .await;
-    let until = wait.map(|w| tokio::time::Instant::now() + w);
-    loop {
-        if run.status.is_terminal() {
-            return Ok(run);
-        }
-        match until {
-            Some(until) => {
-                if tokio::time::timeout_at(until, watch.wait()).await.is_err() {
-                    return Ok(run);
-                }
-            }
-            None => watch.wait().await,
-        }
-        run = store
-            .get_run(&run.run_id)
-            .await
-            .map_err(CliError::store(format!("cannot read run {}", run.run_id)))?;
-    }
-}
-
 /// The result line of an ended run, from its last event.
 async fn result(store: &dyn JournalStore, run: &RunRecord) -> Result<serde_json::Value, CliError> {
     let last = store
-        .read(&run.run_id, run.next_seq.saturating_sub(1), 1)
+        .last_event(run)
         .await
         .map_err(CliError::store(format!("cannot read run {}", run.run_id)))?;
-    Ok(match last.first().map(|e| &e.event) {
+    Ok(match last.as_ref().map(|e| &e.event) {
         Some(Event::RunCompleted { output }) => serde_json::json!({
             "run": run.run_id,
             "status": run.status,

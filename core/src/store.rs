@@ -1069,6 +1069,22 @@ pub trait JournalStoreExt: JournalStore {
             out.extend(page);
         }
     }
+
+    /// The last event of `run`'s journal as `run` (a record read before) knows it: for an
+    /// ended run, the `RunCompleted`/`RunFailed`/`RunCancelled` that ended it.
+    ///
+    /// # Errors
+    /// As [`JournalStore::read`].
+    async fn last_event(&self, run: &RunRecord) -> Result<Option<StoredEvent>, StoreError> {
+        if run.next_seq == 0 {
+            return Ok(None);
+        }
+        Ok(self
+            .read(&run.run_id, run.next_seq - 1, 1)
+            .await?
+            .into_iter()
+            .next())
+    }
 }
 
 impl<T: JournalStore + ?Sized> JournalStoreExt for T {}

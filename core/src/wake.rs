@@ -4,8 +4,9 @@
 //! and every user keeps a slow fallback poll for writes a backend cannot see (on DynamoDB
 //! every write; on SQLite another process's write that coincides with one of this process's).
 
+use crate::error::StoreError;
 use crate::ids::{RunId, SessionId};
-use crate::store::JournalStore;
+use crate::store::{JournalStore, RunRecord};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -166,6 +167,40 @@ impl Waiter {
             None => poll.await,
         }
     }
+}
+
+/// `run` once it has ended, or as it stands when `wait` is up (`None`: no limit). Woken by the
+/// store when the run's session log grows (its end writes there), with a slow poll as
+/// fallback: no store call per tick.
+///
+/// # Errors
+/// As [`JournalStore::get_run`].
+pub async fn until_ended(
+    store: &dyn JournalStore,
+    mut run: RunRecord,
+    wait: Option<Duration>,
+) -> Result<RunRecord, StoreError> {
+    let key = WatchKey::Session(run.session_id.clone());
+    let mut watch = Waiter::new(
+        store,
+        &key,
+        Duration::from_secs(2),
+        Duration::from_millis(200),
+    )
+    .await;
+    let until = wait.map(|w| tokio::time::Instant::now() + w);
+    while !run.status.is_terminal() {
+        match until {
+            Some(until) => {
+                if tokio::time::timeout_at(until, watch.wait()).await.is_err() {
+                    break;
+                }
+            }
+            None => watch.wait().await,
+        }
+        run = store.get_run(&run.run_id).await?;
+    }
+    Ok(run)
 }
 
 #[cfg(test)]

@@ -12,8 +12,10 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use eve_core::engine::{tool_call_run, EngineError};
-use eve_core::wake::{Waiter, WatchKey};
-use eve_core::{CallId, Event, Execution, JournalStore, RunRecord, SessionId, StoreError};
+use eve_core::wake::until_ended;
+use eve_core::{
+    CallId, Event, Execution, JournalStore, JournalStoreExt, RunRecord, SessionId, StoreError,
+};
 use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Duration;
@@ -128,7 +130,7 @@ pub(crate) async fn start(
     }
     let mut run = created.run;
     if let Some(wait) = wait.filter(|_| run.execution == Execution::Default) {
-        run = settle(&*inner.store, run, wait.min(MAX_WAIT)).await?;
+        run = until_ended(&*inner.store, run, Some(wait.min(MAX_WAIT))).await?;
     }
     let settled = settled(&*inner.store, &run).await?;
     let status = if created.created {
@@ -143,41 +145,13 @@ pub(crate) async fn start(
         .into_response())
 }
 
-/// The run once it has ended, or as it stands when `wait` is up. Wakes on the session's log
-/// (the run's end writes `tool.settled` there).
-async fn settle(
-    store: &dyn JournalStore,
-    run: RunRecord,
-    wait: Duration,
-) -> Result<RunRecord, ApiError> {
-    let key = WatchKey::Session(run.session_id.clone());
-    let mut watch = Waiter::new(
-        store,
-        &key,
-        Duration::from_secs(2),
-        Duration::from_millis(200),
-    )
-    .await;
-    let until = tokio::time::Instant::now() + wait;
-    let mut run = run;
-    loop {
-        if run.status.is_terminal() {
-            return Ok(run);
-        }
-        if tokio::time::timeout_at(until, watch.wait()).await.is_err() {
-            return Ok(run);
-        }
-        run = store.get_run(&run.run_id).await?;
-    }
-}
-
 /// `{"status", "output"}` / `{"status", "error"}` of an ended run (its last event), else null.
 async fn settled(store: &dyn JournalStore, run: &RunRecord) -> Result<serde_json::Value, ApiError> {
-    if !run.status.is_terminal() || run.next_seq == 0 {
+    if !run.status.is_terminal() {
         return Ok(serde_json::Value::Null);
     }
-    let last = store.read(&run.run_id, run.next_seq - 1, 1).await?;
-    Ok(match last.first().map(|e| &e.event) {
+    let last = store.last_event(run).await?;
+    Ok(match last.as_ref().map(|e| &e.event) {
         Some(Event::RunCompleted { output }) => serde_json::json!({
             "status": run.status,
             "output": serde_json::from_str::<serde_json::Value>(output.get()).unwrap_or_default(),

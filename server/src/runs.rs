@@ -108,11 +108,10 @@ async fn outcome(
     store: &dyn eve_core::JournalStore,
     r: &eve_core::RunRecord,
 ) -> Result<Option<serde_json::Value>, ApiError> {
-    if !(r.status.is_terminal() || r.status == RunStatus::Blocked) || r.next_seq == 0 {
+    if !(r.status.is_terminal() || r.status == RunStatus::Blocked) {
         return Ok(None);
     }
-    let last = store.read(&r.run_id, r.next_seq - 1, 1).await?;
-    let Some(e) = last.first() else {
+    let Some(e) = store.last_event(r).await? else {
         return Ok(None);
     };
     let (kind, detail) = match &e.event {
