@@ -555,6 +555,7 @@ macro_rules! __store_cases {
             retention::purge_removes_only_runs_ended_before_cutoff,
             retention::purge_is_bounded_and_idempotent,
             retention::concurrent_purges_count_each_run_once,
+            retention::keyed_delivery_retained_until_purge,
             clauses::answer_to_withdrawn_request_of_running_run,
             clauses::hook_dedupe_key_belongs_to_one_hook,
             clauses::reads_in_seq_order_when_clocks_go_back,
@@ -564,6 +565,7 @@ macro_rules! __store_cases {
             clauses::retry_of_older_append_is_duplicate,
             clauses::claims_honour_time_to_the_millisecond,
             clauses::refused_append_mode_match_and_due_wake,
+            clauses::fencing_tokens_grow_with_every_claim,
             sequences::random_sequences_match_model,
         ] }
     };

@@ -99,6 +99,9 @@ pub struct Model {
     keys: BTreeMap<String, RunId>,
     hooks: BTreeMap<String, (RunId, u64)>,
     dedupe: BTreeMap<(RunId, u64, String), u64>,
+    /// (token, key) → every keyed delivery accepted with them, of any run (a token is reusable
+    /// once its run ended): a retry after the run ended may be answered with any of them.
+    delivered: BTreeMap<(String, String), Vec<(RunId, u64)>>,
     requests: BTreeMap<RequestId, MReq>,
     request_order: Vec<RequestId>,
     sessions: BTreeMap<SessionId, Vec<SessionEntry>>,
@@ -660,11 +663,26 @@ impl Model {
         actual: &Result<Delivered, StoreError>,
     ) -> Check {
         let Some((run_id, cmd)) = self.hooks.get(token).cloned() else {
-            return expect_err(
-                "a delivery to a token with no live hook",
-                actual,
-                &["NotFound"],
-            );
+            let retained = dedupe_key
+                .and_then(|k| self.delivered.get(&(token.to_owned(), k.to_owned())))
+                .filter(|d| !d.is_empty());
+            return match (retained, actual) {
+                (None, _) => expect_err(
+                    "a delivery to a token with no live hook",
+                    actual,
+                    &["NotFound"],
+                ),
+                (Some(d), Ok(got))
+                    if got.duplicate
+                        && d.iter().any(|(r, seq)| &got.run == r && got.seq == *seq) =>
+                {
+                    Ok(())
+                }
+                (Some(d), other) => Err(format!(
+                    "a keyed delivery {dedupe_key:?} to {token:?} after its run ended: expected a \
+                     duplicate success naming one of {d:?}, got {other:?}"
+                )),
+            };
         };
         let key = dedupe_key.map(|k| (run_id.clone(), cmd, k.to_owned()));
         if let Some(seq) = key.as_ref().and_then(|k| self.dedupe.get(k)).copied() {
@@ -693,6 +711,10 @@ impl Model {
             now,
         );
         if let Some(k) = key {
+            self.delivered
+                .entry((token.to_owned(), k.2.clone()))
+                .or_default()
+                .push((run_id, seq));
             self.dedupe.insert(k, seq);
         }
         Ok(())

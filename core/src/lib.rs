@@ -29,9 +29,9 @@ pub use keys::{ApiKey, KeyScope};
 pub use memory::MemoryStore;
 pub use session::{SessionEntry, SessionEvent, ToolResult};
 pub use store::{
-    check_limits, Append, Appended, CancelOutcome, CreatedRun, Delivered, Effects, JournalStore,
-    JournalStoreExt, Lease, NewRun, PendingRequest, Resolution, RunFilter, RunPage, RunQuery,
-    RunRecord, RunStatus,
+    check_limits, Append, Appended, CancelOutcome, CreatedRun, Delivered, Effects, FencingToken,
+    JournalStore, JournalStoreExt, Lease, NewRun, PendingRequest, Resolution, RunFilter, RunPage,
+    RunQuery, RunRecord, RunStatus,
 };
 pub use time::Timestamp;
 pub use wake::{WakeSignal, WatchHub, WatchKey};

@@ -226,6 +226,54 @@ pub struct RunRecord {
     pub updated_at: Timestamp,
 }
 
+impl RunRecord {
+    /// The fencing token of the activation that claimed this record: `(next_seq, activations)`
+    /// at the claim. Every later claim of the run, by any worker, gets a larger token
+    /// (contract clause 5), so a side-effecting service that remembers the largest token it was
+    /// shown for a run and refuses smaller ones refuses a worker whose lease lapsed and whose
+    /// run another worker took over. See [`StepCtx::fencing_token`](crate::engine::StepCtx::fencing_token).
+    pub fn fencing_token(&self) -> FencingToken {
+        FencingToken {
+            seq: self.next_seq,
+            claim: self.activations,
+        }
+    }
+}
+
+/// A number that grows with every claim of a run (see [`RunRecord::fencing_token`]). Compare
+/// tokens of the same run only; order is by journal length at the claim, then by the claim's
+/// count since the last append.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct FencingToken {
+    seq: u64,
+    claim: u32,
+}
+
+impl FencingToken {
+    /// The token as one number, ordered like the token: `seq * 2^32 + claim`. Store it in a
+    /// `NUMERIC` column, or as its two parts compared as a pair.
+    pub fn value(self) -> u128 {
+        (u128::from(self.seq) << 32) | u128::from(self.claim)
+    }
+
+    /// The journal's length when the run was claimed.
+    pub fn seq(self) -> u64 {
+        self.seq
+    }
+
+    /// Claims of the run since the last append, this one included.
+    pub fn claim(self) -> u32 {
+        self.claim
+    }
+}
+
+impl std::fmt::Display for FencingToken {
+    /// The decimal [`value`](Self::value).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.value())
+    }
+}
+
 /// The answer of [`JournalStore::create_run`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CreatedRun {
@@ -702,7 +750,9 @@ impl Effects {
 ///    the request is pending and accepts the response; the same answer again is a duplicate
 ///    success, a different one `AlreadyAnswered`, after the run ended `Withdrawn`),
 ///    [`deliver_hook`](Self::deliver_hook) (deduped by an optional caller key; without one,
-///    at-least-once; a key belongs to one hook) and [`request_cancel`](Self::request_cancel):
+///    at-least-once; a key belongs to one hook; a keyed delivery stays answerable as a
+///    duplicate after its run ended, until the run is purged) and
+///    [`request_cancel`](Self::request_cancel):
 ///    each writes at the next seq, chosen by the store, and needs no lease. Ended runs refuse
 ///    deliveries. A cancel request withdraws the run's pending requests in the same append
 ///    (an answer racing it lands before it and is kept, or is refused as `Withdrawn`), and on a
@@ -730,6 +780,11 @@ impl Effects {
 ///    that expired but whose runs nobody took over still writes: fencing is decided by
 ///    ownership and epoch, never by the writer's clock, so a slow worker that comes back loses
 ///    only the runs another worker claimed meanwhile.
+///
+///    Every claim (and an eager start) counts the run's `activations` up; only a worker's
+///    [`append`](Self::append), which lengthens the journal, resets it. So the
+///    [`RunRecord::fencing_token`] of successive claims of one run strictly increases,
+///    whichever workers make them.
 /// 6. **Faithful reads.** [`read`](Self::read) returns exactly what was appended, in seq order,
 ///    payloads byte for byte, paged; payloads up to [`MAX_PAYLOAD_BYTES`].
 /// 7. **Queries.** Runs by id, by session, by status; pending requests by session; the session
@@ -833,11 +888,13 @@ pub trait JournalStore: Debug + Send + Sync + 'static {
     ) -> Result<Delivered, StoreError>;
 
     /// Delivers a payload to the live hook of `token`: writes `HookReceived` at the run's next
-    /// seq. With a `dedupe_key`, a repeated key for the same hook is a duplicate success.
+    /// seq. With a `dedupe_key`, a repeated key for the same hook is a duplicate success, also
+    /// after the hook's run ended (the token released), until that run is purged: a sender
+    /// who only saw a disconnect learns that its delivery was accepted, and where.
     ///
     /// # Errors
-    /// `NotFound` (no live hook has this token), `InvalidInput` (empty token or key),
-    /// `LimitExceeded`.
+    /// `NotFound` (no live hook has this token, and no retained delivery has this token and
+    /// key), `InvalidInput` (empty token or key), `LimitExceeded`.
     async fn deliver_hook(
         &self,
         token: &str,

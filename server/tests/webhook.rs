@@ -212,6 +212,23 @@ async fn retries_with_one_idempotency_key_are_delivered_once_and_get_respond_wit
     let j = journal(&store, &run).await;
     assert_eq!(count(&j, |e| matches!(e, Event::HookReceived { .. })), 2);
 
+    // The run has ended: a retry with a delivered key still gets the recorded response (the
+    // sender who only saw a disconnect learns it was delivered); a new key is unknown.
+    let late = post("key-a", 9).await;
+    assert_eq!(late.status(), 200, "a retry after the run ended");
+    assert_eq!(late.headers()["x-eve"], "thanks");
+    assert_eq!(
+        late.json::<Value>().await.unwrap(),
+        json!({ "received": true })
+    );
+    let unknown = post("key-c", 0).await;
+    assert_eq!(unknown.status(), 404, "a new key after the run ended");
+    assert_eq!(
+        unknown.json::<Value>().await.unwrap()["code"],
+        "unknown_webhook"
+    );
+    assert_eq!(journal(&store, &run).await, j, "nothing was written");
+
     worker.shutdown().await;
     server.stop().await;
 }

@@ -13,7 +13,7 @@ use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_runtime_api::http::StatusCode;
 use aws_smithy_types::body::SdkBody;
 use eve_core::StoreError;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -49,6 +49,8 @@ pub struct DynamoConfig {
     pub base_backoff: Duration,
     /// Test hook: answers some requests with injected faults before they reach DynamoDB.
     pub faults: Option<FaultInjector>,
+    /// Test hook: global secondary index queries lag behind the table (see [`IndexLag`]).
+    pub index_lag: Option<IndexLag>,
 }
 
 impl DynamoConfig {
@@ -64,6 +66,7 @@ impl DynamoConfig {
             max_attempts: 8,
             base_backoff: Duration::from_millis(10),
             faults: None,
+            index_lag: None,
         }
     }
 
@@ -152,6 +155,60 @@ impl FaultInjector {
                 self.inner.injected.fetch_add(1, Ordering::SeqCst);
                 self.inner.code.lock().expect("fault lock").clone()
             })
+    }
+}
+
+/// Injects the eventual consistency of global secondary indexes, which DynamoDB Local does
+/// not show: an index query is answered with the answer the same query got earlier, up to
+/// `stale_answers` times in a row, before the index is read again. A run that became due, or
+/// a lease that lapsed, is then missed by that many claims or `next_wake` calls; an item the
+/// table already changed (a claimed, parked or ended run) is still listed. Base-table reads
+/// are never stale.
+#[derive(Clone, Debug, Default)]
+pub struct IndexLag {
+    stale_answers: u32,
+    answers: Arc<Mutex<HashMap<String, (u32, LaggedAnswer)>>>,
+    served: Arc<AtomicU32>,
+}
+
+/// One index query page: items and the next page's start.
+pub(crate) type LaggedAnswer = (
+    Vec<HashMap<String, aws_sdk_dynamodb::types::AttributeValue>>,
+    Option<HashMap<String, aws_sdk_dynamodb::types::AttributeValue>>,
+);
+
+impl IndexLag {
+    /// Index queries answered from the previous answer up to `stale_answers` times in a row.
+    pub fn new(stale_answers: u32) -> Self {
+        Self {
+            stale_answers,
+            ..Self::default()
+        }
+    }
+
+    /// How many index queries were answered stale so far.
+    pub fn served_stale(&self) -> u32 {
+        self.served.load(Ordering::SeqCst)
+    }
+
+    /// The earlier answer to `query` if it is to be served again.
+    pub(crate) fn stale(&self, query: &str) -> Option<LaggedAnswer> {
+        let mut answers = self.answers.lock().expect("index lag lock");
+        let (times, answer) = answers.get_mut(query)?;
+        if *times >= self.stale_answers {
+            return None;
+        }
+        *times += 1;
+        self.served.fetch_add(1, Ordering::SeqCst);
+        Some(answer.clone())
+    }
+
+    /// Records the index's fresh answer to `query`.
+    pub(crate) fn fresh(&self, query: String, answer: LaggedAnswer) {
+        self.answers
+            .lock()
+            .expect("index lag lock")
+            .insert(query, (0, answer));
     }
 }
 

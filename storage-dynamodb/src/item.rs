@@ -29,6 +29,12 @@ pub(crate) fn aid_sk(append_id: &str) -> String {
 pub(crate) fn dedupe_sk(cmd: u64, key: &str) -> String {
     format!("HD#{cmd:020}#{key}")
 }
+/// Partition key of a keyed webhook delivery by token, kept after the run ended (the hook item
+/// is gone then) so a retry is answered as a duplicate; the token's length keeps a `#` in a
+/// token from making two pairs one key.
+pub(crate) fn hook_key_pk(token: &str, key: &str) -> String {
+    format!("HOOKKEY#{}#{token}#{key}", token.len())
+}
 pub(crate) fn idem_pk(key: &str) -> String {
     format!("IDEM#{key}")
 }

@@ -62,7 +62,8 @@
 //! | event batch (one per append) | `RUN#{run}` | `EV#{last_seq}` | `f` first seq, `n` count, `v` format version, `at`, `b` the batch of [`eve_core::codec::encode_batch`] (or a chunk pointer) |
 //! | payload chunk | same `pk` as its owner | `CH#{nonce}#{i}` | `d`: ≤ 350,000 bytes of a large body |
 //! | append id | `RUN#{run}` | `AID#{append_id}` | `f`, `x`: the answer a retried append gets |
-//! | hook dedupe | `RUN#{run}` | `HD#{cmd}#{key}` | `seq` of the accepted delivery |
+//! | hook dedupe | `RUN#{run}` | `HD#{cmd}#{key}` | `seq` of the accepted delivery, `tok` the hook's token |
+//! | delivery by token | `HOOKKEY#{len(token)}#{token}#{key}` | `-` | `run`, `seq`: a keyed delivery, kept after the run ended (a retry is a duplicate) until it is purged |
 //! | idempotency key | `IDEM#{key}` | `-` | `run` |
 //! | hook token | `HOOK#{token}` | `-` | `run`, `cmd` (exists only while the hook is live) |
 //! | input request | `REQ#{request}` | `-` | run, session, cmd, the request, `st` pending/answered/withdrawn, the answer and its seq |
@@ -178,7 +179,7 @@ mod client;
 mod item;
 mod store;
 
-pub use client::{CallCounts, DynamoConfig, FaultInjector};
+pub use client::{CallCounts, DynamoConfig, FaultInjector, IndexLag};
 pub use store::DynamoStore;
 
 /// Re-exported so callers can build a client for [`DynamoStore::from_client`] without naming the

@@ -3,7 +3,8 @@
 //! transaction item limit refused cleanly, large bodies chunked in the journal and the session
 //! log at once, the DynamoDB calls each operation costs, and orphaned runs (contract clause 5:
 //! superseded, retired and expired owners, `next_wake`, claim order, claim cost) through the
-//! lapse entries of `gsi4`.
+//! lapse entries of `gsi4`, and claims and the engine under a lagging index ([`IndexLag`]:
+//! DynamoDB Local's indexes never lag).
 //!
 //! Needs `EVE_TEST_DYNAMODB_ENDPOINT` (see `.ci/dynamodb-local.sh`); without it each test prints
 //! that it was skipped and why, and passes.
@@ -13,7 +14,8 @@ use eve_core::{
     JournalStore, JournalStoreExt, Lease, NewRun, Payload, RequestId, RunId, SessionId, StoreError,
     Timestamp, WorkerId, WorkflowId,
 };
-use eve_storage_dynamodb::{CallCounts, DynamoConfig, DynamoStore, FaultInjector};
+use eve_storage_dynamodb::{CallCounts, DynamoConfig, DynamoStore, FaultInjector, IndexLag};
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 const TTL: Duration = Duration::from_secs(60);
@@ -808,4 +810,110 @@ async fn store_id_names_endpoint_and_table() {
     );
     assert_eq!(d.store_id(), "dynamodb://us-east-1/t");
     assert!(a.wakeups().await.is_none(), "DynamoDB has no notifications");
+}
+
+// ---- a lagging wake index (issue 17, item 5) ---------------------------------------------------
+
+/// Under an index that answers each query as it stood one or two queries earlier (what became
+/// due since is missed, what was claimed since is still listed), two workers claiming in turn
+/// still get every runnable run, some only on a later claim, and never one run twice; a run
+/// whose owner's lease expired is found too.
+#[tokio::test]
+async fn claims_under_a_lagging_index_find_every_run_once() {
+    let Some(mut cfg) = config("claims_under_a_lagging_index_find_every_run_once") else {
+        return;
+    };
+    let lag = IndexLag::new(2);
+    cfg.index_lag = Some(lag.clone());
+    let s = store(cfg).await;
+    let a = register(&s, &WorkerId::random(), TTL, 0).await;
+    let b = register(&s, &WorkerId::random(), TTL, 0).await;
+    // The index is read before the runs exist, so its next answers do not show them.
+    assert!(claim_ids(&s, &a, 3, 1).await.is_empty());
+    let mut runs = HashSet::new();
+    for i in 0..12 {
+        let run = s
+            .create_run(new_run(&format!("lag{i}"), Execution::Default), at(2))
+            .await
+            .expect("create_run");
+        runs.insert(run.run.run_id);
+    }
+    assert!(
+        claim_ids(&s, &a, 3, 3).await.is_empty(),
+        "the first claim after the runs were created misses them: the index lags"
+    );
+    let mut claimed: HashMap<RunId, &Lease> = HashMap::new();
+    for round in 0..60 {
+        for lease in [&a, &b] {
+            for id in claim_ids(&s, lease, 3, 4 + round).await {
+                assert!(
+                    claimed.insert(id.clone(), lease).is_none(),
+                    "run {id} was claimed twice under a lagging index"
+                );
+            }
+        }
+        if claimed.len() == runs.len() {
+            break;
+        }
+    }
+    assert_eq!(
+        claimed.keys().cloned().collect::<HashSet<_>>(),
+        runs,
+        "every runnable run is claimed, possibly late"
+    );
+    assert!(lag.served_stale() > 0, "the index answered stale");
+
+    // a's lease expires: a third worker takes its runs over, late but each once.
+    let a_runs: HashSet<RunId> = claimed
+        .iter()
+        .filter(|(_, l)| l.worker == a.worker)
+        .map(|(r, _)| r.clone())
+        .collect();
+    let after = TTL.as_millis() as i64 + 1_000;
+    s.heartbeat(&b, TTL, at(after - 2_000))
+        .await
+        .expect("b renews its lease");
+    let c = register(&s, &WorkerId::random(), TTL, after).await;
+    let mut taken = HashSet::new();
+    for round in 0..20 {
+        for id in claim_ids(&s, &c, 5, after + round).await {
+            assert!(taken.insert(id.clone()), "run {id} taken over twice");
+            assert!(
+                a_runs.contains(&id),
+                "only the expired worker's runs are taken over, not b's ({id})"
+            );
+        }
+        if taken.len() == a_runs.len() {
+            break;
+        }
+    }
+    assert_eq!(
+        taken, a_runs,
+        "every run of the expired lease is taken over"
+    );
+}
+
+/// The engine on a lagging index: two workers race over every program, under crashes too;
+/// every run finishes with each step recorded once (the families' checks), whatever the index
+/// showed late.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engine_under_a_lagging_index() {
+    let Some(mut cfg) = config("engine_under_a_lagging_index") else {
+        return;
+    };
+    let lag = IndexLag::new(2);
+    cfg.index_lag = Some(lag.clone());
+    let s: std::sync::Arc<dyn JournalStore> = std::sync::Arc::new(store(cfg).await);
+    let seed = eve_conformance::engine::seed();
+    for family in [
+        eve_conformance::engine::Family::RacingWorkers,
+        eve_conformance::engine::Family::Crash,
+    ] {
+        let bench = eve_conformance::engine::driver::Bench::on(s.clone(), "lagging-index");
+        let summary = eve_conformance::engine::check_family_on(&bench, family, 12, seed)
+            .await
+            .unwrap_or_else(|why| panic!("{why}"));
+        println!("{summary}");
+    }
+    assert!(lag.served_stale() > 0, "the index answered stale");
 }

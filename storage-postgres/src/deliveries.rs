@@ -119,7 +119,9 @@ impl Db {
             .fetch_optional(&self.pool)
             .await
             .map_err(map_err)?;
-        let (run_id, _) = hook.ok_or_else(|| StoreError::not_found("hook token", token))?;
+        let Some((run_id, _)) = hook else {
+            return self.retained_delivery(token, dedupe_key).await;
+        };
         let run_id = RunId::new(run_id);
         let mut tx = self.begin().await?;
         let locked = self
@@ -134,7 +136,10 @@ impl Db {
             .map_err(map_err)?;
         let cmd = match hook {
             Some((r, cmd)) if r == run_id.as_str() => cmd,
-            _ => return Err(StoreError::not_found("hook token", token)),
+            _ => {
+                drop(tx);
+                return self.retained_delivery(token, dedupe_key).await;
+            }
         };
         if let Some(key) = dedupe_key {
             let seq: Option<i64> = sqlx::query_scalar(self.sql(
@@ -164,12 +169,14 @@ impl Db {
             .await?;
         if let Some(key) = dedupe_key {
             sqlx::query(self.sql(
-                "INSERT INTO {s}.hook_dedupe (run_id, cmd, key, seq) VALUES ($1, $2, $3, $4)",
+                "INSERT INTO {s}.hook_dedupe (run_id, cmd, key, seq, token) \
+                 VALUES ($1, $2, $3, $4, $5)",
             ))
             .bind(run_id.as_str())
             .bind(cmd)
             .bind(key)
             .bind(seq as i64)
+            .bind(token)
             .execute(&mut *tx)
             .await
             .map_err(map_err)?;
@@ -179,6 +186,34 @@ impl Db {
             run: run_id,
             seq,
             duplicate: false,
+        })
+    }
+
+    /// No live hook has `token`: a keyed delivery accepted before its run ended is a duplicate
+    /// (kept until the run is purged); anything else is `NotFound`.
+    async fn retained_delivery(
+        &self,
+        token: &str,
+        dedupe_key: Option<&str>,
+    ) -> Result<Delivered, StoreError> {
+        let not_found = || StoreError::not_found("hook token", token);
+        let Some(key) = dedupe_key else {
+            return Err(not_found());
+        };
+        let row: Option<(String, i64)> =
+            sqlx::query_as(self.sql(
+                "SELECT run_id, seq FROM {s}.hook_dedupe WHERE token = $1 AND key = $2 LIMIT 1",
+            ))
+            .bind(token)
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_err)?;
+        let (run, seq) = row.ok_or_else(not_found)?;
+        Ok(Delivered {
+            run: RunId::new(run),
+            seq: seq as u64,
+            duplicate: true,
         })
     }
 

@@ -29,7 +29,7 @@
 //! | `events` | `(run_id, first_seq)`; unique `(run_id, append_id)` | one row per append: `count`, `at`, `version`, `body` = [`eve_core::codec::encode_batch`] |
 //! | `timers` | `(run_id, cmd)` | due times of sleeps and step retries |
 //! | `hooks` | `token` | live hook tokens (deleted when the run ends) |
-//! | `hook_dedupe` | `(run_id, cmd, key)` | accepted deliveries by dedupe key |
+//! | `hook_dedupe` | `(run_id, cmd, key)`; indexed by `(token, key)` | accepted deliveries by dedupe key, kept after the run ended (a retry is answered as a duplicate) until it is purged |
 //! | `requests` | `request_id` | input requests: pending, answered (with the response), withdrawn |
 //! | `session_heads`, `session_log` | `session_id`; `(session_id, seq)` | the session log |
 //! | `workers` | `worker_id` | leases: deployment, epoch, expiry, retired |

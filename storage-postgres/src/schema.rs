@@ -148,6 +148,16 @@ CREATE TABLE {s}.api_keys (
 );
 "#,
     ),
+    (
+        3,
+        "keyed webhook deliveries answerable after their run ended",
+        r#"
+ALTER TABLE {s}.hook_dedupe ADD COLUMN token TEXT;
+UPDATE {s}.hook_dedupe d SET token = h.token
+  FROM {s}.hooks h WHERE h.run_id = d.run_id AND h.cmd = d.cmd;
+CREATE INDEX hook_dedupe_token ON {s}.hook_dedupe (token, key);
+"#,
+    ),
 ];
 
 /// The schema version this build writes.

@@ -27,7 +27,7 @@
 //! | `events` | `(run_id, first_seq)`; unique `(run_id, append_id)` | **one row per append**: `count`, `at`, codec `version`, `body` = the events as one JSON array ([`eve_core::codec`]) |
 //! | `timers` | `(run_id, cmd)` | `due` |
 //! | `hooks` | `token` | live hooks: `run_id`, `cmd`, `webhook` |
-//! | `hook_dedupe` | `(run_id, cmd, key)` | `seq` of the accepted delivery |
+//! | `hook_dedupe` | `(run_id, cmd, key)`; indexed by `(token, key)` | `seq` of the accepted delivery and the hook's `token`, kept after the run ended (a retry is answered as a duplicate) until it is purged |
 //! | `requests` | `request_id` | `state` pending / answered / withdrawn, the request, the response and its seq |
 //! | `session_log` | `(session_id, seq)` | session channel entries |
 //! | `session_heads` | `session_id` | `next_seq` floor of a log whose tail [`purge`](eve_core::JournalStore::purge) deleted |

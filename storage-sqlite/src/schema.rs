@@ -5,7 +5,7 @@ use eve_core::StoreError;
 use sqlx::{Row, SqliteConnection};
 
 /// The schema version this build writes and reads.
-pub(crate) const SCHEMA_VERSION: i64 = 3;
+pub(crate) const SCHEMA_VERSION: i64 = 4;
 
 /// Migrations in order; entry `i` brings the schema from version `i` to `i + 1`.
 const MIGRATIONS: &[&str] = &[
@@ -123,6 +123,14 @@ CREATE TABLE session_heads (
     session_id TEXT PRIMARY KEY,
     next_seq   INTEGER NOT NULL
 ) WITHOUT ROWID;
+"#,
+    // A keyed webhook delivery stays answerable after its run ended (the hook's token is then
+    // released): the token is kept beside the key, backfilled from the live hooks.
+    r#"
+ALTER TABLE hook_dedupe ADD COLUMN token TEXT;
+UPDATE hook_dedupe SET token = (SELECT h.token FROM hooks h
+                                WHERE h.run_id = hook_dedupe.run_id AND h.cmd = hook_dedupe.cmd);
+CREATE INDEX hook_dedupe_token ON hook_dedupe (token, key);
 "#,
 ];
 

@@ -862,8 +862,10 @@ async fn deliver_hook(
     .bind(dedupe_key.as_deref())
     .fetch_optional(&mut *conn)
     .await
-    .map_err(map_sqlx)?
-    .ok_or_else(|| StoreError::not_found("hook token", token))?;
+    .map_err(map_sqlx)?;
+    let Some(row) = row else {
+        return retained_delivery(conn, token, dedupe_key.as_deref()).await;
+    };
     let rec = run_record(&row)?;
     let cmd = u64_col(&row, RUN_COLS)?;
     if let Some(seq) = opt_i64(&row, RUN_COLS + 1)? {
@@ -887,8 +889,14 @@ async fn deliver_hook(
     .await?;
     if let Some(key) = dedupe_key {
         plan.push(
-            "INSERT INTO hook_dedupe (run_id, cmd, key, seq) VALUES (?, ?, ?, ?)",
-            [txt(rec.run_id.as_str()), int(cmd), Arg::Text(key), int(seq)],
+            "INSERT INTO hook_dedupe (run_id, cmd, key, seq, token) VALUES (?, ?, ?, ?, ?)",
+            [
+                txt(rec.run_id.as_str()),
+                int(cmd),
+                Arg::Text(key),
+                int(seq),
+                txt(token),
+            ],
         );
     }
     apply(conn, plan).await?;
@@ -896,6 +904,32 @@ async fn deliver_hook(
         run: rec.run_id,
         seq,
         duplicate: false,
+    })
+}
+
+/// No live hook has `token`: a keyed delivery accepted before its run ended is a duplicate
+/// (kept until the run is purged); anything else is `NotFound`.
+async fn retained_delivery(
+    conn: &mut SqliteConnection,
+    token: &str,
+    dedupe_key: Option<&str>,
+) -> Result<Delivered, StoreError> {
+    let not_found = || StoreError::not_found("hook token", token);
+    let Some(key) = dedupe_key else {
+        return Err(not_found());
+    };
+    let row =
+        sqlx::query("SELECT run_id, seq FROM hook_dedupe WHERE token = ? AND key = ? LIMIT 1")
+            .bind(token)
+            .bind(key)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(map_sqlx)?
+            .ok_or_else(not_found)?;
+    Ok(Delivered {
+        run: RunId::new(text(&row, 0)?),
+        seq: u64_col(&row, 1)?,
+        duplicate: true,
     })
 }
 

@@ -1,7 +1,7 @@
 //! The properties every program × schedule must satisfy, each as a function returning what
 //! broke.
 
-use super::interp::{Instance, STALE};
+use super::interp::Instance;
 use super::program::digest;
 use super::reference::{Attempt, Await, Command, End, Expected};
 use eve_core::engine::{Registry, Worker, GRACE_CMD, GUARD_CMD};
@@ -486,24 +486,17 @@ pub async fn requests_closed(
     Ok(())
 }
 
-/// No step executed after its outcome was recorded; every attempt the reference makes was
-/// executed at least once (steps are at-least-once: an attempt whose result was lost in a
-/// crash runs again) and, with `exact` (no faults), exactly once; nothing else executed.
-/// Returns the late executions by the worker whose lease expired ([`STALE`]), which are
-/// tolerated only when `tolerate_stale` (see [`lease_expiry`](super::lease_expiry)).
+/// No step executed after its outcome was recorded unless a fencing service would refuse it
+/// (its [`fencing_token`](eve_core::engine::StepCtx::fencing_token) was below one a later
+/// activation had shown: a worker whose lease lapsed, see [`lease_expiry`](super::lease_expiry));
+/// every attempt the reference makes was executed at least once (steps are at-least-once: an
+/// attempt whose result was lost in a crash runs again) and, with `exact` (no faults), exactly
+/// once; nothing else executed. Returns the late executions that were fenced.
 ///
 /// # Errors
 /// The first difference.
-pub fn executions(
-    exp: &Expected,
-    inst: &Instance,
-    exact: bool,
-    tolerate_stale: bool,
-) -> Result<usize, String> {
-    let (stale, late): (Vec<_>, Vec<_>) = inst
-        .violations()
-        .into_iter()
-        .partition(|(tag, _)| tolerate_stale && *tag == Some(STALE));
+pub fn executions(exp: &Expected, inst: &Instance, exact: bool) -> Result<usize, String> {
+    let late = inst.violations();
     if !late.is_empty() {
         let late: Vec<String> = late
             .into_iter()
@@ -513,7 +506,7 @@ pub fn executions(
             })
             .collect();
         return Err(format!(
-            "a step ran again after its result was recorded: {}",
+            "a step ran again after its result was recorded, with a fencing token no smaller than any shown before: {}",
             late.join("; ")
         ));
     }
@@ -544,7 +537,7 @@ pub fn executions(
             ));
         }
     }
-    Ok(stale.len())
+    Ok(inst.fenced().len())
 }
 
 /// The run parked where the reference parks: exactly (`exact`), or at a subsequence that keeps

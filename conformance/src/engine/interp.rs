@@ -15,6 +15,7 @@ use eve_core::engine::{
     define_workflow_tool, AgentCall, Durable, Either, RetryPolicy, StepCtx, StepError, StepFailed,
     TaskHandle, WorkflowCtx, WorkflowError, WorkflowTool,
 };
+use eve_core::{FencingToken, RunId};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -105,6 +106,10 @@ pub struct Instance {
     position: Mutex<Option<usize>>,
     executions: Mutex<HashMap<(String, u32), u32>>,
     violations: Mutex<Vec<(Option<&'static str>, String)>>,
+    /// Late executions whose fencing token a fencing service refused.
+    fenced: Mutex<Vec<(Option<&'static str>, String)>>,
+    /// The fencing service: the largest token shown per run.
+    highest: Mutex<HashMap<RunId, FencingToken>>,
     traces: Mutex<Vec<Arc<Mutex<Vec<Command>>>>>,
     hold: Mutex<Option<Hold>>,
 }
@@ -125,6 +130,8 @@ impl Instance {
             position: Mutex::new(None),
             executions: Mutex::new(HashMap::new()),
             violations: Mutex::new(Vec::new()),
+            fenced: Mutex::new(Vec::new()),
+            highest: Mutex::new(HashMap::new()),
             traces: Mutex::new(Vec::new()),
             hold: Mutex::new(None),
         });
@@ -147,6 +154,8 @@ impl Instance {
                 position: Mutex::new(None),
                 executions: Mutex::new(HashMap::new()),
                 violations: Mutex::new(Vec::new()),
+                fenced: Mutex::new(Vec::new()),
+                highest: Mutex::new(HashMap::new()),
                 traces: Mutex::new(Vec::new()),
                 hold: Mutex::new(None),
             })
@@ -192,10 +201,17 @@ impl Instance {
         self.executions.lock().expect("instance lock").clone()
     }
 
-    /// Step executions that started after the step's outcome was recorded, with the tag of
-    /// the body that ran them.
+    /// Step executions that started after the step's outcome was recorded and that a fencing
+    /// service would have let through (their token was not below one it had seen), with the
+    /// tag of the body that ran them.
     pub fn violations(&self) -> Vec<(Option<&'static str>, String)> {
         self.violations.lock().expect("instance lock").clone()
+    }
+
+    /// Step executions that started after the step's outcome was recorded, all refused by a
+    /// fencing service: each carried a token below one a later activation had shown.
+    pub fn fenced(&self) -> Vec<(Option<&'static str>, String)> {
+        self.fenced.lock().expect("instance lock").clone()
     }
 
     /// The commands each body execution issued, oldest execution first.
@@ -231,10 +247,29 @@ impl Instance {
             .expect("instance lock")
             .entry((sc.name().to_owned(), sc.attempt()))
             .or_default() += 1;
+        // The service a step calls, fencing: it keeps the largest token shown per run and
+        // refuses smaller ones.
+        let refused = {
+            let mut highest = self.highest.lock().expect("instance lock");
+            let seen = highest
+                .entry(sc.run_id().clone())
+                .or_insert(sc.fencing_token());
+            if sc.fencing_token() < *seen {
+                true
+            } else {
+                *seen = sc.fencing_token();
+                false
+            }
+        };
         if let Some(rec) = &self.recorder {
             let landed = rec.landed(sc.run_id(), sc.cmd());
             if landed.settled || landed.attempt >= sc.attempt() {
-                self.violations.lock().expect("instance lock").push((
+                let list = if refused {
+                    &self.fenced
+                } else {
+                    &self.violations
+                };
+                list.lock().expect("instance lock").push((
                     tag,
                     format!(
                         "step {:?} (command {}) attempt {} started after {} was recorded",

@@ -4,8 +4,8 @@
 use crate::fixtures::*;
 use crate::{assert_err, StoreFactory};
 use eve_core::{
-    Append, CancelOutcome, DeploymentId, Event, Execution, InputResponse, JournalStore, Resolution,
-    RunId, RunStatus, SessionEvent, StoreError, Timestamp,
+    Append, CancelOutcome, DeploymentId, Event, Execution, InputResponse, JournalStore, Lease,
+    Resolution, RunId, RunStatus, SessionEvent, StoreError, Timestamp,
 };
 
 /// The session log of `run`'s session, panicking on error.
@@ -687,5 +687,64 @@ pub async fn refused_append_mode_match_and_due_wake(factory: &dyn StoreFactory) 
     assert!(
         matches!(wake, Some(t) if t <= late),
         "next_wake names an orphaned run as due: {wake:?}"
+    );
+}
+
+/// Contract clause 5: every claim of a run gets a larger [`eve_core::RunRecord::fencing_token`] than
+/// the claim before it, whichever worker makes it: after an append, after a lease expired
+/// with no append between, after the claimer's worker id was registered again.
+///
+/// Issue 17, item 3.
+pub async fn fencing_tokens_grow_with_every_claim(factory: &dyn StoreFactory) {
+    let s = fresh(factory).await;
+    let st = &*s.store;
+    let id = st
+        .create_run(new_run("fence"), at(0))
+        .await
+        .expect("create_run")
+        .run
+        .run_id;
+    let ttl = TTL.as_millis() as i64;
+    let claimed = |lease: Lease, now: Timestamp| {
+        let id = id.clone();
+        async move {
+            let runs = st.claim(&lease, 1000, now).await.expect("claim");
+            let rec = runs
+                .into_iter()
+                .find(|r| r.run_id == id)
+                .unwrap_or_else(|| panic!("run {id} is claimable at {now} by {}", lease.worker));
+            (rec.fencing_token(), lease)
+        }
+    };
+    let mut tokens = Vec::new();
+    // A fresh run, claimed; its worker appends.
+    let (t, a) = claimed(worker(st, at(0)).await, at(0)).await;
+    tokens.push(t);
+    must_append(st, append(&id, 1, &a, vec![step(1, "1")], at(1))).await;
+    // A's lease expires; b takes the run over.
+    let later = at(1 + ttl + 1);
+    let (t, b) = claimed(worker(st, later).await, later).await;
+    tokens.push(t);
+    // b's lease expires with no append; c takes the run over.
+    let later = Timestamp(later.0 + ttl + 1);
+    let (t, c) = claimed(worker(st, later).await, later).await;
+    tokens.push(t);
+    // c's worker id is registered again (a restarted process): its new epoch takes the run.
+    let again = Timestamp(later.0 + 1);
+    let c2 = st
+        .register_worker(&c.worker, &c.deployment, TTL, again)
+        .await
+        .expect("re-register");
+    let (t, _) = claimed(c2, again).await;
+    tokens.push(t);
+    drop(b);
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "each claim's fencing token is larger than the one before: {tokens:?}"
+    );
+    assert_eq!(
+        record(st, &id).await.fencing_token(),
+        tokens[3],
+        "get_run shows the last claim's token"
     );
 }

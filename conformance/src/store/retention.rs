@@ -408,3 +408,53 @@ pub async fn concurrent_purges_count_each_run_once(factory: &dyn StoreFactory) {
         );
     }
 }
+
+/// Contract clause 2 with clause 9: a keyed hook delivery stays answerable after its run ended,
+/// until the run is purged. A retry with the recorded key gets the recorded run and seq as a
+/// duplicate and writes nothing; another key, or no key, is `NotFound` (the token is released);
+/// after the purge the key is gone too.
+pub async fn keyed_delivery_retained_until_purge(factory: &dyn StoreFactory) {
+    let s = fresh(factory).await;
+    let st = &*s.store;
+    let token = unique("token");
+    let (run, lease) = started(st, new_run("retained"), at(0)).await;
+    let id = &run.run_id;
+    must_append(st, append(id, 1, &lease, vec![hook(1, &token)], at(1))).await;
+    let first = st
+        .deliver_hook(&token, json("{\"n\": 1}"), Some("key-1"), at(2))
+        .await
+        .expect("first delivery");
+    assert!(!first.duplicate, "the first delivery is new: {first:?}");
+    end(st, id, &lease, completed("1"), at(3)).await;
+    let ended = journal(st, id).await;
+
+    let retry = st
+        .deliver_hook(&token, json("{\"n\": 1}"), Some("key-1"), at(4))
+        .await
+        .expect("a retry after the run ended is answered");
+    assert_eq!(
+        (&retry.run, retry.seq, retry.duplicate),
+        (id, first.seq, true),
+        "the retry gets the recorded run and seq as a duplicate"
+    );
+    assert_eq!(journal(st, id).await, ended, "the retry wrote nothing");
+    assert_err!(
+        st.deliver_hook(&token, json("2"), Some("key-2"), at(4))
+            .await,
+        StoreError::NotFound { .. },
+        "another key after the run ended"
+    );
+    assert_err!(
+        st.deliver_hook(&token, json("2"), None, at(4)).await,
+        StoreError::NotFound { .. },
+        "no key after the run ended"
+    );
+
+    assert_eq!(purge(st, at(10), 0).await, 1, "the run is purged");
+    assert_err!(
+        st.deliver_hook(&token, json("{\"n\": 1}"), Some("key-1"), at(11))
+            .await,
+        StoreError::NotFound { .. },
+        "the recorded key is gone with its run"
+    );
+}

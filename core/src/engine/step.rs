@@ -66,6 +66,7 @@ pub struct StepCtx {
     pub(crate) cmd: u64,
     pub(crate) name: String,
     pub(crate) attempt: u32,
+    pub(crate) fence: crate::FencingToken,
     pub(crate) abort: tokio::sync::watch::Receiver<bool>,
 }
 
@@ -111,6 +112,18 @@ impl StepCtx {
     /// second effect.
     pub fn idempotency_key(&self) -> String {
         format!("{}:{}", self.run_id, self.cmd)
+    }
+
+    /// The fencing token of the activation running this attempt: larger for every later
+    /// activation of the run, whichever worker runs it. The idempotency key makes a repeated
+    /// attempt harmless; the token makes a *stale* one refusable. A worker whose lease lapsed
+    /// mid-step may start an attempt after the worker that took the run over already ran it
+    /// (no time-based lease can exclude that); a service that keeps, per run (or per
+    /// idempotency key), the largest token it was shown and refuses smaller ones turns that
+    /// late attempt away. Pass [`FencingToken::value`](crate::FencingToken::value) with the
+    /// request.
+    pub fn fencing_token(&self) -> crate::FencingToken {
+        self.fence
     }
 }
 

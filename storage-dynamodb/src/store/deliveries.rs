@@ -100,10 +100,9 @@ pub(super) async fn deliver_hook(
 ) -> Result<Delivered, StoreError> {
     eve_core::store::check_hook_delivery(token, dedupe_key)?;
     for _ in 0..MAX_ROUNDS {
-        let hook = store
-            .get(hook_pk(token), ONE)
-            .await?
-            .ok_or_else(|| StoreError::not_found("hook token", token))?;
+        let Some(hook) = store.get(hook_pk(token), ONE).await? else {
+            return retained_delivery(store, token, dedupe_key).await;
+        };
         let run_id = RunId::new(get_s(&hook, "run").unwrap_or(""));
         let cmd: u64 = get_n(&hook, "cmd").unwrap_or(0);
         let event = Event::HookReceived {
@@ -124,7 +123,12 @@ pub(super) async fn deliver_hook(
         if let Some(k) = dedupe_key {
             let mut d = key(run_pk(&run_id), dedupe_sk(cmd, k));
             d.insert("seq".into(), n(h.rec.next_seq));
+            d.insert("tok".into(), s(token));
             extra.push((store.tx_put_new(d)?, Role::Dedupe));
+            let mut by_token = key(hook_key_pk(token, k), ONE);
+            by_token.insert("run".into(), s(run_id.as_str()));
+            by_token.insert("seq".into(), n(h.rec.next_seq));
+            extra.push((store.tx_put(by_token, None, &[], vec![])?, Role::Other));
         }
         match store.deliver(&h, &[event], now, None, extra).await? {
             Ok(seq) => {
@@ -149,6 +153,28 @@ pub(super) async fn deliver_hook(
         }
     }
     Err(contention("deliver_hook"))
+}
+
+/// No live hook has `token`: a keyed delivery accepted before its run ended is a duplicate
+/// (kept until the run is purged); anything else is `NotFound`.
+async fn retained_delivery(
+    store: &DynamoStore,
+    token: &str,
+    dedupe_key: Option<&str>,
+) -> Result<Delivered, StoreError> {
+    let not_found = || StoreError::not_found("hook token", token);
+    let Some(k) = dedupe_key else {
+        return Err(not_found());
+    };
+    let it = store
+        .get(hook_key_pk(token, k), ONE)
+        .await?
+        .ok_or_else(not_found)?;
+    Ok(Delivered {
+        run: RunId::new(get_s(&it, "run").unwrap_or("")),
+        seq: get_n(&it, "seq").unwrap_or(0),
+        duplicate: true,
+    })
 }
 
 /// [`JournalStore::request_cancel`](eve_core::JournalStore::request_cancel).

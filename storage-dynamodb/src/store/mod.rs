@@ -54,6 +54,8 @@ pub struct DynamoStore {
     cache: Mutex<HashMap<RunId, Header>>,
     /// Where the table lives for [`JournalStore::store_id`]: the endpoint, else the region.
     location: String,
+    /// Test hook: stale index answers.
+    index_lag: Option<crate::IndexLag>,
 }
 
 impl std::fmt::Debug for DynamoStore {
@@ -122,6 +124,7 @@ impl DynamoStore {
             None => config.region.clone(),
         };
         store.caller = Caller::new(config.max_attempts, config.base_backoff);
+        store.index_lag = config.index_lag;
         Ok(store)
     }
 
@@ -141,6 +144,7 @@ impl DynamoStore {
             shards: 4,
             caller: Caller::new(8, Duration::from_millis(10)),
             cache: Mutex::new(HashMap::new()),
+            index_lag: None,
         }
     }
 

@@ -38,6 +38,25 @@ impl DynamoStore {
         limit: i32,
         start: Option<Item>,
     ) -> Result<(Vec<Item>, Option<Item>), StoreError> {
+        let lagged = match (&self.index_lag, index) {
+            (Some(lag), Some(index)) => {
+                // The index as an earlier query of the same partition saw it, under this
+                // query's upper bound: what became due since is missed, what changed since is
+                // still listed.
+                let val = |name: &str| vals.iter().find(|(k, _)| *k == name).map(|(_, v)| v);
+                let query = format!("{index}|{:?}|{limit}|{start:?}", val(":p"));
+                if let Some((mut items, next)) = lag.stale(&query) {
+                    let hi = val(":hi").and_then(|v| v.as_s().ok());
+                    let sk = nm.iter().find(|(k, _)| *k == "#s").map(|(_, v)| *v);
+                    if let (Some(hi), Some(sk)) = (hi, sk) {
+                        items.retain(|it| get_s(it, sk).is_some_and(|v| v < hi.as_str()));
+                    }
+                    return Ok((items, next));
+                }
+                Some((lag, query))
+            }
+            _ => None,
+        };
         let req = self
             .client
             .query()
@@ -54,7 +73,11 @@ impl DynamoStore {
             .call("Query", |_| false, || req.clone().send())
             .await
             .map_err(|e| self.map("Query", e))?;
-        Ok((out.items().to_vec(), out.last_evaluated_key().cloned()))
+        let answer = (out.items().to_vec(), out.last_evaluated_key().cloned());
+        if let Some((lag, query)) = lagged {
+            lag.fresh(query, answer.clone());
+        }
+        Ok(answer)
     }
 
     /// Every item of a query (all pages).

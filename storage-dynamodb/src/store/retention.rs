@@ -6,8 +6,9 @@
 //! records and chunks, and its **header last**, with a condition that it still exists. Until
 //! the header goes the run is still listed, so a purge that stopped halfway (a crash, a fault)
 //! is finished by the next one; only the call that deletes the header counts the run, so two
-//! purges racing never count it twice. Hook tokens need nothing: the write that ended the run
-//! deleted them. The session counter item stays, so no session seq is ever reused.
+//! purges racing never count it twice. Live hook tokens need nothing (the write that ended the
+//! run deleted them); a keyed delivery's by-token item goes with its dedupe record. The session
+//! counter item stays, so no session seq is ever reused.
 
 use super::DynamoStore;
 use crate::client::CallError;
@@ -118,12 +119,32 @@ async fn purge_run(store: &DynamoStore, rec: &RunRecord) -> Result<bool, StoreEr
             keys.push(key_of(&idem));
         }
     }
-    keys.extend(
-        partition_keys(store, run_pk(run))
-            .await?
-            .into_iter()
-            .filter(|k| get_s(k, "sk") != Some(HDR_SK)),
-    );
+    let items = store
+        .query_all(
+            None,
+            "#pk = :pk",
+            &[("#pk", "pk")],
+            vec![(":pk", s(run_pk(run)))],
+        )
+        .await?;
+    for it in &items {
+        // A keyed webhook delivery's by-token item, unless a later run reusing the token owns
+        // it now.
+        let sk = get_s(it, "sk").unwrap_or("");
+        if let (Some(tok), Some((_, dedupe_key))) = (
+            get_s(it, "tok"),
+            sk.strip_prefix("HD#").and_then(|rest| rest.split_once('#')),
+        ) {
+            if let Some(by_token) = store.get(hook_key_pk(tok, dedupe_key), ONE).await? {
+                if get_s(&by_token, "run") == Some(run.as_str()) {
+                    keys.push(key_of(&by_token));
+                }
+            }
+        }
+        if sk != HDR_SK {
+            keys.push(key_of(it));
+        }
+    }
     store.delete_items(keys).await?;
     store.cache_drop(run);
     let req = store

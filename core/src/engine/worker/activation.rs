@@ -198,7 +198,9 @@ impl Inner {
             return Ok(ActivationEnd::Dropped("run has ended".into()));
         }
         debug!(events = exec.next_seq - from, warm = from > 0, "replayed");
-        let end = self.live(run, &mut exec, tool.grace_period()).await?;
+        let end = self
+            .live(run, &mut exec, tool.grace_period(), rec.fencing_token())
+            .await?;
         if end == ActivationEnd::Suspended {
             self.sticky.put(run.clone(), exec);
         } else if exec.commands() > 10_000 {

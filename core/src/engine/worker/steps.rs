@@ -143,6 +143,7 @@ impl Inner {
         run: &RunId,
         exec: &mut Executor,
         grace: Duration,
+        fence: crate::FencingToken,
     ) -> Result<ActivationEnd, StoreError> {
         let (tx, mut rx) = mpsc::unbounded_channel::<StepResult>();
         let (agent_tx, mut agent_rx) = mpsc::unbounded_channel::<(u64, Result<String, String>)>();
@@ -280,6 +281,7 @@ impl Inner {
                     cmd: s.cmd,
                     name: s.name.clone(),
                     attempt: s.attempt,
+                    fence,
                     abort: abort_rx.clone(),
                 };
                 let tx = tx.clone();
