@@ -6,7 +6,7 @@ use crate::store_url::{StoreUrl, DEFAULT_STORE_URL, STORE_URL_ENV};
 use crate::{bench, call, conformance, inspect, keys, mcp, replay, retention, serve};
 use clap::{Args, Parser, Subcommand};
 use eve_core::engine::Registry;
-use eve_core::{JournalStore, Resolution, Timestamp};
+use eve_core::{InputResponse, JournalStore, Resolution, Timestamp};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -72,6 +72,10 @@ pub enum Command {
         /// Free text to answer with.
         #[arg(long)]
         text: Option<String>,
+        /// Who answers: recorded in the journal's `InputAnswered` as `answeredBy` and shown on
+        /// the page (default: nobody named).
+        #[arg(long = "as", value_name = "NAME")]
+        answered_by: Option<String>,
     },
     /// Deliver to hooks.
     #[command(subcommand)]
@@ -390,9 +394,15 @@ async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<
             request,
             option,
             text,
+            answered_by,
         } => {
             let store = open(&cli).await?;
-            inspect::answer(&*store, request, option.clone(), text.clone(), now(), out).await
+            let response = InputResponse {
+                option_id: option.clone(),
+                text: text.clone(),
+                answered_by: answered_by.clone(),
+            };
+            inspect::answer(&*store, request, response, now(), out).await
         }
         Command::Hook(HookCommand::Resume { token, json, key }) => {
             let store = open(&cli).await?;

@@ -9,10 +9,10 @@ use axum::extract::{Path, Query, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use eve_core::wake::{Waiter, WatchKey};
 use eve_core::{
-    CallId, CancelOutcome, Execution, InputResponse, RequestId, RunId, RunQuery, RunStatus,
+    ApiKey, CallId, CancelOutcome, Execution, InputResponse, RequestId, RunId, RunQuery, RunStatus,
     SessionEntry, SessionEvent, SessionId, StoreError, Timestamp,
 };
 use futures::{Stream, StreamExt};
@@ -346,10 +346,14 @@ pub(crate) struct Answered {
 }
 
 /// `POST /v1/requests/{id}/answer`: 200 when accepted (also for the same answer again, with
-/// `duplicate: true`); 404 unknown request, 409 answered with another response, 410 withdrawn,
-/// 422 not an answer the request accepts, 400 malformed body.
+/// `duplicate: true`, whichever key sends it); 404 unknown request, 409 answered with another
+/// response, 410 withdrawn, 422 not an answer the request accepts, 400 malformed body. The
+/// journal's `InputAnswered` records the name of the API key that answered as `answeredBy`
+/// (the first answer's, on a duplicate); a body cannot set it, and with `insecure_no_auth`
+/// no name is recorded.
 pub(crate) async fn answer(
     State(inner): State<Arc<Inner>>,
+    key: Option<Extension<ApiKey>>,
     Path(request): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Answered>, ApiError> {
@@ -363,6 +367,7 @@ pub(crate) async fn answer(
     let response = InputResponse {
         option_id: body.option_id,
         text: body.text,
+        answered_by: key.map(|Extension(k)| k.name),
     };
     let d = match inner
         .store
