@@ -193,9 +193,13 @@ impl Follow {
                 Ok(page) if page.is_empty() => {
                     self.catching_up = false;
                     // A closed channel (its sender gone) never fires: waiting on it must not
-                    // turn this wait into a busy loop.
+                    // turn this wait into a busy loop. Where the store notifies this session's
+                    // writes (this server's included), the server-wide counter is not needed:
+                    // waking every stream of every session at each write would cost one read
+                    // per followed session per write.
+                    let notified = self.watch.notified();
                     let changed = async {
-                        if self.changed.changed().await.is_err() {
+                        if notified || self.changed.changed().await.is_err() {
                             std::future::pending::<()>().await
                         }
                     };
@@ -224,7 +228,15 @@ impl Follow {
     }
 }
 
-/// At most this many sessions on one `GET /v1/events` stream.
+/// At most this many sessions on one `GET /v1/events` stream; more is a 400.
+///
+/// Each session on a stream has its own reader, woken by the store's notification for that
+/// session (polling on a store that cannot notify), and the sessions are named in the URL
+/// (which the `http` crate caps at 64 KiB): the cap keeps one connection's cost and its URL
+/// bounded. The page follows the sessions it shows (its pinned sessions first, then those of
+/// the requests and live runs on screen), at most this many; it finds requests in other
+/// sessions by re-reading `GET /v1/requests` every few seconds, so thousands of sessions with
+/// pending requests do not break it.
 pub const MAX_STREAM_SESSIONS: usize = 500;
 
 /// `GET /v1/events?session=A&session=B…`: several sessions' logs as one SSE stream, so a

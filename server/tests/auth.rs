@@ -36,6 +36,7 @@ fn routes() -> Vec<Route> {
             None,
             200,
         ),
+        r(Method::GET, "/v1/requests", KeyScope::Read, None, 200),
         r(
             Method::GET,
             "/v1/sessions/s/tasks",
