@@ -146,7 +146,8 @@ pub struct ServeArgs {
     #[arg(long, env = "EVE_WORKER_ID", value_name = "ID")]
     pub worker_id: Option<String>,
     /// Serve every route without an API key. For tests only: anyone who reaches the server
-    /// reads every journal, answers every request and cancels every task.
+    /// reads every journal, answers every request and cancels every task; answers record no
+    /// `answeredBy`.
     #[arg(long)]
     pub insecure_no_auth: bool,
     /// Keep ended runs this long (e.g. 30d, 12h): purge runs that ended earlier at start and

@@ -120,6 +120,7 @@ pub struct ServerConfig {
     pub poll_interval: Duration,
     /// Serve every route without a key (default false). For tests only: anyone who reaches
     /// the server then reads every journal, answers every request and cancels every task.
+    /// Answers then record no `answered_by` (there is no key to name).
     pub insecure_no_auth: bool,
     /// Webhook request headers left out of the journaled payload beside
     /// [`SENSITIVE_HEADERS`] (case-insensitive names; default none).
