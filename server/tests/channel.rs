@@ -713,3 +713,72 @@ async fn pending_requests_of_every_session_paged_newest_first_and_filtered() {
     worker.shutdown().await;
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_is_not_woken_by_this_servers_writes_to_other_sessions() {
+    // Where the store notifies per session, a server's own writes wake only the streams of the
+    // session written to: a page following hundreds of sessions costs no read per session at
+    // each answer.
+    let memory: std::sync::Arc<dyn eve_core::JournalStore> =
+        std::sync::Arc::new(eve_core::MemoryStore::new());
+    let counted = eve_core::testing::FaultyStore::new(memory.clone());
+    let worker = worker(memory.clone()).await;
+    let watching = TestServer::start(memory.clone(), |_| {}).await;
+    let answering = TestServer::start(counted.clone(), |_| {}).await;
+    let _quiet = SseClient::connect(&answering.url("/v1/sessions/s-quiet/events"), None).await;
+    let mut busy = SseClient::connect(&watching.url("/v1/sessions/s-busy/events"), None).await;
+    for i in 0..5 {
+        start(
+            &memory,
+            "s-busy",
+            &format!("call-{i}"),
+            "deploy",
+            json!({ "service": format!("svc-{i}") }),
+        )
+        .await;
+    }
+    let mut requests = Vec::new();
+    while requests.len() < 5 {
+        let f = busy.until("input.requested").await.pop().unwrap();
+        requests.push(
+            f.json()["event"]["data"]["request_id"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    let reads = || {
+        counted
+            .call_log()
+            .iter()
+            .filter(|c| **c == "read_session")
+            .count()
+    };
+    let before = reads();
+    for r in &requests {
+        let (status, _) = answer(&answering, r, json!({ "optionId": "approve" })).await;
+        assert_eq!(status, 200);
+    }
+    let mut settled = 0;
+    while settled < 5 {
+        busy.until("tool.settled").await;
+        settled += 1;
+    }
+    // At most one fallback poll (every 2 s) may fall in this stretch.
+    let woke = reads() - before;
+    assert!(
+        woke <= 1,
+        "the quiet session's stream read its log {woke} times during 5 answers elsewhere"
+    );
+    assert!(
+        counted
+            .call_log()
+            .iter()
+            .filter(|c| **c == "answer")
+            .count()
+            >= 5
+    );
+    worker.shutdown().await;
+    watching.stop().await;
+    answering.stop().await;
+}
