@@ -1057,6 +1057,7 @@ async fn three_thousand_pending_requests_among_ten_thousand_runs_load_and_answer
              const card = document.querySelector('#requests .card');
              const id = card.dataset.request;
              const t0 = performance.now();
+             window.eveAnswerT0 = t0;
              const gone = () => !document.querySelector(`#requests .card[data-request=\"${CSS.escape(id)}\"]`);
              const obs = new MutationObserver(() => {
                if (gone()) { obs.disconnect(); done({ id, ms: performance.now() - t0 }); }
@@ -1072,6 +1073,15 @@ async fn three_thousand_pending_requests_among_ten_thousand_runs_load_and_answer
     browser
         .find(&format!(
             r#"#answered li[data-request="{request_id}"][data-answered-by="scale-tester"]"#
+        ))
+        .await;
+    // The worker resumes the run and the page shows it completed: the whole round trip.
+    let completed = browser
+        .js_async(&format!(
+            "const done = arguments[0];
+             (function poll() {{
+               if (document.querySelector('tr[data-run=\"{run}\"] td.status-completed')) done(performance.now() - window.eveAnswerT0);
+               else setTimeout(poll, 10); }})();"
         ))
         .await;
     let row = browser
@@ -1100,11 +1110,13 @@ async fn three_thousand_pending_requests_among_ten_thousand_runs_load_and_answer
 
     let ready_ms = load["ready"].as_f64().unwrap();
     let answer_ms = answered["ms"].as_f64().unwrap();
+    let completed_ms = completed.as_f64().unwrap();
     let loadavg = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     eprintln!(
         "SCALE: {RUNS} runs, {PENDING} pending requests in {WAIT_SESSIONS} sessions (seeded in {:.1} s); \
          page: response {:.0} ms, DOMContentLoaded {:.0} ms, first requests and runs usable {ready_ms:.0} ms, \
-         stream live {:.0} ms (following {} sessions); answer to card gone {answer_ms:.0} ms; \
+         stream live {:.0} ms (following {} sessions); answer to card gone {answer_ms:.0} ms, \
+         to the run shown completed {completed_ms:.0} ms; \
          server: {api_ms:?}; test {:.1} s; loadavg {}",
         seeded_in.as_secs_f64(),
         load["response"].as_f64().unwrap_or(0.0),
@@ -1120,6 +1132,10 @@ async fn three_thousand_pending_requests_among_ten_thousand_runs_load_and_answer
         "the page took {ready_ms} ms to be usable"
     );
     assert!(answer_ms < 5_000.0, "answering took {answer_ms} ms");
+    assert!(
+        completed_ms < 10_000.0,
+        "the answered run showed completed after {completed_ms} ms"
+    );
 
     browser.quit().await;
     worker.shutdown().await;
