@@ -6,7 +6,7 @@ use crate::store_url::{StoreUrl, DEFAULT_STORE_URL, STORE_URL_ENV};
 use crate::{bench, call, conformance, inspect, keys, mcp, replay, retention, serve};
 use clap::{Args, Parser, Subcommand};
 use eve_core::engine::Registry;
-use eve_core::{JournalStore, Resolution, Timestamp};
+use eve_core::{InputResponse, JournalStore, Resolution, Timestamp};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -72,6 +72,10 @@ pub enum Command {
         /// Free text to answer with.
         #[arg(long)]
         text: Option<String>,
+        /// Who answers: recorded in the journal's `InputAnswered` as `answeredBy` and shown on
+        /// the page (default: nobody named).
+        #[arg(long = "as", value_name = "NAME")]
+        answered_by: Option<String>,
     },
     /// Deliver to hooks.
     #[command(subcommand)]
@@ -142,7 +146,8 @@ pub struct ServeArgs {
     #[arg(long, env = "EVE_WORKER_ID", value_name = "ID")]
     pub worker_id: Option<String>,
     /// Serve every route without an API key. For tests only: anyone who reaches the server
-    /// reads every journal, answers every request and cancels every task.
+    /// reads every journal, answers every request and cancels every task; answers record no
+    /// `answeredBy`.
     #[arg(long)]
     pub insecure_no_auth: bool,
     /// Keep ended runs this long (e.g. 30d, 12h): purge runs that ended earlier at start and
@@ -390,9 +395,15 @@ async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<
             request,
             option,
             text,
+            answered_by,
         } => {
             let store = open(&cli).await?;
-            inspect::answer(&*store, request, option.clone(), text.clone(), now(), out).await
+            let response = InputResponse {
+                option_id: option.clone(),
+                text: text.clone(),
+                answered_by: answered_by.clone(),
+            };
+            inspect::answer(&*store, request, response, now(), out).await
         }
         Command::Hook(HookCommand::Resume { token, json, key }) => {
             let store = open(&cli).await?;

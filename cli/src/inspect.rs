@@ -252,7 +252,8 @@ pub fn request_line(p: &PendingRequest) -> String {
     )
 }
 
-/// `eve answer <request> [option] [--text …]`.
+/// `eve answer <request> [option] [--text …] [--as NAME]`: writes `response` (its
+/// `answered_by` is recorded as given, unchecked).
 ///
 /// # Errors
 /// [`CliError::Usage`] when neither an option nor a text is given; the store's typed errors
@@ -260,20 +261,15 @@ pub fn request_line(p: &PendingRequest) -> String {
 pub async fn answer(
     store: &dyn JournalStore,
     request: &str,
-    option: Option<String>,
-    text: Option<String>,
+    response: InputResponse,
     now: Timestamp,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    if option.is_none() && text.is_none() {
+    if response.option_id.is_none() && response.text.is_none() {
         return Err(CliError::Usage(
             "give an option id (eve answer REQUEST approve) or --text \"…\"".into(),
         ));
     }
-    let response = InputResponse {
-        option_id: option,
-        text,
-    };
     let d = store
         .answer(&RequestId::new(request), response, now)
         .await

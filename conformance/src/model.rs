@@ -603,7 +603,7 @@ impl Model {
         };
         let valid = r.info.request.accepts(response).is_ok();
         match &r.state {
-            ReqState::Answered(prev, seq) if prev == response => match actual {
+            ReqState::Answered(prev, seq) if prev.same_answer(response) => match actual {
                 Ok(d) if d.duplicate && d.seq == *seq && d.run == r.info.run_id => Ok(()),
                 other => Err(format!(
                     "the same answer again: expected a duplicate success at seq {seq}, got {other:?}"

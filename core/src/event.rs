@@ -309,6 +309,12 @@ pub struct InputResponse {
     /// Free text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
+    /// The name of the credential or person that answered (e.g. the API key's name on the
+    /// HTTP surface), recorded by the surface that took the answer and shown to people. The
+    /// store does not check it, and it is not part of the answer for idempotency: see
+    /// [`InputResponse::same_answer`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered_by: Option<String>,
 }
 
 impl InputResponse {
@@ -316,16 +322,31 @@ impl InputResponse {
     pub fn option(option_id: impl Into<String>) -> Self {
         Self {
             option_id: Some(option_id.into()),
-            text: None,
+            ..Self::default()
         }
     }
 
     /// A free-text answer.
     pub fn text(text: impl Into<String>) -> Self {
         Self {
-            option_id: None,
             text: Some(text.into()),
+            ..Self::default()
         }
+    }
+
+    /// The same answer recorded as given by `who`.
+    pub fn by(mut self, who: impl Into<String>) -> Self {
+        self.answered_by = Some(who.into());
+        self
+    }
+
+    /// Whether `self` and `other` answer the same: the same option and the same text.
+    /// [`answered_by`](Self::answered_by) is ignored, so a retry of an answer by another
+    /// credential (or by none) is a duplicate of the first, not a conflicting answer; the
+    /// journal keeps the first answer's `answered_by`. Every store's
+    /// [`answer`](crate::JournalStore::answer) compares with this.
+    pub fn same_answer(&self, other: &InputResponse) -> bool {
+        self.option_id == other.option_id && self.text == other.text
     }
 }
 

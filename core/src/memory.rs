@@ -481,7 +481,7 @@ impl JournalStore for MemoryStore {
                 response: prev,
                 seq,
             } => {
-                return if prev == &response {
+                return if prev.same_answer(&response) {
                     Ok(Delivered {
                         run: run_id,
                         seq: *seq,

@@ -213,9 +213,27 @@ async fn inspect_answer_hook_cancel_resolve_on_sqlite() {
     // Answers: once, a retry is a duplicate, another answer is refused, a bad option too.
     fails(d, &["answer", &request, "maybe"], 1, "not offered");
     fails(d, &["answer", &request], 2, "give an option id");
-    assert!(ok(d, &["answer", &request, "approve"]).contains("answered request"));
+    assert!(
+        ok(d, &["answer", &request, "approve", "--as", "ops-oncall"]).contains("answered request")
+    );
+    // The same answer from someone else is the same answer; the journal keeps who gave it.
+    assert!(
+        ok(d, &["answer", &request, "approve", "--as", "someone-else"])
+            .contains("already had this answer")
+    );
     assert!(ok(d, &["answer", &request, "approve"]).contains("already had this answer"));
     fails(d, &["answer", &request, "cancel"], 1, "already answered");
+    let answered_by: Vec<Option<String>> = store
+        .read_all(&deploy, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| match e.event {
+            eve_core::Event::InputAnswered { response, .. } => Some(response.answered_by),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(answered_by, [Some("ops-oncall".to_owned())]);
     fails(d, &["answer", "run_nope.1", "approve"], 1, "not found");
 
     // Hook deliveries: bad JSON, unknown token, then the render callback (deduped by key).

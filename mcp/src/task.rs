@@ -281,7 +281,11 @@ pub(crate) fn response(
                     format!("an accepted answer needs content.{FIELD_OPTION} (an option id) or content.{FIELD_TEXT}"),
                 ));
             }
-            Ok(Some(InputResponse { option_id, text }))
+            Ok(Some(InputResponse {
+                option_id,
+                text,
+                answered_by: None,
+            }))
         }
         "decline" | "cancel" => Ok(options
             .iter()

@@ -151,10 +151,12 @@ fn credential(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 
 /// Lets the request through when it carries a live key whose scope allows `needed` (or when the
 /// server runs with `insecure_no_auth`): 401 without a usable key, 403 `forbidden` when the
-/// key's scope is too small.
+/// key's scope is too small. The key's record goes into the request's extensions, so a
+/// handler knows who acts (the answer route records its name); with `insecure_no_auth` there
+/// is none.
 pub(crate) async fn require(
     State((inner, needed)): State<(Arc<Inner>, KeyScope)>,
-    req: Request,
+    mut req: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
     if inner.config.insecure_no_auth {
@@ -176,6 +178,7 @@ pub(crate) async fn require(
             ),
         ));
     }
+    req.extensions_mut().insert(key);
     Ok(next.run(req).await)
 }
 

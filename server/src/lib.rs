@@ -7,13 +7,14 @@
 //! | `POST /.well-known/workflow/v1/webhook/{token}` | (the token) | delivers the request to the run waiting on the webhook ([`WEBHOOK_PATH`]) |
 //! | `GET /v1/sessions/{id}/events` | read | the session's channel as Server-Sent Events, resumable with `Last-Event-ID` |
 //! | `GET /v1/sessions/{id}/requests` | read | the session's pending input requests |
+//! | `GET /v1/requests` | read | pending input requests of every session (or `session`), one page at a time: newest run first (`order=oldest`), `tool`, `q` search, `limit` (default 100, at most 1000), `before` = the previous page's `next`; with `tools`, the tools of the live runs |
 //! | `GET /v1/sessions/{id}/tasks` | read | the session's background runs (its task index) |
 //! | `GET /v1/runs` | read | runs, filtered (`session`, `status`, `tool`, `q` search, `since`/`until`), `order=newest`, paged (`limit`, `before` = the previous page's `next`), with `counts` by status |
 //! | `GET /v1/runs/{id}` | read | one run's record and journal |
 //! | `POST /v1/runs/{id}/cancel`, `…/resume`, `…/fail` | operate | cancel any run (`{"reason"}` optional); resume a blocked run; fail a blocked run with `{"error"}` |
-//! | `POST /v1/requests/{id}/answer` | answer | answers a request with `{"optionId": …}` or `{"text": …}` |
+//! | `POST /v1/requests/{id}/answer` | answer | answers a request with `{"optionId": …}` or `{"text": …}`; the journal records the key's name as `answeredBy` (none with [`ServerConfig::insecure_no_auth`]) |
 //! | `POST /v1/tasks/{id}/cancel` | operate | requests cancellation of a background run |
-//! | `GET /v1/events?session=A&session=B` | read | several sessions' logs as one SSE stream; `id:` is a cursor (`{"A":4,"B":9}`) that `Last-Event-ID` or `?from=` resumes every session from |
+//! | `GET /v1/events?session=A&session=B` | read | several sessions' logs (at most [`MAX_STREAM_SESSIONS`]) as one SSE stream; `id:` is a cursor (`{"A":4,"B":9}`) that `Last-Event-ID` or `?from=` resumes every session from |
 //! | `GET /v1/tools` | read | the tools this server starts: name, description, execution, input schema |
 //! | `POST /v1/tools/{name}/calls?wait=30s` | operate | starts a call with `{session, call_id, input}`: 201, 200 on a retry, 409 on the same key with another input; `wait` long-polls a default-execution call until it settles |
 //! | `GET /v1/keys`, `POST /v1/keys`, `POST /v1/keys/{id}/revoke` | admin | list, create (`{"name", "scope"}`; the key is in the answer only) and revoke API keys |
@@ -66,6 +67,7 @@ mod guard;
 mod health;
 mod metrics;
 mod page;
+mod requests;
 mod runs;
 mod session;
 mod webhook;
@@ -74,6 +76,7 @@ pub use auth::{create_key, key_hash, NewKey, COOKIE, KEY_PREFIX};
 pub use calls::MAX_WAIT;
 pub use error::ApiError;
 pub use metrics::{Metrics, SpanMetrics};
+pub use requests::{DEFAULT_REQUESTS_PAGE, MAX_REQUESTS_PAGE};
 pub use session::MAX_STREAM_SESSIONS;
 pub use webhook::{is_webhook_token, IDEMPOTENCY_KEY_MAX, MAX_JSON_DEPTH, SENSITIVE_HEADERS};
 
@@ -117,6 +120,7 @@ pub struct ServerConfig {
     pub poll_interval: Duration,
     /// Serve every route without a key (default false). For tests only: anyone who reaches
     /// the server then reads every journal, answers every request and cancels every task.
+    /// Answers then record no `answered_by` (there is no key to name).
     pub insecure_no_auth: bool,
     /// Webhook request headers left out of the journaled payload beside
     /// [`SENSITIVE_HEADERS`] (case-insensitive names; default none).
@@ -264,6 +268,7 @@ fn build(state: AppState, shutdown: watch::Receiver<bool>) -> Router {
         .route("/v1/sessions/{id}/events", get(session::events))
         .route("/v1/events", get(session::events_many))
         .route("/v1/sessions/{id}/requests", get(session::requests))
+        .route("/v1/requests", get(requests::list))
         .route("/v1/sessions/{id}/tasks", get(session::tasks))
         .route("/v1/runs", get(runs::list))
         .route("/v1/runs/{id}", get(runs::show))

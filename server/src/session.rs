@@ -9,10 +9,10 @@ use axum::extract::{Path, Query, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use eve_core::wake::{Waiter, WatchKey};
 use eve_core::{
-    CallId, CancelOutcome, Execution, InputResponse, RequestId, RunId, RunQuery, RunStatus,
+    ApiKey, CallId, CancelOutcome, Execution, InputResponse, RequestId, RunId, RunQuery, RunStatus,
     SessionEntry, SessionEvent, SessionId, StoreError, Timestamp,
 };
 use futures::{Stream, StreamExt};
@@ -193,9 +193,13 @@ impl Follow {
                 Ok(page) if page.is_empty() => {
                     self.catching_up = false;
                     // A closed channel (its sender gone) never fires: waiting on it must not
-                    // turn this wait into a busy loop.
+                    // turn this wait into a busy loop. Where the store notifies this session's
+                    // writes (this server's included), the server-wide counter is not needed:
+                    // waking every stream of every session at each write would cost one read
+                    // per followed session per write.
+                    let notified = self.watch.notified();
                     let changed = async {
-                        if self.changed.changed().await.is_err() {
+                        if notified || self.changed.changed().await.is_err() {
                             std::future::pending::<()>().await
                         }
                     };
@@ -224,7 +228,15 @@ impl Follow {
     }
 }
 
-/// At most this many sessions on one `GET /v1/events` stream.
+/// At most this many sessions on one `GET /v1/events` stream; more is a 400.
+///
+/// Each session on a stream has its own reader, woken by the store's notification for that
+/// session (polling on a store that cannot notify), and the sessions are named in the URL
+/// (which the `http` crate caps at 64 KiB): the cap keeps one connection's cost and its URL
+/// bounded. The page follows the sessions it shows (its pinned sessions first, then those of
+/// the requests and live runs on screen), at most this many; it finds requests in other
+/// sessions by re-reading `GET /v1/requests` every few seconds, so thousands of sessions with
+/// pending requests do not break it.
 pub const MAX_STREAM_SESSIONS: usize = 500;
 
 /// `GET /v1/events?session=A&session=B…`: several sessions' logs as one SSE stream, so a
@@ -346,10 +358,14 @@ pub(crate) struct Answered {
 }
 
 /// `POST /v1/requests/{id}/answer`: 200 when accepted (also for the same answer again, with
-/// `duplicate: true`); 404 unknown request, 409 answered with another response, 410 withdrawn,
-/// 422 not an answer the request accepts, 400 malformed body.
+/// `duplicate: true`, whichever key sends it); 404 unknown request, 409 answered with another
+/// response, 410 withdrawn, 422 not an answer the request accepts, 400 malformed body. The
+/// journal's `InputAnswered` records the name of the API key that answered as `answeredBy`
+/// (the first answer's, on a duplicate); a body cannot set it, and with `insecure_no_auth`
+/// no name is recorded.
 pub(crate) async fn answer(
     State(inner): State<Arc<Inner>>,
+    key: Option<Extension<ApiKey>>,
     Path(request): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Answered>, ApiError> {
@@ -363,6 +379,7 @@ pub(crate) async fn answer(
     let response = InputResponse {
         option_id: body.option_id,
         text: body.text,
+        answered_by: key.map(|Extension(k)| k.name),
     };
     let d = match inner
         .store

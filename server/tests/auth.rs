@@ -36,6 +36,7 @@ fn routes() -> Vec<Route> {
             None,
             200,
         ),
+        r(Method::GET, "/v1/requests", KeyScope::Read, None, 200),
         r(
             Method::GET,
             "/v1/sessions/s/tasks",
@@ -393,5 +394,106 @@ async fn every_response_carries_the_browser_safety_headers() {
         let csp = h["content-security-policy"].to_str().unwrap();
         assert!(csp.contains("frame-ancestors 'none'"), "{path}: {csp}");
     }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_journal_records_which_key_answered_and_another_keys_retry_is_a_duplicate() {
+    let (_dir, store) = sqlite().await;
+    let worker = worker(store.clone()).await;
+    let server = TestServer::start(store.clone(), |c| c.insecure_no_auth = false).await;
+    let now = Timestamp::now();
+    let alice = eve_server::create_key(&*store, "alice", KeyScope::Answer, now)
+        .await
+        .unwrap();
+    let bob = eve_server::create_key(&*store, "bob's laptop", KeyScope::Operate, now)
+        .await
+        .unwrap();
+    let mut events = SseClient::connect_with(
+        &server.url("/v1/sessions/s-who/events"),
+        None,
+        Some(&alice.text),
+    )
+    .await;
+    let run = start(
+        &store,
+        "s-who",
+        "call-1",
+        "deploy",
+        json!({ "service": "api" }),
+    )
+    .await;
+    let asked = events.until("input.requested").await.pop().unwrap().json();
+    let request = asked["event"]["data"]["request_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let answer = |key: &str, body: Value| {
+        let req = reqwest::Client::new()
+            .post(server.url(&format!("/v1/requests/{request}/answer")))
+            .bearer_auth(key)
+            .json(&body);
+        async move {
+            let resp = req.send().await.unwrap();
+            let status = resp.status().as_u16();
+            (status, resp.json::<Value>().await.unwrap())
+        }
+    };
+
+    // A body cannot say who answered: the server records the key's name.
+    let (status, body) = answer(
+        &alice.text,
+        json!({ "optionId": "approve", "answeredBy": "mallory" }),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    let (status, first) = answer(&alice.text, json!({ "optionId": "approve" })).await;
+    assert_eq!(
+        (status, &first["duplicate"]),
+        (200, &json!(false)),
+        "{first}"
+    );
+    // The same answer retried by another key is the same answer: a 200 duplicate at the same
+    // seq; a different one is refused.
+    let (status, again) = answer(&bob.text, json!({ "optionId": "approve" })).await;
+    assert_eq!(
+        (status, &again["duplicate"]),
+        (200, &json!(true)),
+        "{again}"
+    );
+    assert_eq!(again["seq"], first["seq"]);
+    let (status, other) = answer(&bob.text, json!({ "optionId": "cancel" })).await;
+    assert_eq!((status, &other["code"]), (409, &json!("already_answered")));
+
+    let answered: Vec<_> = journal(&store, &run)
+        .await
+        .into_iter()
+        .filter_map(|e| match e.event {
+            eve_core::Event::InputAnswered { response, .. } => Some((e.seq, response)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(answered.len(), 1, "{answered:?}");
+    assert_eq!(answered[0].0, first["seq"].as_u64().unwrap());
+    assert_eq!(answered[0].1.answered_by.as_deref(), Some("alice"));
+    assert_eq!(answered[0].1.option_id.as_deref(), Some("approve"));
+    // The runs API shows it as journaled (`answeredBy`), for the page.
+    let shown: Value = reqwest::Client::new()
+        .get(server.url(&format!("/v1/runs/{run}")))
+        .bearer_auth(&alice.text)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let event = shown["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|e| e["event"].get("InputAnswered"))
+        .expect("InputAnswered in the runs API");
+    assert_eq!(event["response"]["answeredBy"], "alice", "{event}");
+    worker.shutdown().await;
     server.stop().await;
 }

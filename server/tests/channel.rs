@@ -587,3 +587,198 @@ async fn runs_list_newest_first_filtered_paged_and_counted() {
     }
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_requests_of_every_session_paged_newest_first_and_filtered() {
+    let (_dir, store) = sqlite().await;
+    let worker = worker(store.clone()).await;
+    let server = TestServer::start(store.clone(), |_| {}).await;
+    let mut events = SseClient::connect(
+        &server.url("/v1/events?session=s-a&session=s-b&session=s-c"),
+        None,
+    )
+    .await;
+    let calls = [
+        ("s-a", "deploy", json!({ "service": "svc-0" })),
+        ("s-b", "refund_order", json!({ "order_id": "o-1" })),
+        ("s-a", "deploy", json!({ "service": "svc-2" })),
+        ("s-c", "report", json!({ "steps": 1 })),
+        ("s-b", "deploy", json!({ "service": "svc-4" })),
+    ];
+    let mut runs = Vec::new();
+    for (i, (session, tool, input)) in calls.iter().enumerate() {
+        runs.push(start(&store, session, &format!("call-{i}"), tool, input.clone()).await);
+        // Distinct creation times.
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    }
+    let mut asked = 0;
+    while asked < runs.len() {
+        events.until("input.requested").await;
+        asked += 1;
+    }
+    let run_ids = |v: &Value| -> Vec<String> {
+        v["requests"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no requests: {v}"))
+            .iter()
+            .map(|r| r["run_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let of = |idx: &[usize]| -> Vec<String> { idx.iter().map(|&i| runs[i].to_string()).collect() };
+
+    let (status, all) = get(&server, "/v1/requests").await;
+    assert_eq!(status, 200, "{all}");
+    assert_eq!(run_ids(&all), of(&[4, 3, 2, 1, 0]), "newest run first");
+    assert!(all["next"].is_null());
+    assert_eq!(all["tools"], json!(["deploy", "refund_order", "report"]));
+    let first = &all["requests"][0];
+    assert_eq!(first["tool"], "deploy");
+    assert_eq!(first["session_id"], "s-b");
+    assert_eq!(first["request_id"], format!("{}:1", runs[4]));
+    assert!(first["request"]["prompt"]
+        .as_str()
+        .unwrap()
+        .starts_with("Deploy svc-4?"));
+
+    // Pages chain through `next`, each request once, in both orders.
+    for (order, expect) in [
+        ("newest", of(&[4, 3, 2, 1, 0])),
+        ("oldest", of(&[0, 1, 2, 3, 4])),
+    ] {
+        let mut seen = Vec::new();
+        let mut before: Option<String> = None;
+        loop {
+            let mut path = format!("/v1/requests?order={order}&limit=2");
+            if let Some(b) = &before {
+                path.push_str(&format!("&before={b}"));
+            }
+            let (status, page) = get(&server, &path).await;
+            assert_eq!(status, 200, "{path}: {page}");
+            assert!(run_ids(&page).len() <= 2, "{page}");
+            seen.extend(run_ids(&page));
+            match page["next"].as_str() {
+                Some(n) => before = Some(n.to_owned()),
+                None => break,
+            }
+        }
+        assert_eq!(seen, expect, "order={order}");
+    }
+    // Filters: a tool, a session, a search in the prompt (case-insensitive).
+    let (_, deploys) = get(&server, "/v1/requests?tool=deploy").await;
+    assert_eq!(run_ids(&deploys), of(&[4, 2, 0]));
+    assert_eq!(deploys["tools"].as_array().unwrap().len(), 3, "{deploys}");
+    let (_, s_b) = get(&server, "/v1/requests?session=s-b").await;
+    assert_eq!(run_ids(&s_b), of(&[4, 1]));
+    let (_, found) = get(&server, "/v1/requests?q=REFUND%20ORDER").await;
+    assert_eq!(run_ids(&found), of(&[1]));
+
+    // A page's cursor still works after its run ended: answer the request of run 3 (the end
+    // of the first page of two) and of run 2, then continue after run 3.
+    let (_, p1) = get(&server, "/v1/requests?limit=2").await;
+    assert_eq!(run_ids(&p1), of(&[4, 3]));
+    let next = p1["next"].as_str().unwrap().to_owned();
+    let request_of = |run: usize| -> String {
+        all["requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["run_id"] == runs[run].as_str())
+            .unwrap()["request_id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let (status, _) = answer(&server, &request_of(3), json!({ "text": "nothing to add" })).await;
+    assert_eq!(status, 200);
+    let (status, _) = answer(&server, &request_of(2), json!({ "optionId": "approve" })).await;
+    assert_eq!(status, 200);
+    let (_, p2) = get(&server, &format!("/v1/requests?limit=2&before={next}")).await;
+    assert_eq!(run_ids(&p2), of(&[1, 0]), "answered requests are gone");
+    let (_, rest) = get(&server, "/v1/requests").await;
+    assert_eq!(run_ids(&rest), of(&[4, 1, 0]));
+
+    for path in [
+        "/v1/requests?order=sideways",
+        "/v1/requests?before=yesterday",
+        "/v1/requests?limit=0",
+        "/v1/requests?color=red",
+    ] {
+        let (status, body) = get(&server, path).await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (400, Some("malformed")),
+            "{path}: {body}"
+        );
+    }
+    worker.shutdown().await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_is_not_woken_by_this_servers_writes_to_other_sessions() {
+    // Where the store notifies per session, a server's own writes wake only the streams of the
+    // session written to: a page following hundreds of sessions costs no read per session at
+    // each answer.
+    let memory: std::sync::Arc<dyn eve_core::JournalStore> =
+        std::sync::Arc::new(eve_core::MemoryStore::new());
+    let counted = eve_core::testing::FaultyStore::new(memory.clone());
+    let worker = worker(memory.clone()).await;
+    let watching = TestServer::start(memory.clone(), |_| {}).await;
+    let answering = TestServer::start(counted.clone(), |_| {}).await;
+    let _quiet = SseClient::connect(&answering.url("/v1/sessions/s-quiet/events"), None).await;
+    let mut busy = SseClient::connect(&watching.url("/v1/sessions/s-busy/events"), None).await;
+    for i in 0..5 {
+        start(
+            &memory,
+            "s-busy",
+            &format!("call-{i}"),
+            "deploy",
+            json!({ "service": format!("svc-{i}") }),
+        )
+        .await;
+    }
+    let mut requests = Vec::new();
+    while requests.len() < 5 {
+        let f = busy.until("input.requested").await.pop().unwrap();
+        requests.push(
+            f.json()["event"]["data"]["request_id"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    let reads = || {
+        counted
+            .call_log()
+            .iter()
+            .filter(|c| **c == "read_session")
+            .count()
+    };
+    let before = reads();
+    for r in &requests {
+        let (status, _) = answer(&answering, r, json!({ "optionId": "approve" })).await;
+        assert_eq!(status, 200);
+    }
+    let mut settled = 0;
+    while settled < 5 {
+        busy.until("tool.settled").await;
+        settled += 1;
+    }
+    // At most one fallback poll (every 2 s) may fall in this stretch.
+    let woke = reads() - before;
+    assert!(
+        woke <= 1,
+        "the quiet session's stream read its log {woke} times during 5 answers elsewhere"
+    );
+    assert!(
+        counted
+            .call_log()
+            .iter()
+            .filter(|c| **c == "answer")
+            .count()
+            >= 5
+    );
+    worker.shutdown().await;
+    watching.stop().await;
+    answering.stop().await;
+}

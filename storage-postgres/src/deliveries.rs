@@ -46,7 +46,7 @@ impl Db {
                 let prev: Option<Vec<u8>> = row.try_get("response").map_err(map_err)?;
                 let prev: InputResponse = decode_json("response", &prev.unwrap_or_default())?;
                 let seq: Option<i64> = row.try_get("answer_seq").map_err(map_err)?;
-                return if prev == response {
+                return if prev.same_answer(&response) {
                     Ok(Delivered {
                         run: run_id,
                         seq: seq.unwrap_or(0) as u64,

@@ -783,7 +783,7 @@ async fn answer_request(
             let prev: Option<String> = row.try_get(RUN_COLS + 1).map_err(map_sqlx)?;
             let prev: InputResponse = serde_json::from_str(prev.as_deref().unwrap_or("null"))
                 .map_err(|e| corrupt("response", e))?;
-            return if prev == response {
+            return if prev.same_answer(&response) {
                 Ok(Delivered {
                     run: rec.run_id.clone(),
                     seq: opt_i64(&row, RUN_COLS + 2)?.unwrap_or(0) as u64,

@@ -469,10 +469,7 @@ pub async fn requests_closed(
     }
     for e in events {
         if let Event::InputWithdrawn { request_id } = &e.event {
-            let late = eve_core::InputResponse {
-                option_id: None,
-                text: Some("too late".into()),
-            };
+            let late = eve_core::InputResponse::text("too late");
             match store.answer(request_id, late, now).await {
                 Err(StoreError::Withdrawn { .. }) => {}
                 other => {

@@ -648,10 +648,7 @@ impl Case<'_> {
         let Answer { cmd, text, mode } = self.exp.answers[a].clone();
         let request = self.request_id(cmd).await?;
         self.note(format!("answer the ask of command {cmd} ({mode:?})"));
-        let response = |t: &str| InputResponse {
-            option_id: None,
-            text: Some(t.to_owned()),
-        };
+        let response = |t: &str| InputResponse::text(t);
         let store = &self.b.store;
         let first = store
             .answer(&request, response(&text), self.b.now())

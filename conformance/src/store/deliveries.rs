@@ -152,7 +152,8 @@ pub async fn concurrent_answers_one_answered(factory: &dyn StoreFactory) {
 }
 
 /// Answer validation: unknown request `NotFound`, option not offered `InvalidAnswer`, the
-/// request stays pending after a refused answer.
+/// request stays pending after a refused answer; `answered_by` is journaled but not part of
+/// the answer ([`eve_core::InputResponse::same_answer`]).
 pub async fn answer_semantics(factory: &dyn StoreFactory) {
     let s = fresh(factory).await;
     let (run, lease) = started(&*s.store, new_run("answer"), at(0)).await;
@@ -198,14 +199,41 @@ pub async fn answer_semantics(factory: &dyn StoreFactory) {
     );
     let d = s
         .store
-        .answer(&req, InputResponse::text("free text"), at(3))
+        .answer(&req, InputResponse::text("free text").by("alice"), at(3))
         .await
         .expect("free text is allowed");
     assert_eq!((d.seq, d.duplicate), (2, false));
-    assert_eq!(
-        journal(&*s.store, &run.run_id).await.len(),
-        3,
-        "refused answers wrote nothing"
+    // Who answered is not part of the answer: the same text sent by someone else (or by
+    // nobody named) is a duplicate, and the journal keeps the first answer's name.
+    for again in [
+        InputResponse::text("free text").by("bob"),
+        InputResponse::text("free text"),
+    ] {
+        let d = s
+            .store
+            .answer(&req, again.clone(), at(4))
+            .await
+            .unwrap_or_else(|e| panic!("the same answer by another ({again:?}): {e:?}"));
+        assert_eq!((d.seq, d.duplicate), (2, true), "{again:?}");
+    }
+    assert_err!(
+        s.store
+            .answer(&req, InputResponse::text("other text").by("alice"), at(4))
+            .await,
+        StoreError::AlreadyAnswered { .. },
+        "another answer by the same person"
+    );
+    let j = journal(&*s.store, &run.run_id).await;
+    assert_eq!(j.len(), 3, "refused and duplicate answers wrote nothing");
+    assert!(
+        matches!(
+            &j[2].event,
+            Event::InputAnswered { response, .. }
+                if response.answered_by.as_deref() == Some("alice")
+                    && response.text.as_deref() == Some("free text")
+        ),
+        "the journal records who answered: {:?}",
+        j[2].event
     );
 }
 

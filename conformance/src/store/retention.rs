@@ -99,10 +99,7 @@ pub async fn purge_removes_only_runs_ended_before_cutoff(factory: &dyn StoreFact
     st.deliver_hook(&token, json("{\"n\": 1}"), Some("dedupe-1"), at(3))
         .await
         .expect("deliver_hook");
-    let yes = InputResponse {
-        option_id: Some("yes".into()),
-        text: None,
-    };
+    let yes = InputResponse::option("yes");
     st.answer(&done_req, yes.clone(), at(4))
         .await
         .expect("answer");
@@ -262,16 +259,9 @@ pub async fn purge_removes_only_runs_ended_before_cutoff(factory: &dyn StoreFact
         "the reused token reaches the live run"
     );
     // The live run's answer lands and its session entry gets a seq never used before.
-    st.answer(
-        &live_req,
-        InputResponse {
-            option_id: Some("no".into()),
-            text: None,
-        },
-        at(63),
-    )
-    .await
-    .expect("answer the live run");
+    st.answer(&live_req, InputResponse::option("no"), at(63))
+        .await
+        .expect("answer the live run");
     let newest = session_log(st, &session).await;
     let last = newest.last().expect("log");
     assert!(
@@ -385,14 +375,7 @@ pub async fn concurrent_purges_count_each_run_once(factory: &dyn StoreFactory) {
     // After reopening (when the store persists), the counter still moves past purged seqs.
     if let Ok(Some(third)) = factory.open(&s.location).await {
         third
-            .answer(
-                &live_req,
-                InputResponse {
-                    option_id: Some("yes".into()),
-                    text: None,
-                },
-                at(60),
-            )
+            .answer(&live_req, InputResponse::option("yes"), at(60))
             .await
             .expect("answer the live run");
         let last = session_log(&*third, &session).await;

@@ -33,7 +33,7 @@ pub(super) async fn answer(
                 let body = store.read_blob(&it, &rpk, "rs").await?.map_err(bad)?;
                 let prev: InputResponse = serde_json::from_slice(&body)
                     .map_err(|e| bad(format!("undecodable answer: {e}")))?;
-                return if prev == response {
+                return if prev.same_answer(&response) {
                     Ok(Delivered {
                         run: run_id.clone(),
                         seq: get_n(&it, "seq").unwrap_or(0),

@@ -1,0 +1,189 @@
+//! `GET /v1/requests`: pending input requests across sessions, one page at a time, for a page
+//! that cannot afford one call per session.
+//!
+//! The store answers pending requests per session ([`eve_core::JournalStore::pending_requests`])
+//! and live runs in one listing ([`eve_core::JournalStore::list_runs`]). A page walks the live
+//! runs (running and blocked: a blocked run's requests stay answerable) in creation order and
+//! reads the pending requests of only the sessions it needs, once each, until the page is
+//! full: its cost grows with the page and the number of live runs, not with the number of
+//! sessions or of requests elsewhere.
+
+use crate::error::ApiError;
+use crate::session::query;
+use crate::Inner;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::Json;
+use eve_core::{PendingRequest, RunQuery, RunRecord, RunStatus, SessionId, Timestamp};
+use serde::Deserialize;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+/// The page size when the query names none.
+pub const DEFAULT_REQUESTS_PAGE: usize = 100;
+
+/// The largest page `GET /v1/requests` returns (`limit` above it is lowered to it).
+pub const MAX_REQUESTS_PAGE: usize = 1000;
+
+/// Query of `GET /v1/requests`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RequestsQuery {
+    session: Option<String>,
+    tool: Option<String>,
+    q: Option<String>,
+    order: Option<String>,
+    before: Option<String>,
+    limit: Option<usize>,
+}
+
+/// Where a page ends: the creation time and id of its last run, as `"{ms}:{run_id}"`. It
+/// stays meaningful when that run ends (answered requests end runs all the time), unlike a
+/// run id looked up in the listing.
+fn cursor_of(r: &RunRecord) -> String {
+    format!("{}:{}", r.created_at.0, r.run_id)
+}
+
+fn parse_cursor(s: &str) -> Option<(i64, &str)> {
+    let (at, run) = s.split_once(':')?;
+    Some((at.parse().ok()?, run))
+}
+
+/// `GET /v1/requests` (read): `{"requests": [PendingRequest + "tool"…], "next": CURSOR|null,
+/// "tools": [name…]}`.
+///
+/// Pending requests of every session (or of `session=`), grouped by run: the runs in creation
+/// order, newest first by default (`order=oldest` for the longest waiting first), each run's
+/// requests in the order they were asked; a run's requests are never split across pages.
+/// `tool=` keeps one tool's; `q=` keeps those whose prompt, session, run, request id or tool
+/// contains it (case-insensitive). `limit` (default [`DEFAULT_REQUESTS_PAGE`], at most
+/// [`MAX_REQUESTS_PAGE`]) requests a page, and `next`, passed back as `before=`, continues
+/// after the page's last run. `tools` names the tools of every live run (whatever the
+/// filters), for a filter to offer.
+pub(crate) async fn list(
+    State(inner): State<Arc<Inner>>,
+    q: Result<Query<RequestsQuery>, QueryRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let q = query(q)?;
+    let text = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
+    let newest = match q.order.as_deref() {
+        None | Some("") | Some("newest") => true,
+        Some("oldest") => false,
+        Some(o) => {
+            return Err(ApiError::malformed(format!(
+                "unknown order {o:?}; use newest or oldest"
+            )))
+        }
+    };
+    let before = match text(q.before) {
+        None => None,
+        Some(b) => {
+            let (at, run) = parse_cursor(&b).ok_or_else(|| {
+                ApiError::malformed("before= must be the `next` of the previous page")
+            })?;
+            Some((Timestamp(at), run.to_owned()))
+        }
+    };
+    let limit = match q.limit {
+        None => DEFAULT_REQUESTS_PAGE,
+        Some(0) => return Err(ApiError::malformed("limit must be at least 1")),
+        Some(n) => n.min(MAX_REQUESTS_PAGE),
+    };
+    let session = text(q.session).map(SessionId::new);
+    let tool = text(q.tool);
+    let needle = text(q.q).map(|s| s.to_lowercase());
+
+    let mut runs = Vec::new();
+    for status in [RunStatus::Running, RunStatus::Blocked] {
+        runs.extend(
+            inner
+                .store
+                .list_runs(&RunQuery {
+                    session: session.clone(),
+                    status: Some(status),
+                    ..RunQuery::default()
+                })
+                .await?,
+        );
+    }
+    let tools: BTreeSet<&str> = runs.iter().map(|r| r.tool.as_str()).collect();
+    let tools: Vec<String> = tools.into_iter().map(str::to_owned).collect();
+    runs.retain(|r| tool.as_ref().is_none_or(|t| &r.tool == t));
+    runs.sort_by(|a, b| (a.created_at, &a.run_id).cmp(&(b.created_at, &b.run_id)));
+    if newest {
+        runs.reverse();
+    }
+    if let Some((at, run)) = &before {
+        let key = (*at, run.as_str());
+        runs.retain(|r| {
+            let k = (r.created_at, r.run_id.as_str());
+            if newest {
+                k < key
+            } else {
+                k > key
+            }
+        });
+    }
+
+    // Each session's pending requests, read once per call, by run.
+    let mut by_session: HashMap<SessionId, HashMap<String, Vec<PendingRequest>>> = HashMap::new();
+    let mut page = Vec::new();
+    let mut next = None;
+    for (i, r) in runs.iter().enumerate() {
+        if page.len() >= limit {
+            next = Some(cursor_of(&runs[i - 1]));
+            break;
+        }
+        if !by_session.contains_key(&r.session_id) {
+            let mut of_run: HashMap<String, Vec<PendingRequest>> = HashMap::new();
+            for p in inner.store.pending_requests(&r.session_id).await? {
+                of_run.entry(p.run_id.to_string()).or_default().push(p);
+            }
+            by_session.insert(r.session_id.clone(), of_run);
+        }
+        let Some(mine) = by_session
+            .get_mut(&r.session_id)
+            .and_then(|m| m.remove(r.run_id.as_str()))
+        else {
+            continue;
+        };
+        for p in mine {
+            if let Some(n) = &needle {
+                let hay = [
+                    p.request.prompt.as_str(),
+                    p.session_id.as_str(),
+                    p.run_id.as_str(),
+                    p.request_id.as_str(),
+                    r.tool.as_str(),
+                ];
+                if !hay.iter().any(|h| h.to_lowercase().contains(n.as_str())) {
+                    continue;
+                }
+            }
+            let mut json = serde_json::to_value(&p).expect("a request serializes");
+            json["tool"] = serde_json::Value::String(r.tool.clone());
+            page.push(json);
+        }
+    }
+    Ok(Json(serde_json::json!({
+        "requests": page,
+        "next": next,
+        "tools": tools,
+    })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_with_colons_in_run_ids() {
+        assert_eq!(
+            parse_cursor("1700000000000:run:a:1"),
+            Some((1700000000000, "run:a:1"))
+        );
+        assert_eq!(parse_cursor("-5:r"), Some((-5, "r")));
+        assert_eq!(parse_cursor("soon:r"), None);
+        assert_eq!(parse_cursor("r"), None);
+    }
+}
