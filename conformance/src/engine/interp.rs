@@ -110,6 +110,8 @@ pub struct Instance {
     fenced: Mutex<Vec<(Option<&'static str>, String)>>,
     /// The fencing service: the largest token shown per run.
     highest: Mutex<HashMap<RunId, FencingToken>>,
+    /// Every execution's (tag, token), by (step name, attempt), for messages.
+    shown: Mutex<HashMap<(String, u32), Vec<(Option<&'static str>, FencingToken)>>>,
     traces: Mutex<Vec<Arc<Mutex<Vec<Command>>>>>,
     hold: Mutex<Option<Hold>>,
 }
@@ -132,6 +134,7 @@ impl Instance {
             violations: Mutex::new(Vec::new()),
             fenced: Mutex::new(Vec::new()),
             highest: Mutex::new(HashMap::new()),
+            shown: Mutex::new(HashMap::new()),
             traces: Mutex::new(Vec::new()),
             hold: Mutex::new(None),
         });
@@ -156,6 +159,7 @@ impl Instance {
                 violations: Mutex::new(Vec::new()),
                 fenced: Mutex::new(Vec::new()),
                 highest: Mutex::new(HashMap::new()),
+                shown: Mutex::new(HashMap::new()),
                 traces: Mutex::new(Vec::new()),
                 hold: Mutex::new(None),
             })
@@ -249,17 +253,27 @@ impl Instance {
             .or_default() += 1;
         // The service a step calls, fencing: it keeps the largest token shown per run and
         // refuses smaller ones.
-        let refused = {
+        let (refused, seen) = {
             let mut highest = self.highest.lock().expect("instance lock");
             let seen = highest
                 .entry(sc.run_id().clone())
                 .or_insert(sc.fencing_token());
+            let before = *seen;
             if sc.fencing_token() < *seen {
-                true
+                (true, before)
             } else {
                 *seen = sc.fencing_token();
-                false
+                (false, before)
             }
+        };
+        let before: Vec<_> = {
+            let mut shown = self.shown.lock().expect("instance lock");
+            let list = shown
+                .entry((sc.name().to_owned(), sc.attempt()))
+                .or_default();
+            let before = list.clone();
+            list.push((tag, sc.fencing_token()));
+            before
         };
         if let Some(rec) = &self.recorder {
             let landed = rec.landed(sc.run_id(), sc.cmd());
@@ -272,7 +286,7 @@ impl Instance {
                 list.lock().expect("instance lock").push((
                     tag,
                     format!(
-                        "step {:?} (command {}) attempt {} started after {} was recorded",
+                        "step {:?} (command {}) attempt {} started after {} was recorded; its fencing token {:?}, the largest shown before {:?}; earlier executions of this attempt {:?}",
                         sc.name(),
                         sc.cmd(),
                         sc.attempt(),
@@ -280,7 +294,10 @@ impl Instance {
                             "its final outcome".to_owned()
                         } else {
                             format!("attempt {}", landed.attempt)
-                        }
+                        },
+                        sc.fencing_token(),
+                        seen,
+                        before,
                     ),
                 ));
             }
