@@ -251,6 +251,14 @@ impl Instance {
             .expect("instance lock")
             .entry((sc.name().to_owned(), sc.attempt()))
             .or_default() += 1;
+        // Whether the step's outcome was recorded before this attempt started: read first, so
+        // that the token of whoever recorded it (shown when its own attempt started, before
+        // the recording) is already known to the fencing service below.
+        let landed = self
+            .recorder
+            .as_ref()
+            .map(|rec| rec.landed(sc.run_id(), sc.cmd()))
+            .filter(|l| l.settled || l.attempt >= sc.attempt());
         // The service a step calls, fencing: it keeps the largest token shown per run and
         // refuses smaller ones.
         let (refused, seen) = {
@@ -266,41 +274,38 @@ impl Instance {
                 (false, before)
             }
         };
-        let before: Vec<_> = {
+        let earlier: Vec<_> = {
             let mut shown = self.shown.lock().expect("instance lock");
             let list = shown
                 .entry((sc.name().to_owned(), sc.attempt()))
                 .or_default();
-            let before = list.clone();
+            let earlier = list.clone();
             list.push((tag, sc.fencing_token()));
-            before
+            earlier
         };
-        if let Some(rec) = &self.recorder {
-            let landed = rec.landed(sc.run_id(), sc.cmd());
-            if landed.settled || landed.attempt >= sc.attempt() {
-                let list = if refused {
-                    &self.fenced
-                } else {
-                    &self.violations
-                };
-                list.lock().expect("instance lock").push((
-                    tag,
-                    format!(
-                        "step {:?} (command {}) attempt {} started after {} was recorded; its fencing token {:?}, the largest shown before {:?}; earlier executions of this attempt {:?}",
-                        sc.name(),
-                        sc.cmd(),
-                        sc.attempt(),
-                        if landed.settled {
-                            "its final outcome".to_owned()
-                        } else {
-                            format!("attempt {}", landed.attempt)
-                        },
-                        sc.fencing_token(),
-                        seen,
-                        before,
-                    ),
-                ));
-            }
+        if let Some(landed) = landed {
+            let list = if refused {
+                &self.fenced
+            } else {
+                &self.violations
+            };
+            list.lock().expect("instance lock").push((
+                tag,
+                format!(
+                    "step {:?} (command {}) attempt {} started after {} was recorded; its fencing token {:?}, the largest shown before {:?}; earlier executions of this attempt {:?}",
+                    sc.name(),
+                    sc.cmd(),
+                    sc.attempt(),
+                    if landed.settled {
+                        "its final outcome".to_owned()
+                    } else {
+                        format!("attempt {}", landed.attempt)
+                    },
+                    sc.fencing_token(),
+                    seen,
+                    earlier,
+                ),
+            ));
         }
         let hold = {
             let mut h = self.hold.lock().expect("instance lock");
