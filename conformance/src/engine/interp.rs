@@ -111,10 +111,13 @@ pub struct Instance {
     /// The fencing service: the largest token shown per run.
     highest: Mutex<HashMap<RunId, FencingToken>>,
     /// Every execution's (tag, token), by (step name, attempt), for messages.
-    shown: Mutex<HashMap<(String, u32), Vec<(Option<&'static str>, FencingToken)>>>,
+    shown: Mutex<HashMap<(String, u32), Vec<Shown>>>,
     traces: Mutex<Vec<Arc<Mutex<Vec<Command>>>>>,
     hold: Mutex<Option<Hold>>,
 }
+
+/// One execution as the fencing service saw it: the body's tag and the token.
+type Shown = (Option<&'static str>, FencingToken);
 
 fn instances() -> &'static Mutex<HashMap<String, Arc<Instance>>> {
     static I: OnceLock<Mutex<HashMap<String, Arc<Instance>>>> = OnceLock::new();
