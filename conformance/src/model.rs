@@ -105,6 +105,8 @@ pub struct Model {
     requests: BTreeMap<RequestId, MReq>,
     request_order: Vec<RequestId>,
     sessions: BTreeMap<SessionId, Vec<SessionEntry>>,
+    /// Each session log's next seq, apart from the log: a purge never frees a seq.
+    session_next: BTreeMap<SessionId, u64>,
     workers: BTreeMap<WorkerId, MWorker>,
     /// Set while checking claims that raced each other: they may split the claimable runs, so
     /// each may return fewer than `max` (never a run that is not claimable, never one twice).
@@ -396,10 +398,13 @@ impl Model {
             }
         }
         let log = self.sessions.entry(session.clone()).or_default();
+        let next = self.session_next.entry(session.clone()).or_default();
         for event in session_events {
+            let seq = *next;
+            *next += 1;
             log.push(SessionEntry {
                 session_id: session.clone(),
-                seq: log.len() as u64,
+                seq,
                 at: now,
                 run_id: run_id.clone(),
                 call_id: call.clone(),
@@ -1166,7 +1171,7 @@ impl Model {
         let log = self.session_log(session);
         let want: Vec<SessionEntry> = log
             .iter()
-            .skip(from_seq as usize)
+            .filter(|e| e.seq >= from_seq)
             .take(max)
             .cloned()
             .collect();
@@ -1176,6 +1181,49 @@ impl Model {
                 "read_session({session}, {from_seq}, {max}): expected {want:?}, got {other:?}"
             )),
         }
+    }
+
+    /// `purge(ended_before, 0)`: every run that ended before the cutoff goes, with its
+    /// requests, session-log entries, idempotency key and delivery records.
+    pub fn check_purge(
+        &mut self,
+        ended_before: Timestamp,
+        actual: &Result<usize, StoreError>,
+    ) -> Check {
+        let doomed: Vec<RunId> = self
+            .order
+            .iter()
+            .filter(|id| {
+                let r = &self.runs[*id].rec;
+                r.status.is_terminal() && r.updated_at < ended_before
+            })
+            .cloned()
+            .collect();
+        match actual {
+            Ok(n) if *n == doomed.len() => {}
+            other => {
+                return Err(format!(
+                "purge before {ended_before}: expected {} runs purged ({doomed:?}), got {other:?}",
+                doomed.len()
+            ))
+            }
+        }
+        let gone: std::collections::BTreeSet<RunId> = doomed.into_iter().collect();
+        self.runs.retain(|id, _| !gone.contains(id));
+        self.order.retain(|id| !gone.contains(id));
+        self.keys.retain(|_, id| !gone.contains(id));
+        self.hooks.retain(|_, (id, _)| !gone.contains(id));
+        self.dedupe.retain(|(id, _, _), _| !gone.contains(id));
+        for d in self.delivered.values_mut() {
+            d.retain(|(id, _)| !gone.contains(id));
+        }
+        let requests = &mut self.requests;
+        requests.retain(|_, r| !gone.contains(&r.info.run_id));
+        self.request_order.retain(|id| requests.contains_key(id));
+        for log in self.sessions.values_mut() {
+            log.retain(|e| !gone.contains(&e.run_id));
+        }
+        Ok(())
     }
 
     /// `next_wake(deployment, now)`.

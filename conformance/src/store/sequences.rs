@@ -125,6 +125,8 @@ pub enum Op {
     },
     /// `request_cancel`.
     Cancel(u8),
+    /// `purge` of every run that ended by now (retention, contract clause 9).
+    Purge,
     /// `resolve_blocked`.
     Resolve {
         /// Run.
@@ -220,6 +222,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (any::<u8>(), 0..4u8).prop_map(|(req, resp)| Op::Answer { req, resp }),
         2 => (0..8u8, prop::option::of(0..3u8), 0..3u8).prop_map(|(token, key, payload)| Op::Deliver { token, key, payload }),
         1 => any::<u8>().prop_map(Op::Cancel),
+        1 => Just(Op::Purge),
         1 => (any::<u8>(), any::<bool>()).prop_map(|(run, fail)| Op::Resolve { run, fail }),
         1 => (0..3u8).prop_map(Op::Register),
         2 => (0..3u8, prop::bool::weighted(0.2)).prop_map(|(worker, stale)| Op::Heartbeat { worker, stale }),
@@ -809,6 +812,12 @@ impl Harness {
                 let r = st.retire_worker(&lease, now).await;
                 self.note("retire_worker", &r);
                 self.model.check_retire(&lease, now, &r)
+            }
+            Op::Purge => {
+                let cutoff = now.plus(Duration::from_millis(1));
+                let r = st.purge(cutoff, 0).await;
+                self.note("purge", &r);
+                self.model.check_purge(cutoff, &r)
             }
             Op::Advance(ms) => {
                 self.now = self.now.plus(Duration::from_millis(u64::from(*ms)));
