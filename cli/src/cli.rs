@@ -189,6 +189,10 @@ pub struct McpArgs {
     /// runs of a process that died are taken back by the others once its lease expires).
     #[arg(long, env = "EVE_WORKER_ID", value_name = "ID")]
     pub worker_id: Option<String>,
+    /// Keep ended runs this long (e.g. 30d): purge runs that ended earlier at start and every
+    /// hour, reported on stderr. Live runs are never purged. Default: keep everything.
+    #[arg(long, value_name = "AGE", value_parser = humantime::parse_duration)]
+    pub retain: Option<Duration>,
 }
 
 /// `eve bench` options.

@@ -1,6 +1,7 @@
 //! `eve mcp`: the app's tools over MCP on stdin/stdout, with a worker in the same process, on
 //! the store of `--store`. What an agent host launches (`"command": "eve", "args": ["mcp"]`).
-//! stdout carries only MCP messages; logs go to stderr.
+//! stdout carries only MCP messages; logs go to stderr. With `--retain AGE` it purges runs
+//! that ended more than AGE ago, like `eve serve --retain`.
 
 use crate::cli::McpArgs;
 use crate::error::CliError;
@@ -39,10 +40,27 @@ pub async fn run(url: &StoreUrl, args: &McpArgs, registry: &Registry) -> Result<
     .await
     .map_err(CliError::store("cannot register the worker"))?;
     tracing::info!(worker = %id, deployment = %registry.deployment(), "eve mcp: serving on stdio");
+    let store_for_retention = store.clone();
     let server =
         eve_mcp::McpServer::new(store, Arc::new(registry.clone())).with_worker(worker.clone());
+    // stdout is the protocol's: the retention report goes to stderr.
+    let retention = match args.retain {
+        Some(age) => Some(
+            crate::retention::spawn_retention(
+                store_for_retention,
+                age,
+                "eve mcp",
+                &mut std::io::stderr(),
+            )
+            .await,
+        ),
+        None => None,
+    };
     let running = worker.spawn();
     let served = eve_mcp::serve_stdio(server).await;
+    if let Some(r) = retention {
+        r.abort();
+    }
     running.shutdown().await;
     served.map_err(|e| CliError::Serve(format!("MCP on stdio: {e}")))
 }

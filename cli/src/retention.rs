@@ -1,4 +1,4 @@
-//! Retention: `eve runs purge --ended-before AGE` and `eve serve --retain AGE`, both over
+//! Retention: `eve runs purge --ended-before AGE`, `eve serve --retain AGE` and `eve mcp --retain AGE`, all over
 //! [`JournalStore::purge`].
 
 use crate::error::CliError;
@@ -64,18 +64,20 @@ pub async fn runs_purge(
     Ok(())
 }
 
-/// `eve serve --retain AGE`: purges once now (printing how many on `out`), then every
-/// [`PURGE_EVERY`] in a task (logging how many), until the returned handle is aborted. A failed
-/// purge is logged and retried at the next tick; it never stops the server.
+/// `eve serve --retain AGE` and `eve mcp --retain AGE` (`command` names which): purges once
+/// now (printing how many on `out`), then every [`PURGE_EVERY`] in a task (logging how many),
+/// until the returned handle is aborted. A failed purge is logged and retried at the next
+/// tick; it never stops the server.
 pub async fn spawn_retention(
     store: Arc<dyn JournalStore>,
     age: Duration,
+    command: &'static str,
     out: &mut dyn Write,
 ) -> tokio::task::JoinHandle<()> {
-    if let Some(n) = purge_once(&*store, age).await {
+    if let Some(n) = purge_once(&*store, age, command).await {
         let _ = writeln!(
             out,
-            "eve serve: retention {}: purged {n} run(s) that ended before {}; purging again every {}",
+            "{command}: retention {}: purged {n} run(s) that ended before {}; purging again every {}",
             humantime::format_duration(age),
             utc(cutoff(Timestamp::now(), age)),
             humantime::format_duration(PURGE_EVERY)
@@ -86,21 +88,21 @@ pub async fn spawn_retention(
         tick.tick().await;
         loop {
             tick.tick().await;
-            purge_once(&*store, age).await;
+            purge_once(&*store, age, command).await;
         }
     })
 }
 
-/// One purge of `eve serve --retain`, logged; `None` when it failed.
-async fn purge_once(store: &dyn JournalStore, age: Duration) -> Option<usize> {
+/// One purge of `--retain`, logged; `None` when it failed.
+async fn purge_once(store: &dyn JournalStore, age: Duration, command: &str) -> Option<usize> {
     let before = cutoff(Timestamp::now(), age);
     match purge_ended(store, before).await {
         Ok(n) => {
-            tracing::info!(purged = n, ended_before = %utc(before), "eve serve: retention purge");
+            tracing::info!(purged = n, ended_before = %utc(before), "{command}: retention purge");
             Some(n)
         }
         Err(e) => {
-            tracing::warn!(error = %e.one_line(), "eve serve: retention purge failed; retrying at the next tick");
+            tracing::warn!(error = %e.one_line(), "{command}: retention purge failed; retrying at the next tick");
             None
         }
     }

@@ -78,7 +78,9 @@ pub async fn run(
         first_key(&*store, out).await?;
     }
     let retention = match args.retain {
-        Some(age) => Some(crate::retention::spawn_retention(store.clone(), age, out).await),
+        Some(age) => {
+            Some(crate::retention::spawn_retention(store.clone(), age, "eve serve", out).await)
+        }
         None => None,
     };
     let state = AppState::new(store.clone(), clock)

@@ -950,4 +950,20 @@ fn call_purge_and_serve_retain_on_sqlite() {
     assert!(line.contains("purged 1 run(s)"), "{line}");
     drop(served);
     assert!(ok(d, &["runs", "show", &live]).contains("running"));
+
+    // eve mcp --retain too, reporting on stderr: stdout stays the protocol's (stdin is closed,
+    // so after the purge it stops: no client ever said hello).
+    ok(
+        d,
+        &[&args[..2], &["--input", input, "--wait", "--worker"]].concat(),
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    let mcp = eve(d, &["mcp", "--retain", "10ms"]);
+    assert!(
+        stderr(&mcp).contains("eve mcp: retention 10ms: purged 1 run(s)"),
+        "{}",
+        stderr(&mcp)
+    );
+    assert!(stdout(&mcp).is_empty(), "stdout: {}", stdout(&mcp));
+    assert!(ok(d, &["runs", "show", &live]).contains("running"));
 }
