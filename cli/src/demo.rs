@@ -78,7 +78,7 @@ pub async fn run_agent(
                     request.prompt.lines().next().unwrap_or_default()
                 );
             }
-            SessionEvent::InputAnswered { request_id } => {
+            SessionEvent::InputAnswered { request_id, .. } => {
                 let _ = writeln!(
                     out,
                     "demo: {at} request {request_id} answered; the run resumes"

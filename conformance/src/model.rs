@@ -277,10 +277,14 @@ impl Model {
                         request: request.clone(),
                     });
                 }
-                Event::InputAnswered { request_id, .. } => {
+                Event::InputAnswered {
+                    request_id,
+                    response,
+                } => {
                     closed.push(request_id.clone());
                     session_events.push(SessionEvent::InputAnswered {
                         request_id: request_id.clone(),
+                        answered_by: response.answered_by.clone(),
                     });
                 }
                 Event::InputWithdrawn { request_id } => {

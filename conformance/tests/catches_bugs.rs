@@ -399,7 +399,7 @@ impl StoreFactory for BuggyFactory {
     }
 }
 
-const CASES: u32 = 128;
+const CASES: u32 = 256;
 
 /// Cases MemoryStore is known to fail (reported to the owner of core/src/memory.rs): the
 /// self-tests below allow exactly these, so a new failure still shows.

@@ -26,6 +26,9 @@ pub enum SessionEvent {
     InputAnswered {
         /// The request.
         request_id: RequestId,
+        /// Who answered, as the answering surface recorded it ([`InputResponse::answered_by`](crate::InputResponse::answered_by)).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answered_by: Option<String>,
     },
     /// A request can no longer be answered.
     #[serde(rename = "input.withdrawn")]

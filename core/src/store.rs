@@ -655,10 +655,14 @@ impl Effects {
                         request: request.clone(),
                     });
                 }
-                Event::InputAnswered { request_id, .. } => {
+                Event::InputAnswered {
+                    request_id,
+                    response,
+                } => {
                     fx.requests_closed.push(request_id.clone());
                     fx.session_events.push(SessionEvent::InputAnswered {
                         request_id: request_id.clone(),
+                        answered_by: response.answered_by.clone(),
                     });
                 }
                 Event::InputWithdrawn { request_id } => {

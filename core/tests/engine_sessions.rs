@@ -157,7 +157,8 @@ async fn ask_is_answered_once_days_later(env: Env) {
     );
     let log = session_log(&env).await;
     assert!(log.contains(&SessionEvent::InputAnswered {
-        request_id: request.clone()
+        request_id: request.clone(),
+        answered_by: None,
     }));
     assert!(matches!(
         log.last(),

@@ -1931,6 +1931,7 @@ fn what_requests_a_turn() {
         },
         SessionEvent::InputAnswered {
             request_id: r.clone(),
+            answered_by: Some("alice".into()),
         },
         SessionEvent::InputWithdrawn { request_id: r },
     ];

@@ -24,7 +24,11 @@ pub fn describe_entry(e: &SessionEntry) -> String {
             let options: Vec<&str> = request.options.iter().map(|o| o.id.as_str()).collect();
             format!("{request_id} {:?} options {options:?}", request.prompt)
         }
-        SessionEvent::InputAnswered { request_id }
+        SessionEvent::InputAnswered {
+            request_id,
+            answered_by: Some(by),
+        } => format!("{request_id} by {by}"),
+        SessionEvent::InputAnswered { request_id, .. }
         | SessionEvent::InputWithdrawn { request_id } => request_id.to_string(),
         SessionEvent::ActionPartial { value } | SessionEvent::TaskProgress { value } => {
             value.get().to_owned()

@@ -63,7 +63,7 @@ pub async fn session_log_in_order(factory: &dyn StoreFactory) {
         ),
     )
     .await;
-    st.answer(&req, InputResponse::option("yes"), at(3))
+    st.answer(&req, InputResponse::option("yes").by("alice"), at(3))
         .await
         .expect("answer");
     must_append(
@@ -113,6 +113,7 @@ pub async fn session_log_in_order(factory: &dyn StoreFactory) {
             &fg,
             SessionEvent::InputAnswered {
                 request_id: req.clone(),
+                answered_by: Some("alice".into()),
             },
         ),
         (
