@@ -289,3 +289,67 @@ async fn patched_on_sqlite() {
         .unwrap();
     scenario(Arc::new(store)).await;
 }
+
+/// A cancel requested while a run waits, then a deploy whose code diverges from the run's
+/// journal: the activation that would park the run as blocked ends it cancelled instead, so
+/// the call settles (before, it stayed blocked, its call pending, and a second cancel was
+/// `AlreadyRequested`). A run nobody cancelled is still parked as blocked.
+async fn cancel_before_divergence(store: Arc<dyn JournalStore>) {
+    let s = Scene {
+        store,
+        clock: ManualClock::new(Timestamp::now()),
+    };
+    let (cancelled, kept) = (s.start("cancelled").await, s.start("kept").await);
+    s.drain("v1", v1::deploy).await;
+    assert!(matches!(
+        s.store
+            .request_cancel(&cancelled, "stop", s.clock.now())
+            .await
+            .unwrap(),
+        eve::CancelOutcome::Requested { .. }
+    ));
+    s.approve(&kept).await;
+    s.drain("v2u", v2_unpatched::deploy).await;
+
+    assert_eq!(s.status(&cancelled).await, RunStatus::Cancelled);
+    let j = s.journal(&cancelled).await;
+    assert!(
+        matches!(j.last().unwrap().event, Event::RunCancelled),
+        "{:?}",
+        j.last()
+    );
+    assert!(!j
+        .iter()
+        .any(|e| matches!(e.event, Event::RunBlocked { .. })));
+    let settled = s
+        .store
+        .read_session(&SessionId::new("s"), 0, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .any(|e| {
+            e.run_id == cancelled
+                && matches!(
+                    e.event,
+                    eve::SessionEvent::ToolSettled {
+                        result: eve::ToolResult::Cancelled
+                    }
+                )
+        });
+    assert!(settled, "the cancelled call settles as cancelled");
+    assert_eq!(s.status(&kept).await, RunStatus::Blocked);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_before_divergence_on_memory() {
+    cancel_before_divergence(Arc::new(eve::MemoryStore::new())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_before_divergence_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = eve::sqlite::SqliteStore::open(dir.path().join("c.db"))
+        .await
+        .unwrap();
+    cancel_before_divergence(Arc::new(store)).await;
+}

@@ -289,21 +289,48 @@ impl Inner {
         }
     }
 
+    /// Parks the run as blocked with `reason`, or, when a cancel was requested before it
+    /// blocked, ends it cancelled: the caller asked to stop, and a blocked run would otherwise
+    /// keep its call pending until an operator resolved it (a second cancel is
+    /// `AlreadyRequested`). The cancel flag is read again after every conflict, so a cancel
+    /// that races the block is never left behind it.
     pub(super) async fn block(
         &self,
         run: &RunId,
         next_seq: u64,
         reason: String,
     ) -> Result<ActivationEnd, StoreError> {
+        let mut expected = next_seq;
+        let cancelled = loop {
+            let rec = self.retrying(|| self.store.get_run(run)).await?;
+            expected = expected.max(rec.next_seq);
+            let cancelled = rec.cancel_requested;
+            let event = if cancelled {
+                Event::RunCancelled
+            } else {
+                Event::RunBlocked {
+                    reason: reason.clone(),
+                }
+            };
+            let a = Append {
+                run: run.clone(),
+                expected_seq: expected,
+                lease: self.lease(),
+                append_id: AppendId::random(),
+                events: vec![event],
+                now: self.clock.now(),
+            };
+            match self.retrying(|| self.store.append(a.clone())).await {
+                Ok(_) => break cancelled,
+                Err(StoreError::Conflict { actual, .. }) => expected = actual,
+                Err(e) => return Err(e),
+            }
+        };
+        if cancelled {
+            info!(run_id = %run, %reason, "run cancelled: its cancel was requested before it blocked");
+            return Ok(ActivationEnd::Cancelled);
+        }
         warn!(run_id = %run, %reason, "parking run as blocked");
-        self.append_final(
-            run,
-            next_seq,
-            Event::RunBlocked {
-                reason: reason.clone(),
-            },
-        )
-        .await?;
         // Blocked runs are not claimable; release it so that once resumed any worker can.
         let lease = self.lease();
         let _ = self
