@@ -116,11 +116,10 @@ struct State {
     keys: HashMap<String, RunId>,
     /// Live hook tokens: token → (run, cmd).
     hooks: HashMap<String, (RunId, u64)>,
-    /// (run, hook cmd, dedupe key) → seq of the accepted delivery.
-    hook_dedupe: HashMap<(RunId, u64, String), u64>,
-    /// (token, dedupe key) → (run, seq) of the accepted delivery, kept after the run ended
-    /// (until it is purged) so a retry is answered as a duplicate.
-    hook_delivered: HashMap<(String, String), (RunId, u64)>,
+    /// (token, dedupe key) → (run, seq) of the latest accepted delivery. A live token names
+    /// one hook, so while it is live the entry of its run is that hook's; after the run ended
+    /// (until it is purged) a retry is still answered as a duplicate.
+    hook_dedupe: HashMap<(String, String), (RunId, u64)>,
     requests: HashMap<RequestId, MemRequest>,
     /// Session logs, each in seq order; purged entries leave gaps.
     sessions: HashMap<SessionId, Vec<SessionEntry>>,
@@ -537,38 +536,30 @@ impl JournalStore for MemoryStore {
     ) -> Result<Delivered, StoreError> {
         crate::store::check_hook_delivery(token, dedupe_key)?;
         let mut st = self.state.lock().expect("memory store lock");
-        let Some((run_id, cmd)) = st.hooks.get(token).cloned() else {
-            // No live hook: a retry of a keyed delivery whose run has ended since.
-            let retained = dedupe_key.and_then(|k| {
-                st.hook_delivered
-                    .get(&(token.to_owned(), k.to_owned()))
-                    .cloned()
-            });
-            return match retained {
-                Some((run, seq)) => Ok(Delivered {
-                    run,
-                    seq,
-                    duplicate: true,
-                }),
-                None => Err(StoreError::not_found("hook token", token)),
-            };
-        };
-        let key = dedupe_key.map(|k| (run_id.clone(), cmd, k.to_owned()));
-        if let Some(seq) = key.as_ref().and_then(|k| st.hook_dedupe.get(k)) {
+        let live = st.hooks.get(token).cloned();
+        let key = dedupe_key.map(|k| (token.to_owned(), k.to_owned()));
+        // A retry: of a delivery to the live hook, or of one whose run has ended since (a
+        // token reused by a later run does not inherit the earlier run's keys).
+        let recorded = key
+            .as_ref()
+            .and_then(|k| st.hook_dedupe.get(k))
+            .filter(|(r, _)| live.as_ref().is_none_or(|(live_run, _)| live_run == r));
+        if let Some((run, seq)) = recorded.cloned() {
             return Ok(Delivered {
-                run: run_id,
-                seq: *seq,
+                run,
+                seq,
                 duplicate: true,
             });
         }
+        let Some((run_id, cmd)) = live else {
+            return Err(StoreError::not_found("hook token", token));
+        };
         let event = Event::HookReceived { cmd, payload };
         check_limits(std::slice::from_ref(&event))?;
         let (seq, _) = st.write(&run_id, vec![event], now)?;
         self.delivered(&st, &run_id);
         if let Some(k) = key {
-            st.hook_delivered
-                .insert((token.to_owned(), k.2.clone()), (run_id.clone(), seq));
-            st.hook_dedupe.insert(k, seq);
+            st.hook_dedupe.insert(k, (run_id.clone(), seq));
         }
         Ok(Delivered {
             run: run_id,
@@ -869,8 +860,7 @@ impl JournalStore for MemoryStore {
         }
         st.order.retain(|id| !gone.contains(id));
         st.hooks.retain(|_, (r, _)| !gone.contains(r));
-        st.hook_dedupe.retain(|(r, _, _), _| !gone.contains(r));
-        st.hook_delivered.retain(|_, (r, _)| !gone.contains(r));
+        st.hook_dedupe.retain(|_, (r, _)| !gone.contains(r));
         st.requests.retain(|_, r| !gone.contains(&r.pending.run_id));
         for session in sessions {
             if let Some(log) = st.sessions.get_mut(&session) {
