@@ -30,6 +30,10 @@ enum Bug {
     RefusedAppendLogged,
     ExecutionIgnoredInStartMatch,
     NextWakeSkipsDueWork,
+    // Contract clause 10, sessions and turns:
+    EndNotPersisted,
+    EndListsNoRuns,
+    TakeKeepsMessages,
 }
 
 /// The directed case each clause bug must fail.
@@ -77,6 +81,18 @@ const CLAUSE_BUGS: &[(Bug, &str)] = &[
     (
         Bug::NextWakeSkipsDueWork,
         "clauses::refused_append_mode_match_and_due_wake",
+    ),
+    (
+        Bug::EndNotPersisted,
+        "turns::ended_session_refuses_new_runs",
+    ),
+    (
+        Bug::EndListsNoRuns,
+        "turns::end_racing_starts_lists_every_run",
+    ),
+    (
+        Bug::TakeKeepsMessages,
+        "turns::queued_messages_taken_once_in_order",
     ),
 ];
 
@@ -284,6 +300,52 @@ impl JournalStore for Buggy {
     }
     async fn key_by_hash(&self, hash: &str) -> Result<Option<eve_core::ApiKey>, StoreError> {
         self.inner.key_by_hash(hash).await
+    }
+    async fn end_session(
+        &self,
+        session: &SessionId,
+        now: Timestamp,
+    ) -> Result<SessionEnd, StoreError> {
+        if self.bug == Bug::EndNotPersisted {
+            // Answers as an end would, but the store never learns of it.
+            let live = self
+                .inner
+                .list_runs(&RunQuery {
+                    session: Some(session.clone()),
+                    ..RunQuery::default()
+                })
+                .await?
+                .into_iter()
+                .filter(|r| !r.status.is_terminal())
+                .map(|r| r.run_id)
+                .collect();
+            return Ok(SessionEnd {
+                ended_at: now,
+                live,
+            });
+        }
+        let mut end = self.inner.end_session(session, now).await?;
+        if self.bug == Bug::EndListsNoRuns {
+            end.live.clear();
+        }
+        Ok(end)
+    }
+    async fn get_session(&self, session: &SessionId) -> Result<SessionRecord, StoreError> {
+        self.inner.get_session(session).await
+    }
+    async fn queue_message(
+        &self,
+        session: &SessionId,
+        message: Payload,
+        now: Timestamp,
+    ) -> Result<QueuedMessage, StoreError> {
+        self.inner.queue_message(session, message, now).await
+    }
+    async fn take_messages(&self, session: &SessionId) -> Result<Vec<QueuedMessage>, StoreError> {
+        if self.bug == Bug::TakeKeepsMessages {
+            return Ok(self.inner.get_session(session).await?.queued);
+        }
+        self.inner.take_messages(session).await
     }
     async fn purge(&self, ended_before: Timestamp, limit: usize) -> Result<usize, StoreError> {
         self.inner.purge(ended_before, limit).await

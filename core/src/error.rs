@@ -1,6 +1,6 @@
 //! Storage errors: one matchable kind per way a store call can fail. No backend types leak in.
 
-use crate::ids::{RequestId, RunId};
+use crate::ids::{RequestId, RunId, SessionId};
 
 /// An error from a [`crate::JournalStore`] call.
 ///
@@ -75,6 +75,13 @@ pub enum StoreError {
     RunEnded {
         /// The run.
         run: RunId,
+    },
+    /// The session was ended: it starts no new run and queues no message. Start a new
+    /// session.
+    #[error("session {session} has ended; it starts no new tool calls and takes no messages: start a new session")]
+    SessionEnded {
+        /// The session.
+        session: SessionId,
     },
     /// An idempotency key was reused with a different input.
     #[error("idempotency key {key:?} was used before with a different input (run {existing}); use a new key for a new call")]

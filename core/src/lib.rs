@@ -27,7 +27,9 @@ pub use event::{
 pub use ids::{AppendId, CallId, DeploymentId, RequestId, RunId, SessionId, WorkerId, WorkflowId};
 pub use keys::{ApiKey, KeyScope};
 pub use memory::MemoryStore;
-pub use session::{SessionEntry, SessionEvent, ToolResult};
+pub use session::{
+    QueuedMessage, SessionEnd, SessionEntry, SessionEvent, SessionRecord, ToolResult,
+};
 pub use store::{
     check_limits, Append, Appended, CancelOutcome, CreatedRun, Delivered, Effects, FencingToken,
     JournalStore, JournalStoreExt, Lease, NewRun, PendingRequest, Resolution, RunFilter, RunPage,

@@ -6,15 +6,16 @@ use crate::error::StoreError;
 use crate::event::{Event, InputResponse, Payload, StoredEvent};
 use crate::ids::{AppendId, DeploymentId, RequestId, RunId, SessionId, WorkerId};
 use crate::keys::ApiKey;
-use crate::session::SessionEntry;
+use crate::session::{QueuedMessage, SessionEnd, SessionEntry, SessionRecord};
 use crate::store::{
-    check_limits, Append, Appended, CancelOutcome, CreatedRun, Delivered, Effects, JournalStore,
-    Lease, NewRun, PendingRequest, Resolution, RunQuery, RunRecord, RunStatus,
+    check_limits, check_message, check_session_id, Append, Appended, CancelOutcome, CreatedRun,
+    Delivered, Effects, JournalStore, Lease, NewRun, PendingRequest, Resolution, RunQuery,
+    RunRecord, RunStatus,
 };
 use crate::time::Timestamp;
 use crate::wake::{WakeSignal, WatchHub, WatchKey};
 use async_trait::async_trait;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -65,6 +66,11 @@ impl MemoryStore {
             return Ok(CreatedRun {
                 run: run.record.clone(),
                 created: false,
+            });
+        }
+        if st.ended(&new.session_id) {
+            return Err(StoreError::SessionEnded {
+                session: new.session_id,
             });
         }
         if st.runs.contains_key(&new.run_id) {
@@ -130,6 +136,16 @@ struct State {
     hub: WatchHub,
     /// API keys in creation order.
     api_keys: Vec<ApiKey>,
+    /// Session records (contract clause 10): ended sessions and queued messages.
+    session_records: HashMap<SessionId, MemSession>,
+}
+
+/// A session's record: when it ended, its message seq counter and queue.
+#[derive(Debug, Default)]
+struct MemSession {
+    ended_at: Option<Timestamp>,
+    next_message: u64,
+    queued: VecDeque<QueuedMessage>,
 }
 
 #[derive(Debug)]
@@ -160,6 +176,13 @@ struct MemWorker {
 }
 
 impl State {
+    /// Whether `session` was ended (contract clause 10).
+    fn ended(&self, session: &SessionId) -> bool {
+        self.session_records
+            .get(session)
+            .is_some_and(|r| r.ended_at.is_some())
+    }
+
     fn run(&self, id: &RunId) -> Result<&MemRun, StoreError> {
         self.runs
             .get(id)
@@ -868,6 +891,73 @@ impl JournalStore for MemoryStore {
             }
         }
         Ok(doomed.len())
+    }
+
+    async fn end_session(
+        &self,
+        session: &SessionId,
+        now: Timestamp,
+    ) -> Result<SessionEnd, StoreError> {
+        check_session_id(session)?;
+        let mut st = self.state.lock().expect("memory store lock");
+        let rec = st.session_records.entry(session.clone()).or_default();
+        let ended_at = *rec.ended_at.get_or_insert(now);
+        let live = st
+            .order
+            .iter()
+            .map(|id| &st.runs[id].record)
+            .filter(|r| &r.session_id == session && !r.status.is_terminal())
+            .map(|r| r.run_id.clone())
+            .collect();
+        Ok(SessionEnd { ended_at, live })
+    }
+
+    async fn get_session(&self, session: &SessionId) -> Result<SessionRecord, StoreError> {
+        check_session_id(session)?;
+        let st = self.state.lock().expect("memory store lock");
+        let rec = st.session_records.get(session);
+        Ok(SessionRecord {
+            session_id: session.clone(),
+            ended_at: rec.and_then(|r| r.ended_at),
+            queued: rec
+                .map(|r| r.queued.iter().cloned().collect())
+                .unwrap_or_default(),
+        })
+    }
+
+    async fn queue_message(
+        &self,
+        session: &SessionId,
+        message: Payload,
+        now: Timestamp,
+    ) -> Result<QueuedMessage, StoreError> {
+        check_message(session, &message)?;
+        let mut st = self.state.lock().expect("memory store lock");
+        let rec = st.session_records.entry(session.clone()).or_default();
+        if rec.ended_at.is_some() {
+            return Err(StoreError::SessionEnded {
+                session: session.clone(),
+            });
+        }
+        let queued = QueuedMessage {
+            session_id: session.clone(),
+            seq: rec.next_message,
+            at: now,
+            message,
+        };
+        rec.next_message += 1;
+        rec.queued.push_back(queued.clone());
+        Ok(queued)
+    }
+
+    async fn take_messages(&self, session: &SessionId) -> Result<Vec<QueuedMessage>, StoreError> {
+        check_session_id(session)?;
+        let mut st = self.state.lock().expect("memory store lock");
+        Ok(st
+            .session_records
+            .get_mut(session)
+            .map(|r| r.queued.drain(..).collect())
+            .unwrap_or_default())
     }
 
     async fn next_wake(

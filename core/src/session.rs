@@ -113,6 +113,45 @@ pub struct SessionEntry {
     pub event: SessionEvent,
 }
 
+/// A user message persisted in a session's queue until the host takes it to start a turn
+/// ([`JournalStore::queue_message`](crate::JournalStore::queue_message)).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuedMessage {
+    /// The session.
+    pub session_id: SessionId,
+    /// Position in the session's message order, from 0; never reused.
+    pub seq: u64,
+    /// When it was queued.
+    pub at: Timestamp,
+    /// The message, as the host gave it.
+    pub message: Payload,
+}
+
+/// A session as the store keeps it (contract clause 10): whether it ended, and the user
+/// messages queued for its next turn. A session the store never heard of reads as live with
+/// an empty queue.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionRecord {
+    /// The session.
+    pub session_id: SessionId,
+    /// When it was ended (the first end's time); `None` while it takes new calls.
+    pub ended_at: Option<Timestamp>,
+    /// The queued messages not yet taken, oldest first.
+    pub queued: Vec<QueuedMessage>,
+}
+
+/// What [`JournalStore::end_session`](crate::JournalStore::end_session) did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionEnd {
+    /// When the session was ended (the first end's time, also on a repeated end).
+    pub ended_at: Timestamp,
+    /// The runs of the session that had not ended (running or blocked) at the end's commit,
+    /// oldest first: every run created before the end is here or had ended.
+    pub live: Vec<RunId>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,9 @@ use crate::ids::{
     AppendId, CallId, DeploymentId, RequestId, RunId, SessionId, WorkerId, WorkflowId,
 };
 use crate::keys::ApiKey;
-use crate::session::{SessionEntry, SessionEvent, ToolResult};
+use crate::session::{
+    QueuedMessage, SessionEnd, SessionEntry, SessionEvent, SessionRecord, ToolResult,
+};
 use crate::time::Timestamp;
 use crate::wake::WatchKey;
 use async_trait::async_trait;
@@ -574,6 +576,37 @@ pub fn check_worker_ids(worker: &WorkerId, deployment: &DeploymentId) -> Result<
     Ok(())
 }
 
+/// Checks a session id given to the session methods of contract clause 10: not empty.
+///
+/// # Errors
+/// `InvalidInput`.
+pub fn check_session_id(session: &SessionId) -> Result<(), StoreError> {
+    if session.as_str().is_empty() {
+        return Err(StoreError::InvalidInput(
+            "session id must not be empty".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the arguments of [`JournalStore::queue_message`]: a non-empty session id and a
+/// message of at most [`MAX_PAYLOAD_BYTES`].
+///
+/// # Errors
+/// `InvalidInput`, `LimitExceeded`.
+pub fn check_message(session: &SessionId, message: &Payload) -> Result<(), StoreError> {
+    check_session_id(session)?;
+    let n = message.get().len();
+    if n > MAX_PAYLOAD_BYTES {
+        return Err(StoreError::LimitExceeded {
+            what: "payload bytes of one message",
+            actual: n,
+            limit: MAX_PAYLOAD_BYTES,
+        });
+    }
+    Ok(())
+}
+
 /// Checks the arguments of [`JournalStore::deliver_hook`]: a non-empty token, and a dedupe key
 /// that is either absent or non-empty.
 ///
@@ -806,6 +839,16 @@ impl Effects {
 ///    are `NotFound`, the session log and the task index no longer list it, its hook tokens and
 ///    idempotency key are free. The session log keeps its seq counter: later entries never reuse
 ///    a purged entry's seq.
+/// 10. **Sessions and turns.** [`end_session`](Self::end_session) ends a session once (the first
+///    end's time stays) and returns, consistently, every run of it that had not ended at that
+///    commit; from then on [`create_run`](Self::create_run) and
+///    [`create_run_claimed`](Self::create_run_claimed) of a new run in it fail
+///    `SessionEnded`, from any handle or process (a retry of a start that landed before the end
+///    still returns its run). [`queue_message`](Self::queue_message) persists a user message
+///    at the session's next message seq (refused `SessionEnded` once ended);
+///    [`take_messages`](Self::take_messages) hands every queued message over exactly once,
+///    oldest first: concurrent takers never both get one message.
+///    [`get_session`](Self::get_session) reads both. Sessions outlive [`purge`](Self::purge).
 ///
 /// Time is always an argument (`now`), never the store's own clock, so tests can simulate it.
 /// Limits are the same on every backend: [`MAX_EVENTS_PER_APPEND`], [`MAX_PAYLOAD_BYTES`],
@@ -824,7 +867,8 @@ pub trait JournalStore: Debug + Send + Sync + 'static {
     ///
     /// # Errors
     /// `InvalidInput` (empty ids or key), `LimitExceeded`, `IdempotencyMismatch`,
-    /// `AlreadyExists` (the run id exists under another key).
+    /// `AlreadyExists` (the run id exists under another key), `SessionEnded` (a new run in a
+    /// session [`end_session`](Self::end_session) ended).
     async fn create_run(&self, run: NewRun, now: Timestamp) -> Result<CreatedRun, StoreError>;
 
     /// Eager start: [`create_run`](Self::create_run) and, in the same commit, a claim of the new
@@ -1098,6 +1142,68 @@ pub trait JournalStore: Debug + Send + Sync + 'static {
     /// # Errors
     /// Backend faults only.
     async fn purge(&self, ended_before: Timestamp, limit: usize) -> Result<usize, StoreError>;
+
+    /// Ends `session` (contract clause 10): from this commit on no new run starts in it and no
+    /// message is queued. Idempotent: ending it again keeps the first end's time. Returns the
+    /// session's runs that had not ended at the end's commit, for the caller to cancel. The
+    /// default: sessions are not supported.
+    ///
+    /// # Errors
+    /// `InvalidInput` (empty id).
+    async fn end_session(
+        &self,
+        session: &SessionId,
+        now: Timestamp,
+    ) -> Result<SessionEnd, StoreError> {
+        let _ = (session, now);
+        Err(sessions_unsupported(self.backend()))
+    }
+
+    /// The session's record: when it ended, and its queued messages oldest first. An unknown
+    /// session is live with an empty queue.
+    ///
+    /// # Errors
+    /// `InvalidInput` (empty id), `Corrupt`.
+    async fn get_session(&self, session: &SessionId) -> Result<SessionRecord, StoreError> {
+        let _ = session;
+        Err(sessions_unsupported(self.backend()))
+    }
+
+    /// Persists a user message in the session's queue at its next message seq (from 0, never
+    /// reused). Not deduplicated: each call queues one message.
+    ///
+    /// # Errors
+    /// `SessionEnded`, `InvalidInput` (empty id), `LimitExceeded` (over
+    /// [`MAX_PAYLOAD_BYTES`]).
+    async fn queue_message(
+        &self,
+        session: &SessionId,
+        message: Payload,
+        now: Timestamp,
+    ) -> Result<QueuedMessage, StoreError> {
+        let _ = (session, message, now);
+        Err(sessions_unsupported(self.backend()))
+    }
+
+    /// Takes every queued message of the session, oldest first, and removes them from the
+    /// queue in the same commit: each message is taken exactly once, whichever handles or
+    /// processes take concurrently. Empty when nothing is queued.
+    ///
+    /// # Errors
+    /// `InvalidInput` (empty id), `Corrupt`.
+    async fn take_messages(&self, session: &SessionId) -> Result<Vec<QueuedMessage>, StoreError> {
+        let _ = session;
+        Err(sessions_unsupported(self.backend()))
+    }
+}
+
+/// The answer of the default session methods of a store without sessions.
+fn sessions_unsupported(backend: &'static str) -> StoreError {
+    StoreError::Other {
+        backend,
+        source: "this store keeps no session records (contract clause 10); implement end_session, get_session, queue_message and take_messages"
+            .into(),
+    }
 }
 
 /// The answer of the default key methods of a store without API keys.

@@ -4,7 +4,7 @@
 use crate::error::StoreError;
 use crate::event::{InputResponse, Payload, StoredEvent};
 use crate::ids::{DeploymentId, RequestId, RunId, SessionId, WorkerId};
-use crate::session::SessionEntry;
+use crate::session::{QueuedMessage, SessionEnd, SessionEntry, SessionRecord};
 use crate::store::{
     Append, Appended, CancelOutcome, CreatedRun, Delivered, JournalStore, Lease, NewRun,
     PendingRequest, Resolution, RunQuery, RunRecord,
@@ -254,6 +254,33 @@ impl JournalStore for FaultyStore {
     }
     async fn key_by_hash(&self, hash: &str) -> Result<Option<crate::ApiKey>, StoreError> {
         self.inner.key_by_hash(hash).await
+    }
+    async fn end_session(
+        &self,
+        session: &SessionId,
+        now: Timestamp,
+    ) -> Result<SessionEnd, StoreError> {
+        self.call("end_session", self.inner.end_session(session, now))
+            .await
+    }
+    async fn get_session(&self, session: &SessionId) -> Result<SessionRecord, StoreError> {
+        self.inner.get_session(session).await
+    }
+    async fn queue_message(
+        &self,
+        session: &SessionId,
+        message: Payload,
+        now: Timestamp,
+    ) -> Result<QueuedMessage, StoreError> {
+        self.call(
+            "queue_message",
+            self.inner.queue_message(session, message, now),
+        )
+        .await
+    }
+    async fn take_messages(&self, session: &SessionId) -> Result<Vec<QueuedMessage>, StoreError> {
+        self.call("take_messages", self.inner.take_messages(session))
+            .await
     }
     async fn purge(&self, ended_before: Timestamp, limit: usize) -> Result<usize, StoreError> {
         self.call("purge", self.inner.purge(ended_before, limit))

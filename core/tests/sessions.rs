@@ -525,6 +525,8 @@ on_both_stores!(
     queue_waits_and_steer_cancels_only_the_turn,
     steer_while_waiting_on_ask,
     session_end_cancels_two_background_tasks,
+    ended_session_refuses_calls_from_any_handle,
+    queued_messages_outlive_handles_and_arrive_in_order,
     background_failure_is_a_task_notification,
     answer_racing_a_steer_is_kept_or_withdrawn_never_both,
     task_cancel_rules,
@@ -550,6 +552,17 @@ on_both_stores!(
 
 fn call(id: &str) -> CallId {
     CallId::new(id)
+}
+
+/// The messages of a [`TurnOutcome::Delivered`], panicking on any other outcome.
+fn delivered(outcome: TurnOutcome) -> Vec<Value> {
+    match outcome {
+        TurnOutcome::Delivered { messages } => messages
+            .iter()
+            .map(|m| m.message.to_value::<Value>().unwrap())
+            .collect(),
+        other => panic!("the message should start a turn now: {other:?}"),
+    }
 }
 
 fn events_of(log: &[SessionEntry], run: &RunId) -> Vec<SessionEvent> {
@@ -717,7 +730,9 @@ async fn default_call_parks_and_settles_once(env: Env) {
     assert_eq!(w.drain().await.unwrap()[0].1, ActivationEnd::Suspended);
     assert_eq!(s.settlement(&call("c1")).await.unwrap(), None, "parked");
     assert_eq!(
-        s.user_message(TurnPolicy::Queue).await.unwrap(),
+        s.user_message(TurnPolicy::Queue, json!("while parked"))
+            .await
+            .unwrap(),
         TurnOutcome::Queued {
             waiting_on: vec![call("c1")]
         }
@@ -749,9 +764,14 @@ async fn default_call_parks_and_settles_once(env: Env) {
         .filter(|e| matches!(e, SessionEvent::ToolSettled { .. }))
         .collect();
     assert_eq!(settled.len(), 1, "one call, one result");
+    // The queued message waited in the store; the next turn gets it first, then this one.
     assert_eq!(
-        s.user_message(TurnPolicy::Queue).await.unwrap(),
-        TurnOutcome::Delivered
+        delivered(
+            s.user_message(TurnPolicy::Queue, json!("after"))
+                .await
+                .unwrap()
+        ),
+        [json!("while parked"), json!("after")]
     );
 }
 
@@ -890,9 +910,13 @@ async fn channel_is_persisted_and_followable_after_restart(env: Env) {
 async fn queue_waits_and_steer_cancels_only_the_turn(env: Env) {
     let s = env.session("s1");
     assert_eq!(
-        s.user_message(TurnPolicy::Steer).await.unwrap(),
-        TurnOutcome::Steered { cancelled: vec![] },
-        "nothing parked: nothing cancelled"
+        delivered(
+            s.user_message(TurnPolicy::Steer, json!("first"))
+                .await
+                .unwrap()
+        ),
+        [json!("first")],
+        "nothing parked: nothing cancelled, the message starts a turn"
     );
     let bg = working(
         &s.call_tool("bg", "watch", json!({"token": "steer-bg"}))
@@ -907,14 +931,18 @@ async fn queue_waits_and_steer_cancels_only_the_turn(env: Env) {
     let w = env.worker().await;
     w.drain().await.unwrap();
     assert_eq!(
-        s.user_message(TurnPolicy::Queue).await.unwrap(),
+        s.user_message(TurnPolicy::Queue, json!("a user message"))
+            .await
+            .unwrap(),
         TurnOutcome::Queued {
             waiting_on: vec![call("fg")]
         },
         "a background run does not hold the turn"
     );
     assert_eq!(
-        s.user_message(TurnPolicy::Steer).await.unwrap(),
+        s.user_message(TurnPolicy::Steer, json!("a user message"))
+            .await
+            .unwrap(),
         TurnOutcome::Steered {
             cancelled: vec![fg.clone()]
         }
@@ -979,7 +1007,9 @@ async fn steer_while_waiting_on_ask(env: Env) {
     let bg_request = request_of(&s, &refund).await;
 
     assert_eq!(
-        s.user_message(TurnPolicy::Steer).await.unwrap(),
+        s.user_message(TurnPolicy::Steer, json!("a user message"))
+            .await
+            .unwrap(),
         TurnOutcome::Steered {
             cancelled: vec![fg.clone()]
         }
@@ -1107,6 +1137,119 @@ async fn session_end_cancels_two_background_tasks(env: Env) {
     assert_eq!(env.status(&c).await, RunStatus::Completed);
 }
 
+/// The end is a record in the store: a handle opened afterwards (here on a second store
+/// handle, as another process would) cannot start a call or queue a message; a retried start
+/// of a call made before the end still gets its receipt.
+async fn ended_session_refuses_calls_from_any_handle(env: Env) {
+    let s = env.session("s1");
+    let before = s
+        .call_tool("a", "remind", json!({"note": "a", "delay": "1h"}))
+        .await
+        .unwrap();
+    assert_eq!(s.end().await.unwrap(), vec![before.run_id().clone()]);
+    let later = env.session_on(&env.second, "s1");
+    assert!(matches!(
+        later
+            .call_tool("b", "remind", json!({"note": "b", "delay": "1h"}))
+            .await,
+        Err(SessionError::Ended { session }) if session.as_str() == "s1"
+    ));
+    assert!(matches!(
+        later.user_message(TurnPolicy::Queue, json!("hello?")).await,
+        Err(SessionError::Ended { .. })
+    ));
+    assert_eq!(
+        later
+            .call_tool("a", "remind", json!({"note": "a", "delay": "1h"}))
+            .await
+            .unwrap(),
+        before,
+        "a retry of a call started before the end is not a new call"
+    );
+    assert_eq!(
+        later.record().await.unwrap().ended_at,
+        Some(START),
+        "the end is in the store"
+    );
+    assert_eq!(
+        later.tasks().await.unwrap().len(),
+        1,
+        "no refused call left a run"
+    );
+    // Other sessions are untouched.
+    env.session_on(&env.second, "s2")
+        .call_tool("c", "remind", json!({"note": "c", "delay": "1h"}))
+        .await
+        .unwrap();
+}
+
+/// Queued user messages live in the store: queued through two handles while a call is parked,
+/// they are still there for a third handle, which gets them in order, once, when the call
+/// settles; nobody gets them twice.
+async fn queued_messages_outlive_handles_and_arrive_in_order(env: Env) {
+    let first = env.session("s1");
+    parked(
+        &first
+            .call_tool("c1", "wait_hook", json!({"token": "queue-hook"}))
+            .await
+            .unwrap(),
+    );
+    let w = env.worker().await;
+    w.drain().await.unwrap();
+    assert!(matches!(
+        first
+            .user_message(TurnPolicy::Queue, json!("one"))
+            .await
+            .unwrap(),
+        TurnOutcome::Queued { .. }
+    ));
+    let second = env.session_on(&env.second, "s1");
+    assert!(matches!(
+        second
+            .user_message(TurnPolicy::Queue, json!({"text": "two"}))
+            .await
+            .unwrap(),
+        TurnOutcome::Queued { .. }
+    ));
+    drop((first, second));
+    let third = env.session_on(&env.second, "s1");
+    let queued: Vec<Value> = third
+        .record()
+        .await
+        .unwrap()
+        .queued
+        .iter()
+        .map(|m| m.message.to_value::<Value>().unwrap())
+        .collect();
+    assert_eq!(queued, [json!("one"), json!({"text": "two"})]);
+    let turn = tokio::spawn(async move { third.next_turn().await });
+    resume_hook(
+        &*env.store,
+        "queue-hook",
+        &json!({"ok": true}),
+        None,
+        env.clock.now(),
+    )
+    .await
+    .unwrap();
+    w.drain().await.unwrap();
+    let messages = tokio::time::timeout(GUARD, turn)
+        .await
+        .expect("the turn starts once the call settled")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        messages.iter().map(|m| m.seq).collect::<Vec<_>>(),
+        [0, 1],
+        "in the order they were queued"
+    );
+    assert_eq!(
+        env.session("s1").next_turn().await.unwrap(),
+        vec![],
+        "each message is delivered once"
+    );
+}
+
 async fn background_failure_is_a_task_notification(env: Env) {
     let s = env.session("s1");
     let task = working(
@@ -1156,7 +1299,9 @@ async fn answer_racing_a_steer_is_kept_or_withdrawn_never_both(env: Env) {
     w.drain().await.unwrap();
     let request = request_of(&s, &run).await;
     assert_eq!(
-        s.user_message(TurnPolicy::Steer).await.unwrap(),
+        s.user_message(TurnPolicy::Steer, json!("a user message"))
+            .await
+            .unwrap(),
         TurnOutcome::Steered {
             cancelled: vec![run.clone()]
         }
@@ -1547,7 +1692,9 @@ async fn cancel_at(env: Env, point: Point) {
                 g.expect(&format!("done {name}")).await;
             }
             assert_eq!(
-                g.s.user_message(TurnPolicy::Steer).await.unwrap(),
+                g.s.user_message(TurnPolicy::Steer, json!("a user message"))
+                    .await
+                    .unwrap(),
                 TurnOutcome::Steered {
                     cancelled: vec![g.run.clone()]
                 }
@@ -1592,8 +1739,13 @@ async fn cancel_at(env: Env, point: Point) {
                 "cancelling an ended run is a no-op with a clear result"
             );
             assert_eq!(
-                g.s.user_message(TurnPolicy::Steer).await.unwrap(),
-                TurnOutcome::Steered { cancelled: vec![] }
+                delivered(
+                    g.s.user_message(TurnPolicy::Steer, json!("late"))
+                        .await
+                        .unwrap()
+                ),
+                [json!("late")],
+                "nothing is parked any more: nothing to cancel"
             );
             assert_eq!(
                 g.s.settlement(&call("c")).await.unwrap(),
@@ -1678,7 +1830,9 @@ async fn cleanup_outlasting_the_grace_period_is_cut_off(env: Env) {
         g.s.task_cancel(&g.run).await,
         Err(SessionError::NotATask { .. })
     ));
-    g.s.user_message(TurnPolicy::Steer).await.unwrap();
+    g.s.user_message(TurnPolicy::Steer, json!("a user message"))
+        .await
+        .unwrap();
     g.expect("aborted two").await;
     // The cleanup step runs in the grace period, but never finishes.
     g.expect("start cleanup").await;
@@ -1707,7 +1861,9 @@ async fn no_new_request_is_published_in_the_grace_period(env: Env) {
     let s = env.session("s1");
     let run = parked(&s.call_tool("c", "step_then_ask", json!({})).await.unwrap());
     assert_eq!(
-        s.user_message(TurnPolicy::Steer).await.unwrap(),
+        s.user_message(TurnPolicy::Steer, json!("a user message"))
+            .await
+            .unwrap(),
         TurnOutcome::Steered {
             cancelled: vec![run.clone()]
         }
@@ -1744,13 +1900,17 @@ async fn steer_settles_a_blocked_call() {
     w.drain().await.unwrap();
     assert_eq!(env.status(&run).await, RunStatus::Blocked);
     assert_eq!(
-        s.user_message(TurnPolicy::Queue).await.unwrap(),
+        s.user_message(TurnPolicy::Queue, json!("a user message"))
+            .await
+            .unwrap(),
         TurnOutcome::Queued {
             waiting_on: vec![call("c")]
         }
     );
     assert_eq!(
-        s.user_message(TurnPolicy::Steer).await.unwrap(),
+        s.user_message(TurnPolicy::Steer, json!("a user message"))
+            .await
+            .unwrap(),
         TurnOutcome::Steered {
             cancelled: vec![run.clone()]
         }

@@ -177,7 +177,10 @@ async fn deploy_with_approval() {
         );
         // The turn is parked on the call until the person answers.
         assert_eq!(
-            env.session.user_message(TurnPolicy::Queue).await.unwrap(),
+            env.session
+                .user_message(TurnPolicy::Queue, json!("a user message"))
+                .await
+                .unwrap(),
             TurnOutcome::Queued {
                 waiting_on: vec!["call-1".into()]
             }
@@ -321,10 +324,13 @@ async fn refund_ask_now_act_when_answered() {
             json!({"status": "working", "taskId": task_id.as_str()})
         );
         // The conversation continues: the turn holds nothing, even a steer leaves the task.
-        assert_eq!(
-            env.session.user_message(TurnPolicy::Steer).await.unwrap(),
-            TurnOutcome::Steered { cancelled: vec![] }
-        );
+        assert!(matches!(
+            env.session
+                .user_message(TurnPolicy::Steer, json!("a user message"))
+                .await
+                .unwrap(),
+            TurnOutcome::Delivered { .. }
+        ));
         assert_eq!(
             env.session.tasks().await.unwrap()[0].status,
             RunStatus::Running

@@ -116,6 +116,7 @@ mod keys;
 mod retention;
 mod rows;
 mod schema;
+mod sessions;
 mod watch;
 mod writer;
 
@@ -126,8 +127,9 @@ use eve_core::codec::decode_batch;
 use eve_core::{
     check_limits, ApiKey, Append, Appended, CancelOutcome, CreatedRun, Delivered, DeploymentId,
     Event, InputRequest, InputResponse, JournalStore, Lease, NewRun, Payload, PendingRequest,
-    RequestId, Resolution, RunId, RunQuery, RunRecord, SessionEntry, SessionEvent, SessionId,
-    StoreError, StoredEvent, Timestamp, WatchHub, WatchKey, WorkerId,
+    QueuedMessage, RequestId, Resolution, RunId, RunQuery, RunRecord, SessionEnd, SessionEntry,
+    SessionEvent, SessionId, SessionRecord, StoreError, StoredEvent, Timestamp, WatchHub, WatchKey,
+    WorkerId,
 };
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
@@ -430,6 +432,31 @@ impl JournalStore for SqliteStore {
 
     async fn purge(&self, ended_before: Timestamp, limit: usize) -> Result<usize, StoreError> {
         retention::purge(&self.reads, ended_before, limit).await
+    }
+
+    async fn end_session(
+        &self,
+        session: &SessionId,
+        now: Timestamp,
+    ) -> Result<SessionEnd, StoreError> {
+        sessions::end(&self.reads, session, now).await
+    }
+
+    async fn get_session(&self, session: &SessionId) -> Result<SessionRecord, StoreError> {
+        sessions::get(&self.reads, session).await
+    }
+
+    async fn queue_message(
+        &self,
+        session: &SessionId,
+        message: Payload,
+        now: Timestamp,
+    ) -> Result<QueuedMessage, StoreError> {
+        sessions::queue(&self.reads, session, message, now).await
+    }
+
+    async fn take_messages(&self, session: &SessionId) -> Result<Vec<QueuedMessage>, StoreError> {
+        sessions::take(&self.reads, session).await
     }
 
     async fn create_run(&self, run: NewRun, now: Timestamp) -> Result<CreatedRun, StoreError> {

@@ -6,7 +6,8 @@
 
 use crate::error::map_sqlx;
 use eve_core::{StoreError, Timestamp};
-use sqlx::{Row, SqliteConnection, SqlitePool};
+use sqlx::pool::PoolConnection;
+use sqlx::{Row, Sqlite, SqliteConnection, SqlitePool};
 
 /// Deletes up to `limit` runs (0: no limit) that ended before `ended_before`, oldest end first,
 /// with their events, timers, hooks, dedupe records, requests and session-log entries; records
@@ -17,17 +18,47 @@ pub(crate) async fn purge(
     ended_before: Timestamp,
     limit: usize,
 ) -> Result<usize, StoreError> {
-    let mut conn = pool.acquire().await.map_err(map_sqlx)?;
-    sqlx::query("BEGIN IMMEDIATE")
-        .execute(&mut *conn)
-        .await
-        .map_err(map_sqlx)?;
-    let result = purge_in(&mut conn, ended_before, limit).await;
-    let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
-    let ended = sqlx::query(end).execute(&mut *conn).await.map_err(map_sqlx);
-    let n = result?;
-    ended?;
-    Ok(n)
+    let mut tx = Immediate::begin(pool).await?;
+    let result = purge_in(tx.conn(), ended_before, limit).await;
+    tx.finish(result).await
+}
+
+/// A `BEGIN IMMEDIATE` transaction on a read-pool connection, for rare multi-statement writes
+/// outside the group-commit writer (purges, session records): it takes the database's write
+/// lock at once, waiting for the writer like any other handle.
+pub(crate) struct Immediate(PoolConnection<Sqlite>);
+
+impl Immediate {
+    /// Begins the transaction.
+    pub(crate) async fn begin(pool: &SqlitePool) -> Result<Self, StoreError> {
+        let mut conn = pool.acquire().await.map_err(map_sqlx)?;
+        sqlx::query("BEGIN IMMEDIATE")
+            .execute(&mut *conn)
+            .await
+            .map_err(map_sqlx)?;
+        Ok(Self(conn))
+    }
+
+    /// The transaction's connection.
+    pub(crate) fn conn(&mut self) -> &mut SqliteConnection {
+        &mut self.0
+    }
+
+    /// Commits when `result` is a success, rolls back otherwise, and returns `result` (or the
+    /// commit's error).
+    pub(crate) async fn finish<T>(
+        mut self,
+        result: Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
+        let ended = sqlx::query(end)
+            .execute(&mut *self.0)
+            .await
+            .map_err(map_sqlx);
+        let value = result?;
+        ended?;
+        Ok(value)
+    }
 }
 
 async fn purge_in(

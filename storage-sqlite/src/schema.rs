@@ -5,7 +5,7 @@ use eve_core::StoreError;
 use sqlx::{Row, SqliteConnection};
 
 /// The schema version this build writes and reads.
-pub(crate) const SCHEMA_VERSION: i64 = 4;
+pub(crate) const SCHEMA_VERSION: i64 = 5;
 
 /// Migrations in order; entry `i` brings the schema from version `i` to `i + 1`.
 const MIGRATIONS: &[&str] = &[
@@ -131,6 +131,21 @@ ALTER TABLE hook_dedupe ADD COLUMN token TEXT;
 UPDATE hook_dedupe SET token = (SELECT h.token FROM hooks h
                                 WHERE h.run_id = hook_dedupe.run_id AND h.cmd = hook_dedupe.cmd);
 CREATE INDEX hook_dedupe_token ON hook_dedupe (token, key);
+"#,
+    // Contract clause 10: ended sessions and queued user messages.
+    r#"
+CREATE TABLE session_records (
+    session_id   TEXT PRIMARY KEY,
+    ended_at     INTEGER,
+    next_message INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+CREATE TABLE session_messages (
+    session_id TEXT NOT NULL,
+    seq        INTEGER NOT NULL,
+    at         INTEGER NOT NULL,
+    message    TEXT NOT NULL,
+    PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;
 "#,
 ];
 

@@ -627,6 +627,21 @@ async fn create_run(
             hint: "run ids are unique; use a fresh id",
         });
     }
+    // Contract clause 10: an ended session starts no run. The end is written under the same
+    // database lock, so it either committed before this check or waits for this commit (and
+    // then lists the run as live).
+    let ended: Option<i64> = sqlx::query_scalar(
+        "SELECT 1 FROM session_records WHERE session_id = ? AND ended_at IS NOT NULL",
+    )
+    .bind(new.session_id.as_str())
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(map_sqlx)?;
+    if ended.is_some() {
+        return Err(StoreError::SessionEnded {
+            session: new.session_id,
+        });
+    }
     let body = encode_batch(std::slice::from_ref(&new.started_event()))?;
     let mut plan = Plan::default();
     plan.push(

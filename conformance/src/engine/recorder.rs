@@ -163,6 +163,27 @@ impl JournalStore for Recorder {
     async fn key_by_hash(&self, hash: &str) -> Result<Option<eve_core::ApiKey>, StoreError> {
         self.inner.key_by_hash(hash).await
     }
+    async fn end_session(
+        &self,
+        session: &SessionId,
+        now: Timestamp,
+    ) -> Result<SessionEnd, StoreError> {
+        self.inner.end_session(session, now).await
+    }
+    async fn get_session(&self, session: &SessionId) -> Result<SessionRecord, StoreError> {
+        self.inner.get_session(session).await
+    }
+    async fn queue_message(
+        &self,
+        session: &SessionId,
+        message: Payload,
+        now: Timestamp,
+    ) -> Result<QueuedMessage, StoreError> {
+        self.inner.queue_message(session, message, now).await
+    }
+    async fn take_messages(&self, session: &SessionId) -> Result<Vec<QueuedMessage>, StoreError> {
+        self.inner.take_messages(session).await
+    }
     async fn purge(&self, ended_before: Timestamp, limit: usize) -> Result<usize, StoreError> {
         self.inner.purge(ended_before, limit).await
     }

@@ -16,4 +16,5 @@ pub mod retention;
 pub mod sequences;
 pub mod sessions;
 pub mod starts;
+pub mod turns;
 pub mod wakeups;

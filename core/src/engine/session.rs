@@ -14,12 +14,17 @@
 //! - **The channel.** [`Session::events`] pages the persisted log; [`Session::follow`] is a
 //!   stream of it from any seq that keeps going as new entries land. [`SessionEventExt`] tells
 //!   what the parent agent must act on from what is stream-only.
-//! - **The turn policy.** [`Session::user_message`]: a `queue` message waits for the parked
-//!   default-execution calls; a `steer` message cancels the turn, i.e. those calls' runs (the
-//!   engine then withdraws their requests and settles them cancelled). Background runs are not
-//!   part of a turn and survive it. Answering a request ([`Session::answer`]) never steers.
-//! - **The task index.** [`Session::tasks`] lists the background runs with their status;
-//!   [`Session::task_cancel`] cancels one; [`Session::end`] cancels them all.
+//! - **The turn policy.** [`Session::user_message`] persists the message in the session's
+//!   queue (contract clause 10), then applies the policy: a `queue` message waits for the
+//!   parked default-execution calls; a `steer` message cancels the turn, i.e. those calls' runs
+//!   (the engine then withdraws their requests and settles them cancelled). Background runs are
+//!   not part of a turn and survive it. Queued messages are delivered in order, each exactly
+//!   once, once no call is parked ([`Session::next_turn`]), to whichever handle asks: the
+//!   queue survives this process. Answering a request ([`Session::answer`]) never steers.
+//! - **The task index.** [`Session::tasks`] lists the background runs with their status, from
+//!   the store; [`Session::task_cancel`] cancels one; [`Session::end`] ends the session in the
+//!   store (no handle, process or HTTP call starts a tool call in it afterwards) and cancels
+//!   every run of it that has not ended.
 
 use super::clock::Clock;
 use super::error::EngineError;
@@ -28,7 +33,7 @@ use super::worker::Worker;
 use crate::error::StoreError;
 use crate::event::{Execution, InputResponse};
 use crate::ids::{CallId, RequestId, RunId, SessionId};
-use crate::session::{SessionEntry, SessionEvent, ToolResult};
+use crate::session::{QueuedMessage, SessionEntry, SessionEvent, SessionRecord, ToolResult};
 use crate::store::{
     CancelOutcome, JournalStore, PendingRequest, RunQuery, RunRecord, RunStatus, READ_PAGE,
 };
@@ -37,7 +42,6 @@ use futures::Stream;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -102,20 +106,27 @@ pub enum TurnPolicy {
     Steer,
 }
 
-/// What [`Session::user_message`] did with the message.
+/// What [`Session::user_message`] did with the message. The message itself is in the
+/// session's queue in the store until it is delivered.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "lowercase")]
 pub enum TurnOutcome {
-    /// No call was parked: the message starts a turn now.
-    Delivered,
-    /// `queue`: the message waits for these parked calls to settle.
+    /// No call was parked: the queue was taken, this message last, and these messages start a
+    /// turn now (oldest first; messages queued earlier and not yet delivered come first).
+    Delivered {
+        /// The messages of the new turn.
+        messages: Vec<QueuedMessage>,
+    },
+    /// `queue`: the message waits for these parked calls to settle; [`Session::next_turn`]
+    /// delivers it then.
     #[serde(rename_all = "camelCase")]
     Queued {
         /// The parked calls, oldest first.
         waiting_on: Vec<CallId>,
     },
     /// `steer`: cancellation was requested for these runs (the turn's parked calls, oldest
-    /// first); the message starts a turn once they are settled cancelled.
+    /// first); the message starts a turn once they are settled cancelled
+    /// ([`Session::next_turn`]).
     Steered {
         /// The runs whose cancellation was requested (empty when nothing was parked).
         cancelled: Vec<RunId>,
@@ -154,7 +165,8 @@ impl TaskInfo {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SessionError {
-    /// [`Session::end`] was called on this handle; it starts no more tool calls.
+    /// The session was ended ([`Session::end`], from any handle or process): it starts no more
+    /// tool calls and takes no more messages.
     #[error("session {session} has ended; start a new session for new tool calls")]
     Ended {
         /// The session.
@@ -310,7 +322,6 @@ pub struct Session {
     /// Set by [`Session::with_worker`]: starts calls eagerly.
     worker: Option<Worker>,
     index: tokio::sync::Mutex<LogIndex>,
-    ended: AtomicBool,
 }
 
 impl fmt::Debug for Session {
@@ -319,7 +330,6 @@ impl fmt::Debug for Session {
             .field("id", &self.id)
             .field("store", &self.store.backend())
             .field("deployment", self.registry.deployment())
-            .field("ended", &self.ended.load(Ordering::Relaxed))
             .finish()
     }
 }
@@ -341,7 +351,6 @@ impl Session {
             poll: None,
             worker: None,
             index: tokio::sync::Mutex::new(LogIndex::default()),
-            ended: AtomicBool::new(false),
         }
     }
 
@@ -385,25 +394,23 @@ impl Session {
     /// returns the same receipt and starts nothing.
     ///
     /// # Errors
-    /// [`SessionError::Ended`] after [`Session::end`] on this handle; [`SessionError::Engine`]
-    /// for an unknown tool, an invalid input, the same call id with another input, or the store.
+    /// [`SessionError::Ended`] once the session was ended (by any handle: the store refuses the
+    /// start; a retry of a call started before the end still returns its receipt);
+    /// [`SessionError::Engine`] for an unknown tool, an invalid input, the same call id with
+    /// another input, or the store.
     pub async fn call_tool(
         &self,
         call_id: impl Into<CallId>,
         tool_name: &str,
         input: serde_json::Value,
     ) -> Result<ToolCallStart, SessionError> {
-        if self.ended.load(Ordering::SeqCst) {
-            return Err(SessionError::Ended {
-                session: self.id.clone(),
-            });
-        }
         let call_id = call_id.into();
         let new = tool_call_run(&self.registry, &self.id, &call_id, tool_name, input)?;
         let created = match &self.worker {
-            Some(w) => w.start(new).await?,
-            None => self.store.create_run(new, self.clock.now()).await?,
-        };
+            Some(w) => w.start(new).await,
+            None => self.store.create_run(new, self.clock.now()).await,
+        }
+        .map_err(|e| self.ended_or(e))?;
         let run = created.run;
         Ok(match run.execution {
             Execution::Default => ToolCallStart::Parked { run_id: run.run_id },
@@ -708,17 +715,34 @@ impl Session {
             .collect())
     }
 
-    /// Applies the turn policy to a new user message. `queue` reports the parked calls the
-    /// message waits for, or [`TurnOutcome::Delivered`] when none is parked; `steer` requests cancellation of every parked default-execution run (their requests are
-    /// withdrawn and their calls settle `cancelled` once the engine ends them) and leaves
-    /// background runs alone. An answer to a request is not a user message: it never steers.
+    /// A user message: persisted in the session's queue first (so it survives this process),
+    /// then the turn policy applies. With no call parked, the queue is taken at once and the
+    /// outcome is [`TurnOutcome::Delivered`] with every queued message, this one last. `queue`
+    /// otherwise reports the parked calls the message waits for; `steer` requests cancellation
+    /// of every parked default-execution run (their requests are withdrawn and their calls
+    /// settle `cancelled` once the engine ends them) and leaves background runs alone. Either
+    /// way [`Session::next_turn`] delivers the queue once no call is parked. An answer to a
+    /// request is not a user message: it never steers.
     ///
     /// # Errors
-    /// The store's error. A steer may have cancelled some runs before the error.
-    pub async fn user_message(&self, policy: TurnPolicy) -> Result<TurnOutcome, SessionError> {
+    /// [`SessionError::Ended`] once the session was ended; the store's error. A steer may have
+    /// cancelled some runs before the error.
+    pub async fn user_message(
+        &self,
+        policy: TurnPolicy,
+        message: serde_json::Value,
+    ) -> Result<TurnOutcome, SessionError> {
+        self.store
+            .queue_message(&self.id, message.into(), self.clock.now())
+            .await
+            .map_err(|e| self.ended_or(e))?;
         let parked = self.parked().await?;
+        if parked.is_empty() {
+            return Ok(TurnOutcome::Delivered {
+                messages: self.store.take_messages(&self.id).await?,
+            });
+        }
         match policy {
-            TurnPolicy::Queue if parked.is_empty() => Ok(TurnOutcome::Delivered),
             TurnPolicy::Queue => Ok(TurnOutcome::Queued {
                 waiting_on: parked.into_iter().map(|r| r.call_id).collect(),
             }),
@@ -733,28 +757,72 @@ impl Session {
         }
     }
 
-    /// Ends the session: requests cancellation of every run of it that has not ended — its
-    /// background tasks and any parked default-execution call — and returns those runs, oldest
-    /// first. The engine ends each cancelled (`task.cancelled` / `tool.settled` cancelled) after
-    /// its grace period. Afterwards this handle starts no new tool calls. Calling it again
-    /// returns the runs still unwinding (their cancel was requested already) and writes
-    /// nothing new.
+    /// Waits until no default-execution call of the session is parked, then takes the queued
+    /// user messages (oldest first) for the next turn. Each message is delivered exactly once
+    /// across every handle and process: when another handle took them first, this returns
+    /// what is left (possibly nothing). Woken by the session log, like
+    /// [`Session::wait_settled`]; a blocked run keeps its call parked until an operator
+    /// resolves it.
+    ///
+    /// # Errors
+    /// The store's error.
+    ///
+    /// # Cancel safety
+    /// Dropping the future before it returns loses nothing; once the store handed the
+    /// messages over, they are this call's.
+    pub async fn next_turn(&self) -> Result<Vec<QueuedMessage>, SessionError> {
+        let mut waiter = Self::waiter(&*self.store, &self.id, self.poll).await;
+        loop {
+            if self.parked().await?.is_empty() {
+                return Ok(self.store.take_messages(&self.id).await?);
+            }
+            waiter.wait().await;
+        }
+    }
+
+    /// The session's record in the store: whether (and when) it ended, and the user messages
+    /// queued for the next turn.
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn record(&self) -> Result<SessionRecord, SessionError> {
+        Ok(self.store.get_session(&self.id).await?)
+    }
+
+    /// Ends the session in the store, then requests cancellation of every run of it that had
+    /// not ended — its background tasks and any parked default-execution call — and returns
+    /// those runs, oldest first. The engine ends each cancelled (`task.cancelled` /
+    /// `tool.settled` cancelled) after its grace period. From the end on, no handle (in this
+    /// process or another, or the HTTP API) starts a tool call in the session or queues a
+    /// message: they get [`SessionError::Ended`]. Calling it again returns the runs still
+    /// unwinding and writes nothing new.
     ///
     /// # Errors
     /// The store's error.
     pub async fn end(&self) -> Result<Vec<RunId>, SessionError> {
-        self.ended.store(true, Ordering::SeqCst);
-        let live: Vec<RunRecord> = self
-            .runs()
-            .await?
-            .into_iter()
-            .filter(|r| !r.status.is_terminal())
-            .collect();
+        let end = self.store.end_session(&self.id, self.clock.now()).await?;
+        let mut live = Vec::with_capacity(end.live.len());
+        for id in end.live {
+            match self.store.get_run(&id).await {
+                Ok(run) => live.push(run),
+                // Purged since: it had ended.
+                Err(StoreError::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         Ok(self
             .cancel_all(live, REASON_SESSION_END)
             .await?
             .into_iter()
             .map(|r| r.run_id)
             .collect())
+    }
+
+    /// `SessionEnded` as [`SessionError::Ended`], any other error as the store's.
+    fn ended_or(&self, e: StoreError) -> SessionError {
+        match e {
+            StoreError::SessionEnded { session } => SessionError::Ended { session },
+            e => SessionError::Store(e),
+        }
     }
 }
