@@ -75,14 +75,22 @@ impl Db {
         let started = new.started_event();
         let body = encode_batch(std::slice::from_ref(&started))?;
         let mut tx = self.begin().await?;
+        // Contract clause 10: the upsert locks the session's row until this commit, so an end
+        // (which updates the row) either committed before — `ended_at` is set and no run is
+        // inserted — or waits, then lists this run as live.
         let inserted: Option<(i64, bool)> = sqlx::query_as(self.sql(
-            "INSERT INTO {s}.runs (run_id, idempotency_key, workflow_id, deployment_id, tool, \
+            "WITH sess AS ( \
+               INSERT INTO {s}.session_records (session_id) VALUES ($6) \
+               ON CONFLICT (session_id) DO UPDATE SET session_id = EXCLUDED.session_id \
+               RETURNING ended_at) \
+             INSERT INTO {s}.runs (run_id, idempotency_key, workflow_id, deployment_id, tool, \
                session_id, call_id, execution, status, next_seq, processed_seq, pending_at, \
                created_at, updated_at, owner_worker, owner_epoch, activations) \
              SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'running', 1, 0, $9, $9, $9, \
                w.worker_id, w.epoch, CASE WHEN w.worker_id IS NULL THEN 0 ELSE 1 END \
              FROM (SELECT 1) one LEFT JOIN {s}.workers w ON w.worker_id = $10 \
                AND w.epoch = $11 AND NOT w.retired AND w.expires_at > $9 \
+             WHERE NOT EXISTS (SELECT 1 FROM sess WHERE ended_at IS NOT NULL) \
              ON CONFLICT DO NOTHING RETURNING ord, owner_worker IS NOT NULL",
         ))
         .bind(new.run_id.as_str())
@@ -145,6 +153,11 @@ impl Db {
             return Ok(CreatedRun {
                 run,
                 created: false,
+            });
+        }
+        if self.session_ended(&new.session_id).await? {
+            return Err(StoreError::SessionEnded {
+                session: new.session_id,
             });
         }
         Err(StoreError::AlreadyExists {

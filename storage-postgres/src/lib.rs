@@ -144,9 +144,9 @@
 use async_trait::async_trait;
 use eve_core::{
     ApiKey, Append, Appended, CancelOutcome, CreatedRun, Delivered, DeploymentId, InputResponse,
-    JournalStore, Lease, NewRun, Payload, PendingRequest, RequestId, Resolution, RunId, RunQuery,
-    RunRecord, SessionEntry, SessionId, StoreError, StoredEvent, Timestamp, WatchHub, WatchKey,
-    WorkerId,
+    JournalStore, Lease, NewRun, Payload, PendingRequest, QueuedMessage, RequestId, Resolution,
+    RunId, RunQuery, RunRecord, SessionEnd, SessionEntry, SessionId, SessionRecord, StoreError,
+    StoredEvent, Timestamp, WatchHub, WatchKey, WorkerId,
 };
 use sqlx::{AssertSqlSafe, PgPool};
 use std::sync::Arc;
@@ -162,6 +162,7 @@ mod keys;
 mod reads;
 mod retention;
 mod schema;
+mod sessions;
 mod wake;
 
 use commit::Job;
@@ -275,6 +276,31 @@ impl JournalStore for PostgresStore {
 
     async fn purge(&self, ended_before: Timestamp, limit: usize) -> Result<usize, StoreError> {
         self.db().purge(ended_before, limit).await
+    }
+
+    async fn end_session(
+        &self,
+        session: &SessionId,
+        now: Timestamp,
+    ) -> Result<SessionEnd, StoreError> {
+        self.db().end_session(session, now).await
+    }
+
+    async fn get_session(&self, session: &SessionId) -> Result<SessionRecord, StoreError> {
+        self.db().get_session(session).await
+    }
+
+    async fn queue_message(
+        &self,
+        session: &SessionId,
+        message: Payload,
+        now: Timestamp,
+    ) -> Result<QueuedMessage, StoreError> {
+        self.db().queue_message(session, message, now).await
+    }
+
+    async fn take_messages(&self, session: &SessionId) -> Result<Vec<QueuedMessage>, StoreError> {
+        self.db().take_messages(session).await
     }
 
     async fn create_run(&self, new: NewRun, now: Timestamp) -> Result<CreatedRun, StoreError> {

@@ -158,6 +158,24 @@ UPDATE {s}.hook_dedupe d SET token = h.token
 CREATE INDEX hook_dedupe_token ON {s}.hook_dedupe (token, key);
 "#,
     ),
+    (
+        4,
+        "sessions and turns: ended sessions and queued user messages",
+        r#"
+CREATE TABLE {s}.session_records (
+    session_id   TEXT PRIMARY KEY,
+    ended_at     BIGINT,
+    next_message BIGINT NOT NULL DEFAULT 0
+);
+CREATE TABLE {s}.session_messages (
+    session_id TEXT NOT NULL,
+    seq        BIGINT NOT NULL,
+    at         BIGINT NOT NULL,
+    message    TEXT NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);
+"#,
+    ),
 ];
 
 /// The schema version this build writes.
