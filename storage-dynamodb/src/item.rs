@@ -48,6 +48,16 @@ pub(crate) fn sess_pk(session: &str) -> String {
     format!("SESS#{session}")
 }
 pub(crate) const SESS_CTR_SK: &str = "CTR";
+/// A session's record (contract clause 10): `end` (ended at), `msgs` (next message seq).
+pub(crate) const SESS_META_SK: &str = "META";
+/// A session's run, written with the run: the end lists the session's runs consistently.
+pub(crate) fn sess_run_sk(run: &RunId) -> String {
+    format!("RUN#{run}")
+}
+/// A queued user message of a session.
+pub(crate) fn msg_sk(seq: u64) -> String {
+    format!("MSG#{seq:020}")
+}
 pub(crate) fn log_sk(last_seq: u64) -> String {
     format!("LOG#{last_seq:020}")
 }

@@ -354,6 +354,21 @@ pub(super) async fn create_run(
         let body = encode_batch(std::slice::from_ref(&new.started_event()))?;
         ev.extend(tx.blob(&pk, "", body));
         tx.push(store.tx_put_new(ev)?, Role::Other);
+        // Contract clause 10: the session has not ended (an end updates this item, so the two
+        // serialize), and the run is listed under its session for the end's consistent query.
+        let spk = sess_pk(new.session_id.as_str());
+        tx.push(
+            store.tx_check(
+                key(&spk, SESS_META_SK),
+                "attribute_not_exists(#end)",
+                &[("#end", "end")],
+                vec![],
+            )?,
+            Role::Session,
+        );
+        let mut listed = key(&spk, sess_run_sk(&new.run_id));
+        listed.insert("cat".into(), n(now.millis()));
+        tx.push(store.tx_put(listed, None, &[], vec![])?, Role::Other);
         match store.transact(tx).await? {
             Ok(()) => {
                 store.cache_put(&h);
@@ -378,6 +393,11 @@ pub(super) async fn create_run(
                     run: store.header(&existing).await?.rec,
                     created: false,
                 });
+            }
+            Err(roles) if roles.contains(&Role::Session) => {
+                return Err(StoreError::SessionEnded {
+                    session: new.session_id,
+                })
             }
             Err(_) => {
                 return Err(StoreError::AlreadyExists {

@@ -27,8 +27,9 @@ use aws_sdk_dynamodb::types::{
 use aws_sdk_dynamodb::Client;
 use eve_core::{
     ApiKey, Append, Appended, CancelOutcome, CreatedRun, Delivered, DeploymentId, InputResponse,
-    JournalStore, Lease, NewRun, Payload, PendingRequest, RequestId, Resolution, RunId, RunQuery,
-    RunRecord, SessionEntry, SessionId, StoreError, StoredEvent, Timestamp, WorkerId,
+    JournalStore, Lease, NewRun, Payload, PendingRequest, QueuedMessage, RequestId, Resolution,
+    RunId, RunQuery, RunRecord, SessionEnd, SessionEntry, SessionId, SessionRecord, StoreError,
+    StoredEvent, Timestamp, WorkerId,
 };
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -314,6 +315,31 @@ impl JournalStore for DynamoStore {
 
     async fn create_run(&self, new: NewRun, now: Timestamp) -> Result<CreatedRun, StoreError> {
         commit::create_run(self, new, now).await
+    }
+
+    async fn end_session(
+        &self,
+        session: &SessionId,
+        now: Timestamp,
+    ) -> Result<SessionEnd, StoreError> {
+        sessions::end_session(self, session, now).await
+    }
+
+    async fn get_session(&self, session: &SessionId) -> Result<SessionRecord, StoreError> {
+        sessions::get_session(self, session).await
+    }
+
+    async fn queue_message(
+        &self,
+        session: &SessionId,
+        message: Payload,
+        now: Timestamp,
+    ) -> Result<QueuedMessage, StoreError> {
+        sessions::queue_message(self, session, message, now).await
+    }
+
+    async fn take_messages(&self, session: &SessionId) -> Result<Vec<QueuedMessage>, StoreError> {
+        sessions::take_messages(self, session).await
     }
 
     async fn create_key(&self, key: ApiKey) -> Result<(), StoreError> {

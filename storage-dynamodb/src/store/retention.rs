@@ -81,8 +81,10 @@ async fn purge_run(store: &DynamoStore, rec: &RunRecord) -> Result<bool, StoreEr
             keys.extend(partition_keys(store, req_pk(request_id.as_str())).await?);
         }
     }
-    // The run's session-log batches (one write of one run each) and their chunks.
+    // The run's session-log batches (one write of one run each) and their chunks, and its
+    // entry in the session's list of runs.
     let spk = sess_pk(rec.session_id.as_str());
+    keys.push(key(&spk, sess_run_sk(run)));
     let logs = store
         .query_all(
             None,
@@ -183,7 +185,7 @@ async fn partition_keys(store: &DynamoStore, pk: String) -> Result<Vec<Item>, St
 
 impl DynamoStore {
     /// Deletes items by key, 25 a call, retrying what the service left unprocessed.
-    async fn delete_items(&self, keys: Vec<Item>) -> Result<(), StoreError> {
+    pub(super) async fn delete_items(&self, keys: Vec<Item>) -> Result<(), StoreError> {
         let deletes = keys
             .into_iter()
             .map(|k| {

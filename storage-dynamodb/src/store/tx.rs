@@ -27,6 +27,8 @@ pub(super) enum Role {
     Hook(String),
     Idem,
     Dedupe,
+    /// The session record's check (not ended) or update (message counter).
+    Session,
     Other,
 }
 
@@ -145,6 +147,18 @@ impl DynamoStore {
         let d = Delete::builder()
             .table_name(&self.table)
             .set_key(Some(k))
+            .build()
+            .map_err(build_err)?;
+        Ok(TransactWriteItem::builder().delete(d).build())
+    }
+
+    /// A delete that fails the transaction when the item is gone already.
+    pub(super) fn tx_delete_existing(&self, k: Item) -> Result<TransactWriteItem, StoreError> {
+        let d = Delete::builder()
+            .table_name(&self.table)
+            .set_key(Some(k))
+            .condition_expression("attribute_exists(#pk)")
+            .expression_attribute_names("#pk", "pk")
             .build()
             .map_err(build_err)?;
         Ok(TransactWriteItem::builder().delete(d).build())
