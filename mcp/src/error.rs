@@ -29,6 +29,7 @@ pub(crate) fn from_store(e: StoreError) -> ErrorData {
     let code = match &e {
         StoreError::NotFound { .. } => "not_found",
         StoreError::AlreadyAnswered { .. } => "already_answered",
+        StoreError::SessionEnded { .. } => "session_ended",
         StoreError::Withdrawn { .. } | StoreError::RunEnded { .. } => "withdrawn",
         StoreError::InvalidAnswer { .. } => "invalid_answer",
         StoreError::InvalidInput(_) | StoreError::IdempotencyMismatch { .. } => "invalid_input",

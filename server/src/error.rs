@@ -79,6 +79,7 @@ impl From<StoreError> for ApiError {
         let (status, code) = match &e {
             StoreError::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
             StoreError::AlreadyAnswered { .. } => (StatusCode::CONFLICT, "already_answered"),
+            StoreError::SessionEnded { .. } => (StatusCode::CONFLICT, "session_ended"),
             StoreError::Withdrawn { .. } | StoreError::RunEnded { .. } => {
                 (StatusCode::GONE, "withdrawn")
             }

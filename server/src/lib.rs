@@ -9,14 +9,16 @@
 //! | `GET /v1/sessions/{id}/requests` | read | the session's pending input requests |
 //! | `GET /v1/requests` | read | pending input requests of every session (or `session`), one page at a time: newest run first (`order=oldest`), `tool`, `q` search, `limit` (default 100, at most 1000), `before` = the previous page's `next`; with `tools`, the tools of the live runs |
 //! | `GET /v1/sessions/{id}/tasks` | read | the session's background runs (its task index) |
+//! | `GET /v1/sessions/{id}` | read | the session's record: `endedAt` (null while live) and the user messages queued for its next turn |
 //! | `GET /v1/runs` | read | runs, filtered (`session`, `status`, `tool`, `q` search, `since`/`until`), `order=newest`, paged (`limit`, `before` = the previous page's `next`), with `counts` by status |
 //! | `GET /v1/runs/{id}` | read | one run's record and journal |
 //! | `POST /v1/runs/{id}/cancel`, `…/resume`, `…/fail` | operate | cancel any run (`{"reason"}` optional); resume a blocked run; fail a blocked run with `{"error"}` |
 //! | `POST /v1/requests/{id}/answer` | answer | answers a request with `{"optionId": …}` or `{"text": …}`; the journal records the key's name as `answeredBy` (none with [`ServerConfig::insecure_no_auth`]) |
 //! | `POST /v1/tasks/{id}/cancel` | operate | requests cancellation of a background run |
+//! | `POST /v1/sessions/{id}/end` | operate | ends the session for every handle (new calls in it are 409 `session_ended`) and cancels its runs that have not ended: `{"endedAt", "cancelled"}` |
 //! | `GET /v1/events?session=A&session=B` | read | several sessions' logs (at most [`MAX_STREAM_SESSIONS`]) as one SSE stream; `id:` is a cursor (`{"A":4,"B":9}`) that `Last-Event-ID` or `?from=` resumes every session from |
 //! | `GET /v1/tools` | read | the tools this server starts: name, description, execution, input schema |
-//! | `POST /v1/tools/{name}/calls?wait=30s` | operate | starts a call with `{session, call_id, input}`: 201, 200 on a retry, 409 on the same key with another input; `wait` long-polls a default-execution call until it settles |
+//! | `POST /v1/tools/{name}/calls?wait=30s` | operate | starts a call with `{session, call_id, input}`: 201, 200 on a retry, 409 on the same key with another input (`idempotency_mismatch`) or in an ended session (`session_ended`); `wait` long-polls a default-execution call until it settles |
 //! | `GET /v1/keys`, `POST /v1/keys`, `POST /v1/keys/{id}/revoke` | admin | list, create (`{"name", "scope"}`; the key is in the answer only) and revoke API keys |
 //! | `POST /v1/auth/session`, `DELETE /v1/auth/session` | (the key in the body) | signs the page in with `{"key": …}` (an HttpOnly, SameSite=Strict cookie), signs it out |
 //! | `GET /` | none | a page for a person: sign in with a key, then pending requests to answer, live updates, the runs and their journals |
@@ -270,6 +272,7 @@ fn build(state: AppState, shutdown: watch::Receiver<bool>) -> Router {
         .route("/v1/sessions/{id}/requests", get(session::requests))
         .route("/v1/requests", get(requests::list))
         .route("/v1/sessions/{id}/tasks", get(session::tasks))
+        .route("/v1/sessions/{id}", get(session::record))
         .route("/v1/runs", get(runs::list))
         .route("/v1/runs/{id}", get(runs::show))
         .route("/metrics", get(metrics::scrape))
@@ -280,6 +283,7 @@ fn build(state: AppState, shutdown: watch::Receiver<bool>) -> Router {
         .route_layer(scope(KeyScope::Answer));
     let mut operate = Router::new()
         .route("/v1/tasks/{id}/cancel", post(session::cancel))
+        .route("/v1/sessions/{id}/end", post(session::end))
         .route("/v1/tools/{name}/calls", post(calls::start))
         .route("/v1/runs/{id}/cancel", post(runs::cancel))
         .route("/v1/runs/{id}/resume", post(runs::resume))

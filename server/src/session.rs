@@ -28,6 +28,8 @@ const PAGE: usize = 512;
 /// The reason written in `CancelRequested` by `POST /v1/tasks/{id}/cancel` (the same as the
 /// library's `task_cancel`).
 pub(crate) const REASON_TASK_CANCEL: &str = "task_cancel";
+/// The reason `POST /v1/sessions/{id}/end` writes (the engine's `Session::end` writes the same).
+pub(crate) const REASON_SESSION_END: &str = eve_core::engine::REASON_SESSION_END;
 
 /// The SSE `event:` name of a session event: its channel type (`input.requested`, …).
 pub(crate) fn event_type(e: &SessionEvent) -> &'static str {
@@ -472,6 +474,52 @@ pub(crate) async fn cancel(
         ));
     }
     cancel_run(&inner, &run_id, REASON_TASK_CANCEL).await
+}
+
+/// `GET /v1/sessions/{id}`: the session's record (contract clause 10): `endedAt` (null while
+/// it takes calls) and the user messages queued for its next turn.
+pub(crate) async fn record(
+    State(inner): State<Arc<Inner>>,
+    Path(session): Path<String>,
+) -> Result<Json<eve_core::SessionRecord>, ApiError> {
+    Ok(Json(
+        inner.store.get_session(&SessionId::new(session)).await?,
+    ))
+}
+
+/// `POST /v1/sessions/{id}/end`: ends the session in the store — no handle, process or
+/// `POST /v1/tools/{name}/calls` starts a call in it afterwards (409 `session_ended`) — and
+/// requests cancellation of every run of it that had not ended (background tasks and parked
+/// calls alike). 200 `{"endedAt", "cancelled": [run ids]}`; ending again keeps the first time
+/// and lists the runs still unwinding.
+pub(crate) async fn end(
+    State(inner): State<Arc<Inner>>,
+    Path(session): Path<String>,
+) -> Result<Response, ApiError> {
+    let end = inner
+        .store
+        .end_session(&SessionId::new(session), inner.clock.now())
+        .await?;
+    let mut cancelled = Vec::with_capacity(end.live.len());
+    for run in end.live {
+        match inner
+            .store
+            .request_cancel(&run, REASON_SESSION_END, inner.clock.now())
+            .await
+        {
+            Ok(CancelOutcome::Requested { .. }) => {
+                inner.wrote();
+                cancelled.push(run);
+            }
+            Ok(CancelOutcome::AlreadyRequested) => cancelled.push(run),
+            Ok(CancelOutcome::AlreadyEnded { .. }) | Err(StoreError::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(
+        Json(serde_json::json!({ "endedAt": end.ended_at, "cancelled": cancelled }))
+            .into_response(),
+    )
 }
 
 /// Requests cancellation of `run_id` and answers as `POST /v1/tasks/{id}/cancel` does.

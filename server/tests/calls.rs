@@ -128,5 +128,61 @@ async fn calls_start_idempotently_and_wait_until_settled() {
         (&started["run"]["status"], &started["settled"]),
         (&json!("running"), &Value::Null)
     );
+    let asking = started["run"]["run_id"].clone();
+
+    // Ending the session: its live call is cancelled, and no handle starts a call in it again.
+    let end = |session: &'static str| {
+        let (client, base, key) = (client.clone(), base.clone(), operate.clone());
+        async move {
+            let resp = client
+                .post(format!("{base}/v1/sessions/{session}/end"))
+                .bearer_auth(key)
+                .send()
+                .await
+                .unwrap();
+            (resp.status().as_u16(), resp.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, ended) = end("s-calls").await;
+    assert_eq!(status, 200, "{ended}");
+    assert_eq!(
+        ended["cancelled"],
+        json!([asking]),
+        "the asking call is cancelled"
+    );
+    let ended_at = ended["endedAt"].clone();
+    assert!(ended_at.is_i64(), "{ended}");
+    let late = json!({ "session": "s-calls", "call_id": "c4", "input": { "service": "db" } });
+    let (status, err) = call("deploy", late, "").await;
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (409, Some("session_ended")),
+        "{err}"
+    );
+    let (status, again) = call("deploy", body.clone(), "").await;
+    assert_eq!(
+        (status, &again["run"]["run_id"]),
+        (200, &run_id),
+        "a retry of a call started before the end still answers"
+    );
+    let record: Value = client
+        .get(format!("{base}/v1/sessions/s-calls"))
+        .bearer_auth(&operate)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(record["endedAt"], ended_at, "{record}");
+    let (status, twice) = end("s-calls").await;
+    assert_eq!(
+        (status, &twice["endedAt"]),
+        (200, &ended_at),
+        "the first end's time stays"
+    );
+    let fresh = json!({ "session": "s-other", "call_id": "c1", "input": { "service": "api" } });
+    let (status, _) = call("deploy", fresh, "").await;
+    assert_eq!(status, 201, "another session still starts calls");
     worker.shutdown().await;
 }
