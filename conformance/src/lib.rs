@@ -70,7 +70,8 @@
 //! [`store::appends`], [`store::starts`], [`store::deliveries`], [`store::hooks`],
 //! [`store::leases`], [`store::wakeups`], [`store::reads`], [`store::limits`],
 //! [`store::persistence`], [`store::isolation`], [`store::sessions`], [`store::blocked`],
-//! [`store::retention`], [`store::clauses`] (directed cases, one per clause) and
+//! [`store::retention`], [`store::turns`] (sessions and turns, clause 10), [`store::clauses`]
+//! (directed cases, one per clause) and
 //! [`store::sequences`] (the model-based test against [`model::Model`]); engine families
 //! [`engine::no_faults`], [`engine::crash`], [`engine::ambiguous_commit`],
 //! [`engine::duplicate_deliveries`], [`engine::duplicate_dispatch`],

@@ -69,6 +69,9 @@
 //! | input request | `REQ#{request}` | `-` | run, session, cmd, the request, `st` pending/answered/withdrawn, the answer and its seq |
 //! | session counter | `SESS#{session}` | `CTR` | `next`: the session log's next seq |
 //! | session log batch | `SESS#{session}` | `LOG#{last_seq}` | `f`, `n`, `b`: the [`SessionEntry`](eve_core::SessionEntry)s one write made |
+//! | session record | `SESS#{session}` | `META` | `end` (when it ended), `msgs` (the next message seq): contract clause 10; every start checks `end` is absent in its transaction |
+//! | session's run | `SESS#{session}` | `RUN#{run}` | `cat`: written with the run, so an end lists the session's runs with a consistent query (not the lagging `gsi2`) |
+//! | queued message | `SESS#{session}` | `MSG#{seq}` | `seq`, `at`, `b` (or chunks): a user message until a take deletes it |
 //! | worker | `WORKER#{worker}` | `-` | `epoch`, `dep`, `exp` (lease expiry), `ret` (retired), `rat` (when), `cln` (the epoch whose lapse entry was dropped); its lapse entry (`g4` keys) |
 //! | api key | `APIKEYS` | `KEY#{id}` | `id`, `name`, `scope`, `hash`, `cat`, `rat` (revoked at): contract clause 8 |
 //! | api key hash | `KEYHASH#{hash}` | `-` | `id`: finds a key by hash; written with the key, so hashes are unique |
