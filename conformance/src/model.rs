@@ -9,9 +9,9 @@
 
 use eve_core::{
     AppendId, CancelOutcome, CreatedRun, Delivered, DeploymentId, Event, Execution, InputRequest,
-    InputResponse, Lease, NewRun, Payload, PendingRequest, RequestId, Resolution, RunId, RunQuery,
-    RunRecord, RunStatus, SessionEntry, SessionEvent, SessionId, StoreError, StoredEvent,
-    Timestamp, ToolResult, WorkerId,
+    InputResponse, Lease, NewRun, Payload, PendingRequest, QueuedMessage, RequestId, Resolution,
+    RunId, RunQuery, RunRecord, RunStatus, SessionEnd, SessionEntry, SessionEvent, SessionId,
+    SessionRecord, StoreError, StoredEvent, Timestamp, ToolResult, WorkerId,
 };
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -35,6 +35,7 @@ pub fn kind(e: &StoreError) -> &'static str {
         StoreError::LimitExceeded { .. } => "LimitExceeded",
         StoreError::Corrupt { .. } => "Corrupt",
         StoreError::Unavailable { .. } => "Unavailable",
+        StoreError::SessionEnded { .. } => "SessionEnded",
         _ => "Other",
     }
 }
@@ -91,6 +92,13 @@ struct MWorker {
     retired: bool,
 }
 
+#[derive(Debug, Clone, Default)]
+struct MSession {
+    ended_at: Option<Timestamp>,
+    next_message: u64,
+    queued: Vec<QueuedMessage>,
+}
+
 /// The model's state: what every store must hold after the same calls.
 #[derive(Debug, Clone, Default)]
 pub struct Model {
@@ -108,6 +116,8 @@ pub struct Model {
     /// Each session log's next seq, apart from the log: a purge never frees a seq.
     session_next: BTreeMap<SessionId, u64>,
     workers: BTreeMap<WorkerId, MWorker>,
+    /// Session records (contract clause 10): ended sessions, message counters and queues.
+    session_records: BTreeMap<SessionId, MSession>,
     /// Set while checking claims that raced each other: they may split the claimable runs, so
     /// each may return fewer than `max` (never a run that is not claimable, never one twice).
     contended_claims: bool,
@@ -140,6 +150,18 @@ impl Model {
         self.request_order
             .iter()
             .filter(|id| self.requests[*id].state == ReqState::Pending)
+            .cloned()
+            .collect()
+    }
+
+    /// Pending requests of one run, oldest first.
+    pub fn pending_of(&self, run: &RunId) -> Vec<RequestId> {
+        self.request_order
+            .iter()
+            .filter(|id| {
+                let r = &self.requests[*id];
+                r.state == ReqState::Pending && &r.info.run_id == run
+            })
             .cloned()
             .collect()
     }
@@ -472,8 +494,25 @@ impl Model {
                 )),
             };
         }
+        let ended = self
+            .session_records
+            .get(&new.session_id)
+            .is_some_and(|s| s.ended_at.is_some());
         if self.runs.contains_key(&new.run_id) {
-            return expect_err("create_run with a taken run id", actual, &["AlreadyExists"]);
+            // Both refusals apply: either may win.
+            let allowed: &[&str] = if ended {
+                &["AlreadyExists", "SessionEnded"]
+            } else {
+                &["AlreadyExists"]
+            };
+            return expect_err("create_run with a taken run id", actual, allowed);
+        }
+        if ended {
+            return expect_err(
+                "create_run of a new run in an ended session",
+                actual,
+                &["SessionEnded"],
+            );
         }
         let rec = RunRecord {
             run_id: new.run_id.clone(),
@@ -519,6 +558,115 @@ impl Model {
         self.order.push(new.run_id.clone());
         self.keys.insert(key, new.run_id.clone());
         Ok(())
+    }
+
+    /// `end_session(session, now)`: the first end's time, and the session's runs that have not
+    /// ended (compared as a set: the contract orders them oldest first, and stores order ties
+    /// of creation time differently).
+    pub fn check_end_session(
+        &mut self,
+        session: &SessionId,
+        now: Timestamp,
+        actual: &Result<SessionEnd, StoreError>,
+    ) -> Check {
+        let rec = self.session_records.entry(session.clone()).or_default();
+        let ended_at = *rec.ended_at.get_or_insert(now);
+        let mut live: Vec<RunId> = self
+            .order
+            .iter()
+            .filter(|id| {
+                let r = &self.runs[*id].rec;
+                &r.session_id == session && !r.status.is_terminal()
+            })
+            .cloned()
+            .collect();
+        live.sort();
+        match actual {
+            Ok(end) => {
+                let mut got = end.live.clone();
+                got.sort();
+                if end.ended_at != ended_at || got != live {
+                    return Err(format!(
+                        "end_session({session}): expected ended_at {ended_at:?} and live runs {live:?}, got {end:?}"
+                    ));
+                }
+                Ok(())
+            }
+            Err(e) => Err(format!("end_session({session}) failed: {e}")),
+        }
+    }
+
+    /// `queue_message(session, message, now)`.
+    pub fn check_queue(
+        &mut self,
+        session: &SessionId,
+        message: &Payload,
+        now: Timestamp,
+        actual: &Result<QueuedMessage, StoreError>,
+    ) -> Check {
+        let rec = self.session_records.entry(session.clone()).or_default();
+        if rec.ended_at.is_some() {
+            return expect_err(
+                "queue_message in an ended session",
+                actual,
+                &["SessionEnded"],
+            );
+        }
+        let expected = QueuedMessage {
+            session_id: session.clone(),
+            seq: rec.next_message,
+            at: now,
+            message: message.clone(),
+        };
+        match actual {
+            Ok(q) if q == &expected => {
+                rec.next_message += 1;
+                rec.queued.push(expected);
+                Ok(())
+            }
+            other => Err(format!(
+                "queue_message({session}): expected {expected:?}, got {other:?}"
+            )),
+        }
+    }
+
+    /// `take_messages(session)`: the whole queue, oldest first, once.
+    pub fn check_take(
+        &mut self,
+        session: &SessionId,
+        actual: &Result<Vec<QueuedMessage>, StoreError>,
+    ) -> Check {
+        let queued = self
+            .session_records
+            .get_mut(session)
+            .map(|r| std::mem::take(&mut r.queued))
+            .unwrap_or_default();
+        match actual {
+            Ok(got) if got == &queued => Ok(()),
+            other => Err(format!(
+                "take_messages({session}): expected {queued:?}, got {other:?}"
+            )),
+        }
+    }
+
+    /// `get_session(session)`.
+    pub fn check_get_session(
+        &self,
+        session: &SessionId,
+        actual: &Result<SessionRecord, StoreError>,
+    ) -> Check {
+        let rec = self.session_records.get(session);
+        let expected = SessionRecord {
+            session_id: session.clone(),
+            ended_at: rec.and_then(|r| r.ended_at),
+            queued: rec.map(|r| r.queued.clone()).unwrap_or_default(),
+        };
+        match actual {
+            Ok(got) if got == &expected => Ok(()),
+            other => Err(format!(
+                "get_session({session}): expected {expected:?}, got {other:?}"
+            )),
+        }
     }
 
     /// `append(a)`; `a` fields passed apart so the caller keeps the append for retries.

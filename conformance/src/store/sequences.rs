@@ -57,6 +57,9 @@ pub enum Ev {
     Cancelled,
     /// `RunBlocked`.
     Block,
+    /// `InputWithdrawn` of one of the run's pending requests while it keeps running (a
+    /// `Progress` when it has none).
+    Withdraw(u8),
 }
 
 /// Which `expected_seq` an append names.
@@ -169,6 +172,20 @@ pub enum Op {
     Retire(u8),
     /// Advance the simulated clock.
     Advance(u32),
+    /// Set the clock back this many ms: the next writers' and deliveries' `now` goes backwards
+    /// (a skewed clock).
+    Skew(u16),
+    /// `end_session` of session 0, 1 or 2 (2 has no runs).
+    EndSession(u8),
+    /// `queue_message` to session 0, 1 or 2.
+    Queue {
+        /// Session.
+        session: u8,
+        /// Message.
+        msg: u8,
+    },
+    /// `take_messages` of session 0, 1 or 2.
+    Take(u8),
     /// `read`.
     Read {
         /// Run.
@@ -181,7 +198,8 @@ pub enum Op {
     /// Two calls at once (when both are writes that can race: create, append, retry, answer,
     /// deliver, cancel, claim; otherwise one after the other).
     Pair(Box<Op>, Box<Op>),
-    /// A query: 0 list_runs, 1 pending_requests, 2 read_session, 3 get_run, 4 next_wake.
+    /// A query: 0 list_runs, 1 pending_requests, 2 read_session, 3 get_run, 4 next_wake,
+    /// 5 get_session.
     Query {
         /// Which.
         kind: u8,
@@ -205,6 +223,7 @@ fn ev() -> impl Strategy<Value = Ev> {
         1 => Just(Ev::Message),
         1 => prop_oneof![any::<u8>().prop_map(Ev::Complete), Just(Ev::Fail), Just(Ev::Cancelled)],
         1 => Just(Ev::Block),
+        1 => any::<u8>().prop_map(Ev::Withdraw),
     ]
 }
 
@@ -232,7 +251,11 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..3u8).prop_map(Op::Retire),
         2 => prop_oneof![4 => 0..8_000u32, 1 => 8_000..40_000u32].prop_map(Op::Advance),
         1 => (any::<u8>(), 0..4u8, 0..4u8).prop_map(|(run, from, max)| Op::Read { run, from, max }),
-        2 => (0..5u8, any::<u8>(), any::<u8>()).prop_map(|(kind, a, b)| Op::Query { kind, a, b }),
+        2 => (0..6u8, any::<u8>(), any::<u8>()).prop_map(|(kind, a, b)| Op::Query { kind, a, b }),
+        1 => (1..2_000u16).prop_map(Op::Skew),
+        1 => (0..3u8).prop_map(Op::EndSession),
+        2 => (0..3u8, 0..3u8).prop_map(|(session, msg)| Op::Queue { session, msg }),
+        1 => (0..3u8).prop_map(Op::Take),
     ]
 }
 
@@ -382,6 +405,11 @@ impl Harness {
         SessionId::new(format!("{}-s{}", self.prefix, s % 2))
     }
 
+    /// Session 0, 1 (where runs start) or 2 (where none does).
+    fn any_session(&self, s: u8) -> SessionId {
+        SessionId::new(format!("{}-s{}", self.prefix, s % 3))
+    }
+
     fn event(&mut self, run: &RunId, e: &Ev) -> Event {
         self.cmd += 1;
         let cmd = self.cmd;
@@ -464,6 +492,19 @@ impl Harness {
             Ev::Block => Event::RunBlocked {
                 reason: "[EVE-TEST] blocked".into(),
             },
+            Ev::Withdraw(i) => {
+                let pending = self.model.pending_of(run);
+                if pending.is_empty() {
+                    Event::Progress {
+                        cmd,
+                        value: json("0"),
+                    }
+                } else {
+                    Event::InputWithdrawn {
+                        request_id: pending[*i as usize % pending.len()].clone(),
+                    }
+                }
+            }
         }
     }
 
@@ -823,6 +864,29 @@ impl Harness {
                 self.now = self.now.plus(Duration::from_millis(u64::from(*ms)));
                 Ok(())
             }
+            Op::Skew(ms) => {
+                self.now = Timestamp(self.now.0 - i64::from(*ms));
+                Ok(())
+            }
+            Op::EndSession(i) => {
+                let session = self.any_session(*i);
+                let r = st.end_session(&session, now).await;
+                self.note("end_session", &r);
+                self.model.check_end_session(&session, now, &r)
+            }
+            Op::Queue { session, msg } => {
+                let session = self.any_session(*session);
+                let message = json(PAYLOADS[*msg as usize % 3]);
+                let r = st.queue_message(&session, message.clone(), now).await;
+                self.note("queue_message", &r);
+                self.model.check_queue(&session, &message, now, &r)
+            }
+            Op::Take(i) => {
+                let session = self.any_session(*i);
+                let r = st.take_messages(&session).await;
+                self.note("take_messages", &r);
+                self.model.check_take(&session, &r)
+            }
             Op::Read { run, from, max } => {
                 let run = self.run(*run);
                 let len = self.model.journal(&run).map_or(0, |j| j.len() as u64);
@@ -874,6 +938,12 @@ impl Harness {
                     let r = st.get_run(&run).await;
                     self.note("get_run", &r);
                     self.model.check_get(&run, &r)
+                }
+                5 => {
+                    let session = self.any_session(*a);
+                    let r = st.get_session(&session).await;
+                    self.note("get_session", &r);
+                    self.model.check_get_session(&session, &r)
                 }
                 _ => {
                     let dep = self.dep(*a);
