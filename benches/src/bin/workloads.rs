@@ -29,7 +29,7 @@ use eve_core::engine::{
     define_workflow_tool, Registry, Session, SystemClock, Worker, WorkerConfig, WorkerHandle,
     WorkflowCtx, WorkflowError, WorkflowTool,
 };
-use eve_core::{workflow, CallId, JournalStore, RunId, SessionId, WorkerId};
+use eve_core::{workflow, CallId, JournalStore, JournalStoreExt, RunId, SessionId, WorkerId};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -173,6 +173,16 @@ enum Command {
             default_value = "1000,10000,100000,1000000"
         )]
         lengths: Vec<u32>,
+    },
+    /// The parts of W2's cold replay on a warm store, repeated: a finished run of STEPS steps,
+    /// then ROUNDS times the journal's read (`read_all`) and its replay in memory; medians.
+    Replay {
+        #[arg(long)]
+        backend: String,
+        #[arg(long, default_value_t = 1000)]
+        steps: u32,
+        #[arg(long, default_value_t = 200)]
+        rounds: u32,
     },
     /// Runs one call of `many_steps` on TARGET; prints `run <id>` first.
     Child {
@@ -354,6 +364,17 @@ async fn w2(backend: &str, steps: u32, dir: &std::path::Path) {
         .expect("replay");
     let replay = t0.elapsed();
     assert_eq!(report.commands, u64::from(steps), "{report:?}");
+    // The same again on the now warm store, split into its two parts: the read (store round
+    // trips, decoding) and the replay of the events in memory.
+    let t0 = Instant::now();
+    let events = store
+        .read_all(&RunId::new(&run), 0)
+        .await
+        .expect("read the journal");
+    let read_warm = t0.elapsed();
+    let t0 = Instant::now();
+    Worker::replay_journal(&registry(), &RunId::new(&run), &events).expect("replay");
+    let replay_only = t0.elapsed();
     drop(store);
 
     // A fresh process (same default worker id) takes the run back and finishes it.
@@ -376,6 +397,8 @@ async fn w2(backend: &str, steps: u32, dir: &std::path::Path) {
             "workload": "W2", "backend": backend, "steps": steps,
             "total_s": total.as_secs_f64(),
             "replay_ms": replay.as_secs_f64() * 1e3, "replayed_events": report.events,
+            "read_warm_ms": read_warm.as_secs_f64() * 1e3,
+            "replay_only_ms": replay_only.as_secs_f64() * 1e3,
             "recover_total_ms": inner["recover_ms"],
             "recover_process_wall_ms": wall.as_secs_f64() * 1e3,
         })
@@ -547,6 +570,45 @@ async fn journal(backend: &str, lengths: &[u32], dir: &std::path::Path) {
     }
 }
 
+async fn replay_parts(backend: &str, steps: u32, rounds: u32, dir: &std::path::Path) {
+    let store = eve_benches::open_target(&fresh_target(backend, dir)).await;
+    let w = worker(&store, Some(format!("rp-{}", RunId::random())), None).await;
+    let handle = w.clone().spawn();
+    let s = session(&store, "replay").with_worker(w);
+    call(&s, "c", "many_steps", serde_json::json!({"steps": steps})).await;
+    handle.shutdown().await;
+    let rec = store
+        .list_runs(&eve_core::RunQuery {
+            session: Some(SessionId::new("replay")),
+            ..Default::default()
+        })
+        .await
+        .expect("runs")
+        .pop()
+        .expect("the run");
+    let run = rec.run_id;
+    let reg = registry();
+    let (mut reads, mut replays) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let t0 = Instant::now();
+        let events = store.read_all(&run, 0).await.expect("read");
+        reads.push(t0.elapsed());
+        let t0 = Instant::now();
+        Worker::replay_journal(&reg, &run, &events).expect("replay");
+        replays.push(t0.elapsed());
+    }
+    reads.sort();
+    replays.sort();
+    println!(
+        "{}",
+        serde_json::json!({
+            "workload": "replay_parts", "backend": backend, "steps": steps, "rounds": rounds,
+            "read_p50_ms": percentile(&reads, 0.5), "read_min_ms": percentile(&reads, 0.0),
+            "replay_p50_ms": percentile(&replays, 0.5), "replay_min_ms": percentile(&replays, 0.0),
+        })
+    );
+}
+
 /// Waits for the call's result or for the worker to stop by itself (fenced): exits 3 then.
 async fn settle_or_fenced(s: &Session, call_id: &CallId, mut handle: WorkerHandle) -> WorkerHandle {
     tokio::select! {
@@ -615,6 +677,11 @@ fn main() {
             }
             Command::W1 { backend, calls } => w1(&backend, calls, dir.path()).await,
             Command::W2 { backend, steps } => w2(&backend, steps, dir.path()).await,
+            Command::Replay {
+                backend,
+                steps,
+                rounds,
+            } => replay_parts(&backend, steps, rounds, dir.path()).await,
             Command::Journal { backend, lengths } => journal(&backend, &lengths, dir.path()).await,
             Command::Throughput {
                 backend,

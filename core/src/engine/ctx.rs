@@ -80,14 +80,14 @@ pub(crate) enum CmdKind {
     Hook {
         token: String,
         webhook: bool,
-        respond_with: Option<WebhookResponse>,
+        respond_with: Option<Box<WebhookResponse>>,
     },
     Ask {
         request_id: RequestId,
         request: InputRequest,
     },
     Agent {
-        call: AgentCall,
+        call: Box<AgentCall>,
         token: String,
     },
     Progress {
@@ -133,7 +133,7 @@ pub(crate) struct Cmd {
     /// Step: the next attempt is due then (a failed attempt will be retried).
     pub(crate) retry_at: Option<Timestamp>,
     /// Step: the final outcome, with the seq that delivered it.
-    pub(crate) outcome: Option<(u64, Result<Payload, StepFailed>)>,
+    pub(crate) outcome: Option<(u64, Result<Payload, Box<StepFailed>>)>,
     /// Sleep: when it fires (from `SleepScheduled`).
     pub(crate) wake_at: Option<Timestamp>,
     /// Sleep: the seq of `SleepFired`.
@@ -143,7 +143,7 @@ pub(crate) struct Cmd {
     /// Hook: payloads handed to the body.
     pub(crate) consumed: usize,
     /// Ask: the answer, with its seq.
-    pub(crate) answer: Option<(u64, InputResponse)>,
+    pub(crate) answer: Option<Box<(u64, InputResponse)>>,
     /// Ask: recorded (`InputRequested` in the journal) and neither answered nor withdrawn.
     pub(crate) pending: bool,
     /// Agent: the host acknowledged the start (`AgentStarted` in the journal).
@@ -464,7 +464,7 @@ impl WorkflowCtx {
         core.issue(CmdKind::Hook {
             token: token.clone(),
             webhook: true,
-            respond_with,
+            respond_with: respond_with.map(Box::new),
         });
         Webhook {
             hook: Hook {
@@ -528,7 +528,10 @@ impl WorkflowCtx {
         }
         let token = agent_token(&core.run_id, &call.key);
         let key = call.key.clone();
-        let cmd = core.issue(CmdKind::Agent { call, token });
+        let cmd = core.issue(CmdKind::Agent {
+            call: Box::new(call),
+            token,
+        });
         Ok(Agent {
             core: self.core.clone(),
             cmd,
@@ -682,7 +685,7 @@ impl<T: DeserializeOwned> Future for StepFuture<T> {
         let c = &core.cmds[self.cmd as usize];
         match &c.outcome {
             None => Poll::Pending,
-            Some((_, Err(e))) => Poll::Ready(Err(e.clone())),
+            Some((_, Err(e))) => Poll::Ready(Err((**e).clone())),
             Some((_, Ok(p))) => Poll::Ready(p.to_value::<T>().map_err(|e| {
                 let name = match &c.kind {
                     CmdKind::Step { name, .. } => name.clone(),
@@ -1025,7 +1028,7 @@ impl Future for Ask {
     type Output = InputResponse;
 
     fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<InputResponse> {
-        match &lock(&self.core).cmds[self.cmd as usize].answer {
+        match lock(&self.core).cmds[self.cmd as usize].answer.as_deref() {
             Some((_, r)) => Poll::Ready(r.clone()),
             None => Poll::Pending,
         }
@@ -1036,7 +1039,7 @@ impl Durable for Ask {
     fn resolved_seq(&self) -> Option<u64> {
         lock(&self.core).cmds[self.cmd as usize]
             .answer
-            .as_ref()
+            .as_deref()
             .map(|(s, _)| *s)
     }
 }

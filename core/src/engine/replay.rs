@@ -90,6 +90,10 @@ pub(crate) struct Executor {
     session: crate::ids::SessionId,
     /// The grace deadline of a cancelled run, once recorded.
     pub(crate) grace_at: Option<Timestamp>,
+    /// Set when the body woke itself during a poll; one for the executor's life rather than
+    /// one allocation per delivered event.
+    flag: Arc<FlagWaker>,
+    waker: Waker,
 }
 
 impl std::fmt::Debug for Executor {
@@ -135,6 +139,7 @@ impl Executor {
             }),
         };
         let body = (tool.body)(ctx, input)?;
+        let flag = Arc::new(FlagWaker::default());
         Ok(Self {
             core,
             body: Some(body),
@@ -146,6 +151,8 @@ impl Executor {
             execution: *execution,
             session: session_id.clone(),
             grace_at: None,
+            waker: Waker::from(flag.clone()),
+            flag,
         })
     }
 
@@ -176,6 +183,12 @@ impl Executor {
     pub(crate) fn journal_ends_at(&mut self, end: u64) {
         let mut core = lock(&self.core);
         core.journal_end = core.journal_end.max(end);
+        // About one command per recorded event (a step each): room for them up front rather
+        // than growing the table by copying it while replaying. Bounded, as a long journal
+        // may be one hook's payloads.
+        let want = usize::try_from(end).unwrap_or(usize::MAX).min(4096);
+        let len = core.cmds.len();
+        core.cmds.reserve(want.saturating_sub(len));
     }
 
     /// The run's session.
@@ -215,7 +228,7 @@ impl Executor {
                     CmdKind::Agent { call, .. }
                         if !c.started && c.payloads.is_empty() && !starting.contains(&i) =>
                     {
-                        Some((i, call.clone()))
+                        Some((i, (**call).clone()))
                     }
                     _ => None,
                 }
@@ -251,19 +264,24 @@ impl Executor {
         core.now = ev.at;
         core.seq = ev.seq;
         let issued = core.cmds.len() as u64;
-        // Looks up the command the event names, checking kind and name.
-        let check = |core: &Core, cmd: u64, expected: String, ok: &dyn Fn(&CmdKind) -> bool| {
+        // Looks up the command the event names, checking kind and name. What was expected is
+        // described only on a mismatch: formatting it for every delivered event cost as much as
+        // the rest of the check.
+        let check = |core: &Core,
+                     cmd: u64,
+                     expected: &dyn Fn() -> String,
+                     ok: &dyn Fn(&CmdKind) -> bool| {
             match core.cmds.get(usize::try_from(cmd).unwrap_or(usize::MAX)) {
                 Some(c) if ok(&c.kind) => Ok(()),
                 Some(c) => Err(NonDeterminism {
                     cmd,
-                    expected: expected.clone(),
+                    expected: expected(),
                     found: c.kind.describe(),
                     hint: "the body issues a different operation here than when the run was recorded (a renamed or reordered step or wait?); deploy the old code under its deployment id, or fail the run".into(),
                 }),
                 None => Err(NonDeterminism {
                     cmd,
-                    expected,
+                    expected: expected(),
                     found: format!("nothing (the body issued {issued} command(s) and then waited or returned)"),
                     hint: "a step or wait was removed, or the body took another branch than when the run was recorded; deploy the old code under its deployment id, or fail the run".into(),
                 }),
@@ -279,7 +297,7 @@ impl Executor {
                 check(
                     &core,
                     *cmd,
-                    format!("step {name:?}"),
+                    &|| format!("step {name:?}"),
                     &|k| matches!(k, CmdKind::Step { name: n, .. } if n == name),
                 )?;
                 core.open.remove(cmd);
@@ -299,7 +317,7 @@ impl Executor {
                 check(
                     &core,
                     *cmd,
-                    format!("step {name:?}"),
+                    &|| format!("step {name:?}"),
                     &|k| matches!(k, CmdKind::Step { name: n, .. } if n == name),
                 )?;
                 if retry_at.is_none() {
@@ -311,13 +329,13 @@ impl Executor {
                 if retry_at.is_none() {
                     c.outcome = Some((
                         ev.seq,
-                        Err(StepFailed {
+                        Err(Box::new(StepFailed {
                             name: name.clone(),
                             cmd: *cmd,
                             attempts: *attempt,
                             message: error.clone(),
                             fatal: *fatal,
-                        }),
+                        })),
                     ));
                 }
             }
@@ -328,14 +346,14 @@ impl Executor {
             }
             Event::SleepFired { cmd } if *cmd == GRACE_CMD => {}
             Event::SleepScheduled { cmd, wake_at } => {
-                check(&core, *cmd, "sleep".into(), &|k| {
+                check(&core, *cmd, &|| "sleep".into(), &|k| {
                     matches!(k, CmdKind::Sleep(_))
                 })?;
                 core.unrecorded.remove(cmd);
                 core.cmds[*cmd as usize].wake_at = Some(*wake_at);
             }
             Event::SleepFired { cmd } => {
-                check(&core, *cmd, "sleep".into(), &|k| {
+                check(&core, *cmd, &|| "sleep".into(), &|k| {
                     matches!(k, CmdKind::Sleep(_))
                 })?;
                 core.open.remove(cmd);
@@ -347,19 +365,21 @@ impl Executor {
                 webhook,
                 ..
             } => {
-                let what = if *webhook {
-                    "webhook".to_owned()
-                } else {
-                    format!("hook {token:?}")
+                let what = || {
+                    if *webhook {
+                        "webhook".to_owned()
+                    } else {
+                        format!("hook {token:?}")
+                    }
                 };
-                check(&core, *cmd, what, &|k| match k {
+                check(&core, *cmd, &what, &|k| match k {
                     CmdKind::Hook { token: t, .. } | CmdKind::Agent { token: t, .. } => t == token,
                     _ => false,
                 })?;
                 core.unrecorded.remove(cmd);
             }
             Event::HookReceived { cmd, payload } => {
-                check(&core, *cmd, "a hook".into(), &|k| {
+                check(&core, *cmd, &|| "a hook".into(), &|k| {
                     matches!(k, CmdKind::Hook { .. } | CmdKind::Agent { .. })
                 })?;
                 let c = &mut core.cmds[*cmd as usize];
@@ -374,7 +394,7 @@ impl Executor {
                 check(
                     &core,
                     *cmd,
-                    "ask".into(),
+                    &|| "ask".into(),
                     &|k| matches!(k, CmdKind::Ask { request_id: r, .. } if r == request_id),
                 )?;
                 core.unrecorded.remove(cmd);
@@ -388,7 +408,7 @@ impl Executor {
                     core.open.remove(&cmd);
                     let c = &mut core.cmds[cmd as usize];
                     c.pending = false;
-                    c.answer = Some((ev.seq, response.clone()));
+                    c.answer = Some(Box::new((ev.seq, response.clone())));
                 }
             }
             Event::InputWithdrawn { request_id } => {
@@ -401,19 +421,19 @@ impl Executor {
                 check(
                     &core,
                     *cmd,
-                    format!("agent {key:?}"),
+                    &|| format!("agent {key:?}"),
                     &|k| matches!(k, CmdKind::Agent { call, .. } if &call.key == key),
                 )?;
                 core.cmds[*cmd as usize].started = true;
             }
             Event::Progress { cmd, .. } => {
-                check(&core, *cmd, "progress".into(), &|k| {
+                check(&core, *cmd, &|| "progress".into(), &|k| {
                     matches!(k, CmdKind::Progress { .. })
                 })?;
                 core.unrecorded.remove(cmd);
             }
             Event::MessagePosted { cmd, .. } => {
-                check(&core, *cmd, "post_message".into(), &|k| {
+                check(&core, *cmd, &|| "post_message".into(), &|k| {
                     matches!(k, CmdKind::Message { .. })
                 })?;
                 core.unrecorded.remove(cmd);
@@ -422,7 +442,7 @@ impl Executor {
                 check(
                     &core,
                     *cmd,
-                    format!("patch {id:?}"),
+                    &|| format!("patch {id:?}"),
                     &|k| matches!(k, CmdKind::Patch { id: i } if i == id),
                 )?;
                 core.unrecorded.remove(cmd);
@@ -447,9 +467,8 @@ impl Executor {
         let Some(body) = self.body.as_mut() else {
             return Ok(());
         };
-        let flag = Arc::new(FlagWaker::default());
-        let waker = Waker::from(flag.clone());
-        let mut cx = Context::from_waker(&waker);
+        let flag = &self.flag;
+        let mut cx = Context::from_waker(&self.waker);
         loop {
             flag.0.store(false, Ordering::SeqCst);
             match catch_unwind(AssertUnwindSafe(|| body.as_mut().poll(&mut cx))) {
@@ -516,7 +535,7 @@ impl Executor {
                     cmd,
                     token: token.clone(),
                     webhook: *webhook,
-                    respond_with: respond_with.clone(),
+                    respond_with: respond_with.as_deref().cloned(),
                 }),
                 CmdKind::Agent { token, .. } => Some(Event::HookCreated {
                     cmd,
