@@ -546,10 +546,11 @@ impl Case<'_> {
             let pos = self.inst.position();
             let aw = pos.and_then(|p| self.exp.awaits.get(p).cloned());
             if let (Some(p), Some(a)) = (pos, &aw) {
-                if a.parks() && self.park_seen(p, a).await? {
-                    if stop_at.is_some_and(|k| self.exp.parks.get(k) == Some(&p)) {
-                        return Ok(Stop::Parked(p));
-                    }
+                if a.parks()
+                    && self.park_seen(p, a).await?
+                    && stop_at.is_some_and(|k| self.exp.parks.get(k) == Some(&p))
+                {
+                    return Ok(Stop::Parked(p));
                 }
             }
             self.act(aw).await?;
