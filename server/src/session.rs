@@ -28,8 +28,6 @@ const PAGE: usize = 512;
 /// The reason written in `CancelRequested` by `POST /v1/tasks/{id}/cancel` (the same as the
 /// library's `task_cancel`).
 pub(crate) const REASON_TASK_CANCEL: &str = "task_cancel";
-/// The reason `POST /v1/sessions/{id}/end` writes (the engine's `Session::end` writes the same).
-pub(crate) const REASON_SESSION_END: &str = eve_core::engine::REASON_SESSION_END;
 
 /// The SSE `event:` name of a session event: its channel type (`input.requested`, …).
 pub(crate) fn event_type(e: &SessionEvent) -> &'static str {
@@ -496,25 +494,21 @@ pub(crate) async fn end(
     State(inner): State<Arc<Inner>>,
     Path(session): Path<String>,
 ) -> Result<Response, ApiError> {
+    let now = inner.clock.now();
     let end = inner
         .store
-        .end_session(&SessionId::new(session), inner.clock.now())
+        .end_session(&SessionId::new(session), now)
         .await?;
-    let mut cancelled = Vec::with_capacity(end.live.len());
-    for run in end.live {
-        match inner
-            .store
-            .request_cancel(&run, REASON_SESSION_END, inner.clock.now())
-            .await
-        {
-            Ok(CancelOutcome::Requested { .. }) => {
-                inner.wrote();
-                cancelled.push(run);
-            }
-            Ok(CancelOutcome::AlreadyRequested) => cancelled.push(run),
-            Ok(CancelOutcome::AlreadyEnded { .. }) | Err(StoreError::NotFound { .. }) => {}
-            Err(e) => return Err(e.into()),
-        }
+    // The same reason and the same skips as the library's `Session::end`.
+    let cancelled = eve_core::engine::cancel_runs(
+        &*inner.store,
+        end.live,
+        eve_core::engine::REASON_SESSION_END,
+        now,
+    )
+    .await?;
+    if !cancelled.is_empty() {
+        inner.wrote();
     }
     Ok(
         Json(serde_json::json!({ "endedAt": end.ended_at, "cancelled": cancelled }))

@@ -234,7 +234,18 @@ pub enum SessionError {
     Engine(#[from] EngineError),
     /// The store failed.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(StoreError),
+}
+
+/// The store's refusal of an ended session is [`SessionError::Ended`]; any other store error
+/// is [`SessionError::Store`].
+impl From<StoreError> for SessionError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::SessionEnded { session } => SessionError::Ended { session },
+            e => SessionError::Store(e),
+        }
+    }
 }
 
 /// What the parent agent must act on, told apart from what only streams to the user.
@@ -409,8 +420,7 @@ impl Session {
         let created = match &self.worker {
             Some(w) => w.start(new).await,
             None => self.store.create_run(new, self.clock.now()).await,
-        }
-        .map_err(|e| self.ended_or(e))?;
+        }?;
         let run = created.run;
         Ok(match run.execution {
             Execution::Default => ToolCallStart::Parked { run_id: run.run_id },
@@ -681,29 +691,6 @@ impl Session {
             .await?)
     }
 
-    /// Requests cancellation of each run; returns those for which a cancel is now requested
-    /// (skipping runs that ended meanwhile).
-    async fn cancel_all(
-        &self,
-        runs: Vec<RunRecord>,
-        reason: &str,
-    ) -> Result<Vec<RunRecord>, SessionError> {
-        let mut cancelled = Vec::new();
-        for run in runs {
-            match self
-                .store
-                .request_cancel(&run.run_id, reason, self.clock.now())
-                .await?
-            {
-                CancelOutcome::Requested { .. } | CancelOutcome::AlreadyRequested => {
-                    cancelled.push(run)
-                }
-                CancelOutcome::AlreadyEnded { .. } => {}
-            }
-        }
-        Ok(cancelled)
-    }
-
     /// The session's default-execution calls that are not settled: the current turn's parked
     /// calls (blocked runs included: their calls are pending too).
     async fn parked(&self) -> Result<Vec<RunRecord>, StoreError> {
@@ -734,8 +721,7 @@ impl Session {
     ) -> Result<TurnOutcome, SessionError> {
         self.store
             .queue_message(&self.id, message.into(), self.clock.now())
-            .await
-            .map_err(|e| self.ended_or(e))?;
+            .await?;
         let parked = self.parked().await?;
         if parked.is_empty() {
             return Ok(TurnOutcome::Delivered {
@@ -747,12 +733,13 @@ impl Session {
                 waiting_on: parked.into_iter().map(|r| r.call_id).collect(),
             }),
             TurnPolicy::Steer => Ok(TurnOutcome::Steered {
-                cancelled: self
-                    .cancel_all(parked, REASON_STEER)
-                    .await?
-                    .into_iter()
-                    .map(|r| r.run_id)
-                    .collect(),
+                cancelled: cancel_runs(
+                    &*self.store,
+                    parked.into_iter().map(|r| r.run_id),
+                    REASON_STEER,
+                    self.clock.now(),
+                )
+                .await?,
             }),
         }
     }
@@ -800,29 +787,34 @@ impl Session {
     /// # Errors
     /// The store's error.
     pub async fn end(&self) -> Result<Vec<RunId>, SessionError> {
-        let end = self.store.end_session(&self.id, self.clock.now()).await?;
-        let mut live = Vec::with_capacity(end.live.len());
-        for id in end.live {
-            match self.store.get_run(&id).await {
-                Ok(run) => live.push(run),
-                // Purged since: it had ended.
-                Err(StoreError::NotFound { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(self
-            .cancel_all(live, REASON_SESSION_END)
-            .await?
-            .into_iter()
-            .map(|r| r.run_id)
-            .collect())
+        let now = self.clock.now();
+        let end = self.store.end_session(&self.id, now).await?;
+        Ok(cancel_runs(&*self.store, end.live, REASON_SESSION_END, now).await?)
     }
+}
 
-    /// `SessionEnded` as [`SessionError::Ended`], any other error as the store's.
-    fn ended_or(&self, e: StoreError) -> SessionError {
-        match e {
-            StoreError::SessionEnded { session } => SessionError::Ended { session },
-            e => SessionError::Store(e),
+/// Requests cancellation of each run with `reason`, and returns those whose cancel is now
+/// requested (by this call or before), in the order given; runs that ended (or were purged)
+/// meanwhile are skipped. What [`Session::end`] and a steering message do with the runs they
+/// cancel; a surface that ends a session without a [`Session`] (the HTTP API) does the same.
+///
+/// # Errors
+/// The store's error; runs before it may have been cancelled.
+pub async fn cancel_runs(
+    store: &dyn JournalStore,
+    runs: impl IntoIterator<Item = RunId>,
+    reason: &str,
+    now: crate::time::Timestamp,
+) -> Result<Vec<RunId>, StoreError> {
+    let mut cancelled = Vec::new();
+    for run in runs {
+        match store.request_cancel(&run, reason, now).await {
+            Ok(CancelOutcome::Requested { .. } | CancelOutcome::AlreadyRequested) => {
+                cancelled.push(run)
+            }
+            Ok(CancelOutcome::AlreadyEnded { .. }) | Err(StoreError::NotFound { .. }) => {}
+            Err(e) => return Err(e),
         }
     }
+    Ok(cancelled)
 }
