@@ -1,7 +1,7 @@
 //! Sessions and turns (contract clause 10) in `session_records` and `session_messages`.
 //!
-//! Ends, queued messages and takes are rare, small writes: each runs in its own
-//! [`Immediate`] transaction on a read-pool connection. `create_run` (in the writer) checks
+//! Ends and queued messages are rare, small writes: each runs in its own [`Immediate`]
+//! transaction on a read-pool connection; a take is one `DELETE … RETURNING`. `create_run` (in the writer) checks
 //! `session_records` under the same database lock, so a start either commits before an end
 //! (and the end lists its run) or sees the end and is refused.
 
@@ -171,18 +171,17 @@ pub(crate) async fn take(
     session: &SessionId,
 ) -> Result<Vec<QueuedMessage>, StoreError> {
     check_session_id(session)?;
-    let mut tx = Immediate::begin(pool).await?;
-    let result = async {
-        let taken = queued(tx.conn(), session).await?;
-        if !taken.is_empty() {
-            sqlx::query("DELETE FROM session_messages WHERE session_id = ?")
-                .bind(session.as_str())
-                .execute(tx.conn())
-                .await
-                .map_err(map_sqlx)?;
-        }
-        Ok(taken)
-    }
-    .await;
-    tx.finish(result).await
+    // One statement: each row is deleted, and so returned, by one taker only.
+    let mut taken =
+        sqlx::query("DELETE FROM session_messages WHERE session_id = ? RETURNING seq, at, message")
+            .bind(session.as_str())
+            .fetch_all(pool)
+            .await
+            .map_err(map_sqlx)?
+            .iter()
+            .map(|row| message(session, row))
+            .collect::<Result<Vec<_>, _>>()?;
+    // RETURNING gives no order.
+    taken.sort_by_key(|m| m.seq);
+    Ok(taken)
 }

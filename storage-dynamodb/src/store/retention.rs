@@ -105,15 +105,7 @@ async fn purge_run(store: &DynamoStore, rec: &RunRecord) -> Result<bool, StoreEr
         }
         keys.push(key_of(it));
         if let Some(nonce) = get_s(it, "ck") {
-            let chunks = store
-                .query_all(
-                    None,
-                    "#pk = :pk AND begins_with(#sk, :pre)",
-                    &[("#pk", "pk"), ("#sk", "sk")],
-                    vec![(":pk", s(spk.clone())), (":pre", s(format!("CH#{nonce}#")))],
-                )
-                .await?;
-            keys.extend(chunks.iter().map(key_of));
+            keys.extend(store.chunk_keys(&spk, nonce).await?);
         }
     }
     if let Some(idem) = store.get(idem_pk(&rec.idempotency_key), ONE).await? {
@@ -184,6 +176,23 @@ async fn partition_keys(store: &DynamoStore, pk: String) -> Result<Vec<Item>, St
 }
 
 impl DynamoStore {
+    /// The keys of the chunk items of body `nonce` in partition `pk` (see [`Tx::blob`]).
+    ///
+    /// [`Tx::blob`]: super::tx::Tx::blob
+    pub(super) async fn chunk_keys(&self, pk: &str, nonce: &str) -> Result<Vec<Item>, StoreError> {
+        Ok(self
+            .query_all(
+                None,
+                "#pk = :pk AND begins_with(#sk, :pre)",
+                &[("#pk", "pk"), ("#sk", "sk")],
+                vec![(":pk", s(pk)), (":pre", s(format!("CH#{nonce}#")))],
+            )
+            .await?
+            .iter()
+            .map(key_of)
+            .collect())
+    }
+
     /// Deletes items by key, 25 a call, retrying what the service left unprocessed.
     pub(super) async fn delete_items(&self, keys: Vec<Item>) -> Result<(), StoreError> {
         let deletes = keys

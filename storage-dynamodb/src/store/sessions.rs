@@ -280,7 +280,7 @@ pub(super) async fn take_messages(
                 for it in &batch {
                     taken.push(message(store, session, &spk, it).await?);
                     if let Some(nonce) = get_s(it, "ck") {
-                        chunks.extend(chunk_keys(store, &spk, nonce).await?);
+                        chunks.extend(store.chunk_keys(&spk, nonce).await?);
                     }
                 }
                 break;
@@ -304,17 +304,3 @@ pub(super) async fn take_messages(
 
 /// Messages one take transaction deletes at most (DynamoDB allows 100 items a transaction).
 const TAKE_BATCH: usize = 50;
-
-async fn chunk_keys(store: &DynamoStore, spk: &str, nonce: &str) -> Result<Vec<Item>, StoreError> {
-    Ok(store
-        .query_all(
-            None,
-            "#pk = :pk AND begins_with(#sk, :pre)",
-            &[("#pk", "pk"), ("#sk", "sk")],
-            vec![(":pk", s(spk)), (":pre", s(format!("CH#{nonce}#")))],
-        )
-        .await?
-        .iter()
-        .map(|it| key(spk, get_s(it, "sk").unwrap_or_default()))
-        .collect())
-}
