@@ -90,18 +90,12 @@ impl Db {
             .execute(&mut *tx)
             .await
             .map_err(map_err)?;
-        let ended_at: Option<Option<i64>> = sqlx::query_scalar(
-            self.sql("SELECT ended_at FROM {s}.session_records WHERE session_id = $1"),
-        )
-        .bind(session.as_str())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(map_err)?;
+        let ended_at = self.ended_at(&mut *tx, session).await?;
         let queued = self.queued(&mut tx, session).await?;
         tx.commit().await.map_err(map_err)?;
         Ok(SessionRecord {
             session_id: session.clone(),
-            ended_at: ended_at.flatten().map(Timestamp),
+            ended_at,
             queued,
         })
     }
@@ -167,13 +161,22 @@ impl Db {
 
     /// Whether `session` was ended (for telling a refused start from a lost race).
     pub(crate) async fn session_ended(&self, session: &SessionId) -> Result<bool, StoreError> {
+        Ok(self.ended_at(&self.pool, session).await?.is_some())
+    }
+
+    /// When `session` was ended, read through `conn`.
+    async fn ended_at<'c>(
+        &self,
+        conn: impl sqlx::PgExecutor<'c>,
+        session: &SessionId,
+    ) -> Result<Option<Timestamp>, StoreError> {
         let ended: Option<Option<i64>> = sqlx::query_scalar(
             self.sql("SELECT ended_at FROM {s}.session_records WHERE session_id = $1"),
         )
         .bind(session.as_str())
-        .fetch_optional(&self.pool)
+        .fetch_optional(conn)
         .await
         .map_err(map_err)?;
-        Ok(ended.flatten().is_some())
+        Ok(ended.flatten().map(Timestamp))
     }
 }
