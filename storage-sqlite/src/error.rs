@@ -1,4 +1,5 @@
-//! Mapping sqlx errors to [`StoreError`] kinds: no sqlx type reaches the public API.
+//! Mapping sqlx and rusqlite errors to [`StoreError`] kinds: no driver type reaches the public
+//! API.
 
 use eve_core::StoreError;
 
@@ -16,6 +17,27 @@ pub(crate) fn map_sqlx(e: sqlx::Error) -> StoreError {
         sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed => true,
         _ => false,
     };
+    if transient {
+        StoreError::Unavailable {
+            backend: BACKEND,
+            message: e.to_string(),
+        }
+    } else {
+        StoreError::Other {
+            backend: BACKEND,
+            source: Box::new(e),
+        }
+    }
+}
+
+/// The writer connection's errors, kinded as [`map_sqlx`] does: a busy or locked database is
+/// `Unavailable` (retryable), everything else `Other`.
+pub(crate) fn map_rusqlite(e: rusqlite::Error) -> StoreError {
+    let transient = matches!(
+        &e,
+        rusqlite::Error::SqliteFailure(f, _)
+            if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    );
     if transient {
         StoreError::Unavailable {
             backend: BACKEND,
@@ -50,10 +72,10 @@ pub(crate) fn batch_failed(e: &StoreError) -> StoreError {
     }
 }
 
-/// The writer task is gone (the runtime shut down, or it panicked).
+/// The writer thread is gone (it panicked).
 pub(crate) fn writer_gone() -> StoreError {
     StoreError::Unavailable {
         backend: BACKEND,
-        message: "the store's writer task has stopped; open the store again".into(),
+        message: "the store's writer thread has stopped; open the store again".into(),
     }
 }

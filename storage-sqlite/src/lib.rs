@@ -49,23 +49,22 @@
 //!
 //! # Commit protocol
 //!
-//! Each handle runs one **writer task** owning one connection. Every write (create_run,
-//! append, answer, deliver_hook, request_cancel, resolve_blocked, register/heartbeat/retire,
-//! claim, release) is sent to it over a channel. The writer takes everything queued (up to
-//! [`SqliteOptions::max_batch`] ops), opens one `BEGIN IMMEDIATE` transaction, and runs the ops
-//! in arrival order. Each op first checks its preconditions with reads inside that
-//! transaction, then sends all its writes as one multi-statement round trip wrapped in
-//! `SAVEPOINT op … RELEASE op`; a failed op (Conflict, Fenced, a live hook token, a SQL error)
-//! rolls back to its savepoint only, so one run's conflict never undoes another's append. Then
-//! one `COMMIT` (one fsync under FULL) and every op is answered; an op is never acknowledged
-//! before its commit. A failed commit answers every op of the batch with that error
-//! (`Unavailable` when transient): none of them was applied. An op that fails with a backend
-//! fault (not a contract answer such as Conflict) abandons its batch the same way, since SQLite
-//! may have rolled the transaction back on its own (full disk, I/O error). This is group
-//! commit: under load, many appends of many runs share one transaction and one sync. The checks
-//! of a batch's appends are read in one statement up front (an append's row is re-read when an
-//! earlier op of the batch may have changed it), so a batched append costs about one statement
-//! round trip: its writes.
+//! Each handle runs one **writer thread** owning one connection (rusqlite; the reads below use
+//! sqlx). Every write (create_run, append, answer, deliver_hook, request_cancel,
+//! resolve_blocked, register/heartbeat/retire, claim, release) is sent to it over a channel. The
+//! writer takes everything queued (up to [`SqliteOptions::max_batch`] ops), opens one
+//! `BEGIN IMMEDIATE` transaction, and runs the ops in arrival order, in place: no channel hop per
+//! statement. Each op first checks all its preconditions with reads inside that transaction and
+//! writes nothing when one fails (Conflict, Fenced, a live hook token), so one run's conflict
+//! never undoes another's append; then it runs its writes. Then one `COMMIT` (one fsync under
+//! FULL) and every op is answered; an op is never acknowledged before its commit. A failed
+//! commit answers every op of the batch with that error (`Unavailable` when transient): none of
+//! them was applied. An op whose statement fails (a backend fault, not a contract answer such
+//! as Conflict) abandons its batch the same way, since SQLite may have rolled the transaction
+//! back on its own (full disk, I/O error). This is group commit: under load, many appends of
+//! many runs share one transaction and one sync. The checks of a batch's appends are read in
+//! one statement up front (an append's row is re-read when an earlier op of the batch may have
+//! changed it), so a batched append costs its two or three write statements.
 //!
 //! Reads (read, get_run, list_runs, pending_requests, read_session, next_wake) go to a separate
 //! pool and see the last committed state (WAL readers do not block the writer).
@@ -95,7 +94,7 @@
 //!
 //! The contract's limits (≤ 100 events and ≤ 4 MiB of payload per append, 4 MiB per payload),
 //! checked before anything is queued. One writer per handle: write throughput is bounded by one
-//! connection's statement round trips (about one per batched append) and one sync per batch. Reads of a
+//! connection's statements (two or three per batched append) and one sync per batch. Reads of a
 //! page fetch the rows that cover it. Times are milliseconds since the epoch in `i64`; seqs are
 //! stored as `i64`.
 //!
@@ -178,12 +177,12 @@ impl Default for SqliteOptions {
     }
 }
 
-/// A [`JournalStore`] on a SQLite file. Cheap to clone: clones share the writer task and the
+/// A [`JournalStore`] on a SQLite file. Cheap to clone: clones share the writer thread and the
 /// read pool. Open several handles on one file (or one per process) freely; see the crate docs
 /// for the commit protocol that keeps them consistent.
 ///
-/// Must be opened inside a tokio runtime (the writer is a tokio task); it stops when the last
-/// clone is dropped.
+/// Must be opened inside a tokio runtime (the read pool is sqlx's); the writer thread stops
+/// when the last clone is dropped.
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
     writer: mpsc::Sender<Op>,
@@ -241,7 +240,16 @@ impl SqliteStore {
             .busy_timeout(options.busy_timeout)
             .foreign_keys(false)
             .statement_cache_capacity(512);
-        Self::start(connect, &options, id, true).await
+        let writer = writer::WriterConfig {
+            filename: path.to_string_lossy().into_owned(),
+            in_memory: false,
+            synchronous: match options.synchronous {
+                Synchronous::Full => "FULL",
+                Synchronous::Normal => "NORMAL",
+            },
+            busy_timeout: options.busy_timeout,
+        };
+        Self::start(connect, writer, &options, id, true).await
     }
 
     /// A private in-memory database, gone when the store is dropped: for quick tests. (The
@@ -257,11 +265,19 @@ impl SqliteStore {
             .foreign_keys(false)
             .statement_cache_capacity(512);
         let id = format!("sqlite::memory:{}", eve_core::AppendId::random());
-        Self::start(connect, &SqliteOptions::default(), id, false).await
+        let writer = writer::WriterConfig {
+            // sqlx names the shared-cache database `file:sqlx-in-memory-N`.
+            filename: connect.get_filename().to_string_lossy().into_owned(),
+            in_memory: true,
+            synchronous: "FULL",
+            busy_timeout: Duration::from_secs(5),
+        };
+        Self::start(connect, writer, &SqliteOptions::default(), id, false).await
     }
 
     async fn start(
         connect: SqliteConnectOptions,
+        writer: writer::WriterConfig,
         options: &SqliteOptions,
         id: String,
         file: bool,
@@ -287,7 +303,10 @@ impl SqliteStore {
         } else {
             None
         };
-        tokio::spawn(writer::run(conn, rx, max_batch, hub.clone(), commits));
+        writer::spawn(&writer, rx, max_batch, hub.clone(), commits)?;
+        // The migrating connection closes only now: an in-memory database lives while a
+        // connection to it is open, and the writer's is.
+        let _ = sqlx::Connection::close(conn).await;
         Ok(Self {
             writer: tx,
             reads,

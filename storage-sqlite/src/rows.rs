@@ -1,6 +1,6 @@
 //! Decoding rows into contract records, and the column lists the queries share.
 
-use crate::error::map_sqlx;
+use crate::error::{map_rusqlite, map_sqlx};
 use eve_core::{
     DeploymentId, Execution, RunId, RunRecord, RunStatus, SessionId, StoreError, Timestamp,
     WorkerId,
@@ -38,21 +38,55 @@ pub(crate) fn execution_str(e: Execution) -> &'static str {
     }
 }
 
-pub(crate) fn u64_col(row: &SqliteRow, i: usize) -> Result<u64, StoreError> {
-    let v: i64 = row.try_get(i).map_err(map_sqlx)?;
-    Ok(v as u64)
+/// A result row of either connection kind: the sqlx pool's reads or the writer's rusqlite
+/// connection, so both decode records with the same functions.
+pub(crate) trait Cols {
+    /// Column `i` as an optional integer.
+    fn opt_int(&self, i: usize) -> Result<Option<i64>, StoreError>;
+    /// Column `i` as optional text.
+    fn opt_text(&self, i: usize) -> Result<Option<String>, StoreError>;
 }
 
-pub(crate) fn opt_i64(row: &SqliteRow, i: usize) -> Result<Option<i64>, StoreError> {
-    row.try_get(i).map_err(map_sqlx)
+impl Cols for SqliteRow {
+    fn opt_int(&self, i: usize) -> Result<Option<i64>, StoreError> {
+        self.try_get(i).map_err(map_sqlx)
+    }
+    fn opt_text(&self, i: usize) -> Result<Option<String>, StoreError> {
+        self.try_get(i).map_err(map_sqlx)
+    }
 }
 
-pub(crate) fn text(row: &SqliteRow, i: usize) -> Result<String, StoreError> {
-    row.try_get(i).map_err(map_sqlx)
+impl Cols for rusqlite::Row<'_> {
+    fn opt_int(&self, i: usize) -> Result<Option<i64>, StoreError> {
+        self.get(i).map_err(map_rusqlite)
+    }
+    fn opt_text(&self, i: usize) -> Result<Option<String>, StoreError> {
+        self.get(i).map_err(map_rusqlite)
+    }
+}
+
+fn null(i: usize) -> StoreError {
+    crate::error::other(format!("unexpected NULL in column {i}"))
+}
+
+pub(crate) fn i64_col(row: &(impl Cols + ?Sized), i: usize) -> Result<i64, StoreError> {
+    row.opt_int(i)?.ok_or_else(|| null(i))
+}
+
+pub(crate) fn u64_col(row: &(impl Cols + ?Sized), i: usize) -> Result<u64, StoreError> {
+    Ok(i64_col(row, i)? as u64)
+}
+
+pub(crate) fn opt_i64(row: &(impl Cols + ?Sized), i: usize) -> Result<Option<i64>, StoreError> {
+    row.opt_int(i)
+}
+
+pub(crate) fn text(row: &(impl Cols + ?Sized), i: usize) -> Result<String, StoreError> {
+    row.opt_text(i)?.ok_or_else(|| null(i))
 }
 
 /// Decodes the first [`RUN_COLS`] columns.
-pub(crate) fn run_record(row: &SqliteRow) -> Result<RunRecord, StoreError> {
+pub(crate) fn run_record(row: &(impl Cols + ?Sized)) -> Result<RunRecord, StoreError> {
     let run_id = RunId::new(text(row, 0)?);
     let corrupt = |reason: String| StoreError::Corrupt {
         run: run_id.clone(),
@@ -67,10 +101,10 @@ pub(crate) fn run_record(row: &SqliteRow) -> Result<RunRecord, StoreError> {
     let status_s = text(row, 8)?;
     let status = RunStatus::parse(&status_s)
         .ok_or_else(|| corrupt(format!("unknown status {status_s:?} in runs row")))?;
-    let owner_worker: Option<String> = row.try_get(13).map_err(map_sqlx)?;
+    let owner_worker = row.opt_text(13)?;
     let owner_epoch = opt_i64(row, 14)?;
-    let activations: i64 = row.try_get(12).map_err(map_sqlx)?;
-    let cancel: i64 = row.try_get(11).map_err(map_sqlx)?;
+    let activations = i64_col(row, 12)?;
+    let cancel = i64_col(row, 11)?;
     Ok(RunRecord {
         idempotency_key: text(row, 1)?,
         workflow_id: text(row, 2)?.into(),
@@ -88,8 +122,8 @@ pub(crate) fn run_record(row: &SqliteRow) -> Result<RunRecord, StoreError> {
             (Some(w), Some(e)) => Some((WorkerId::new(w), e as u64)),
             _ => None,
         },
-        created_at: Timestamp(row.try_get(15).map_err(map_sqlx)?),
-        updated_at: Timestamp(row.try_get(16).map_err(map_sqlx)?),
+        created_at: Timestamp(i64_col(row, 15)?),
+        updated_at: Timestamp(i64_col(row, 16)?),
         run_id,
     })
 }

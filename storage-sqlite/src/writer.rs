@@ -1,15 +1,17 @@
-//! The writer task: one connection, group commit, one savepoint per op.
+//! The writer thread: one connection, group commit.
 //!
-//! Every write op of a handle is sent here. The task takes what is queued (up to a batch limit),
-//! opens one `BEGIN IMMEDIATE` transaction, runs the ops in arrival order — each op reads what
-//! it must check (inside the transaction, so another handle on the file cannot interleave), then
-//! applies its writes as one multi-statement round trip wrapped in `SAVEPOINT op … RELEASE op`,
-//! rolled back to the savepoint alone if a statement fails — commits, and only then answers
-//! each op. A failed commit answers every op of the batch with that failure (none was applied).
+//! Every write op of a handle is sent here. The thread takes what is queued (up to a batch
+//! limit), opens one `BEGIN IMMEDIATE` transaction, runs the ops in arrival order — each op
+//! reads what it must check (inside the transaction, so another handle on the file cannot
+//! interleave), and only once every check passed applies its writes — commits, and only then
+//! answers each op. A failed commit answers every op of the batch with that failure (none was
+//! applied).
 
-use crate::error::{batch_failed, map_sqlx};
-use crate::rows::RUN_COLS;
-use crate::rows::{execution_str, opt_i64, run_cols, run_cols_r, run_record, text, u64_col};
+use crate::error::{batch_failed, map_rusqlite, other};
+use crate::rows::{
+    execution_str, i64_col, opt_i64, run_cols, run_cols_r, run_record, text, u64_col,
+};
+use crate::rows::{Cols, RUN_COLS};
 use eve_core::codec::{decode_batch, encode_batch, FORMAT_VERSION};
 use eve_core::store::cancel_events;
 use eve_core::{
@@ -18,11 +20,11 @@ use eve_core::{
     RunId, RunRecord, RunStatus, StoreError, Timestamp, WorkerId,
 };
 use eve_core::{WatchHub, WatchKey};
-use sqlx::sqlite::SqliteRow;
-use sqlx::{AssertSqlSafe, Row, SqliteConnection};
+use rusqlite::types::Value;
+use rusqlite::Connection as Conn;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -105,36 +107,133 @@ fn copy(e: &StoreError) -> StoreError {
     }
 }
 
-/// The writer loop; ends when every handle (sender) is dropped. Once a batch commits, wakes the
-/// watchers its ops touched in `hub`.
-pub(crate) async fn run(
-    conn: SqliteConnection,
+/// How the writer opens its connection (the same file and settings as the read pool's).
+#[derive(Debug, Clone)]
+pub(crate) struct WriterConfig {
+    /// A path, or for the in-memory store the shared-cache name the read pool opened.
+    pub(crate) filename: String,
+    pub(crate) in_memory: bool,
+    /// `FULL` or `NORMAL`.
+    pub(crate) synchronous: &'static str,
+    pub(crate) busy_timeout: Duration,
+}
+
+/// Opens the writer's connection and starts its thread, which ends when every handle (sender)
+/// is dropped. Once a batch commits, the thread wakes the watchers its ops touched in `hub`.
+///
+/// The writer is a plain thread on a plain connection: an op's statements run in place, with no
+/// channel hop per statement (as a connection with its own worker thread would need), so a
+/// batched append costs one hop in and one answer out.
+pub(crate) fn spawn(
+    config: &WriterConfig,
     rx: mpsc::Receiver<Op>,
     max_batch: usize,
     hub: WatchHub,
     commits: Arc<AtomicU64>,
-) {
-    BATCH_WAKES
-        .scope(
-            RefCell::new(Vec::new()),
-            batches(conn, rx, max_batch, hub, commits),
-        )
-        .await;
+) -> Result<(), StoreError> {
+    let conn = open(config)?;
+    conn.set_prepared_statement_cache_capacity(512);
+    let checkpoints = if config.in_memory {
+        None
+    } else {
+        // SQLite's automatic checkpoint would run inside a commit of this connection and stall
+        // every op of that batch; a second connection checkpoints beside the writer instead.
+        conn.execute_batch("PRAGMA wal_autocheckpoint = 0")
+            .map_err(map_rusqlite)?;
+        let ck = open(config)?;
+        let (tx, rx) = std::sync::mpsc::sync_channel::<()>(1);
+        let done = Arc::new(AtomicBool::new(false));
+        let copied = done.clone();
+        thread("eve-sqlite-checkpoint", move || {
+            while rx.recv().is_ok() {
+                checkpoint(&ck);
+                copied.store(true, Ordering::Release);
+            }
+        })?;
+        Some(Checkpoints { start: tx, done })
+    };
+    thread("eve-sqlite-writer", move || {
+        batches(&conn, rx, max_batch, &hub, &commits, checkpoints)
+    })
 }
 
-async fn batches(
-    mut conn: SqliteConnection,
+/// The writer's side of the checkpointing thread.
+struct Checkpoints {
+    /// Asks for a checkpoint.
+    start: std::sync::mpsc::SyncSender<()>,
+    /// Set when one finished.
+    done: Arc<AtomicBool>,
+}
+
+/// Commits of the writer between two checkpoints (at roughly ten pages a commit, about the
+/// 1000 pages at which SQLite would checkpoint by itself).
+const CHECKPOINT_EVERY: u64 = 100;
+
+/// Copies what the WAL holds into the database file without blocking the writer or readers
+/// (`PASSIVE`). The writer then copies the few frames it appended meanwhile the same way, so
+/// that all of the WAL is copied and its next transaction starts the WAL over from the
+/// beginning: the file stays small and its blocks are reused (a sync of a growing file costs
+/// more than one of blocks it already has).
+fn checkpoint(conn: &Conn) {
+    let r = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+        Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+    });
+    match r {
+        Ok((wal, copied)) => tracing::trace!(wal, copied, "sqlite checkpoint"),
+        Err(e) => tracing::debug!(error = %e, "sqlite checkpoint failed; the next one retries"),
+    }
+}
+
+/// A connection to the configured database with the writer's settings.
+fn open(config: &WriterConfig) -> Result<Conn, StoreError> {
+    use rusqlite::OpenFlags as F;
+    let mut flags = F::SQLITE_OPEN_READ_WRITE
+        | F::SQLITE_OPEN_CREATE
+        | F::SQLITE_OPEN_URI
+        | F::SQLITE_OPEN_NO_MUTEX;
+    if config.in_memory {
+        flags |= F::SQLITE_OPEN_MEMORY | F::SQLITE_OPEN_SHARED_CACHE;
+    }
+    let conn = Conn::open_with_flags(&config.filename, flags).map_err(map_rusqlite)?;
+    conn.busy_timeout(config.busy_timeout)
+        .map_err(map_rusqlite)?;
+    conn.execute_batch(&format!(
+        "PRAGMA synchronous = {}; PRAGMA foreign_keys = OFF;",
+        config.synchronous
+    ))
+    .map_err(map_rusqlite)?;
+    Ok(conn)
+}
+
+fn thread(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), StoreError> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .map(drop)
+        .map_err(|e| other(format!("cannot start the thread {name}: {e}")))
+}
+
+fn batches(
+    conn: &Conn,
     mut rx: mpsc::Receiver<Op>,
     max_batch: usize,
-    hub: WatchHub,
-    commits: Arc<AtomicU64>,
+    hub: &WatchHub,
+    commits: &AtomicU64,
+    checkpoints: Option<Checkpoints>,
 ) {
+    let mut committed = 0u64;
     let mut ops = Vec::with_capacity(max_batch);
-    while rx.recv_many(&mut ops, max_batch).await > 0 {
-        if let Err(e) = sqlx::query("BEGIN IMMEDIATE").execute(&mut conn).await {
-            let err = map_sqlx(e);
+    while let Some(op) = rx.blocking_recv() {
+        ops.push(op);
+        while ops.len() < max_batch {
+            match rx.try_recv() {
+                Ok(op) => ops.push(op),
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = exec(conn, "BEGIN IMMEDIATE", &[]) {
             for op in ops.drain(..) {
-                op.reject(batch_failed(&err));
+                op.reject(batch_failed(&e));
             }
             continue;
         }
@@ -143,7 +242,7 @@ async fn batches(
         // The appends' checks, read for the whole batch in one statement. An op's prefetched
         // row is used only while nothing earlier in the batch can have changed it: no earlier
         // append to its run, and no earlier op of another kind.
-        let mut prefetched = prefetch_appends(&mut conn, &ops).await;
+        let mut prefetched = prefetch_appends(conn, &ops);
         let mut touched: HashSet<RunId> = HashSet::new();
         let mut queued = ops.drain(..).enumerate();
         for (i, op) in queued.by_ref() {
@@ -157,7 +256,7 @@ async fn batches(
                     None
                 }
             };
-            let (answer, f) = run_op(&mut conn, op, pre).await;
+            let (answer, f) = run_op(conn, op, pre);
             answers.push(answer);
             if f.is_some() {
                 fault = f;
@@ -167,11 +266,7 @@ async fn batches(
         let rest: Vec<Op> = queued.map(|(_, op)| op).collect();
         let outcome = match fault {
             Some(err) => Err(err),
-            None => sqlx::query("COMMIT")
-                .execute(&mut conn)
-                .await
-                .map(|_| ())
-                .map_err(map_sqlx),
+            None => exec(conn, "COMMIT", &[]).map(|_| ()),
         };
         let wakes = BATCH_WAKES.with(|w| std::mem::take(&mut *w.borrow_mut()));
         match outcome {
@@ -181,11 +276,21 @@ async fn batches(
                 for key in &wakes {
                     hub.wake(key);
                 }
+                committed += 1;
+                if let Some(ck) = &checkpoints {
+                    if ck.done.swap(false, Ordering::Acquire) {
+                        checkpoint(conn);
+                    }
+                    if committed % CHECKPOINT_EVERY == 0 {
+                        // Full: a checkpoint is under way and will copy this batch too.
+                        let _ = ck.start.try_send(());
+                    }
+                }
             }
             Err(err) => {
                 tracing::warn!(error = %err, "sqlite batch abandoned; rolling it back");
                 // Fails harmlessly when SQLite already rolled back.
-                if let Err(e) = sqlx::query("ROLLBACK").execute(&mut conn).await {
+                if let Err(e) = exec(conn, "ROLLBACK", &[]) {
                     tracing::debug!(error = %e, "sqlite rollback of an abandoned batch");
                 }
                 answers.into_iter().for_each(|a| a(Some(&err)));
@@ -194,13 +299,75 @@ async fn batches(
             }
         }
     }
-    let _ = sqlx::Connection::close(conn).await;
 }
 
-/// Reads, in one statement, what each append of the batch checks (its run, a landed append
-/// id, its worker's current epoch), keyed by the op's index. Best effort: on any error the ops
-/// read their own rows.
-async fn prefetch_appends(conn: &mut SqliteConnection, ops: &[Op]) -> HashMap<usize, SqliteRow> {
+/// Runs `sql` (a cached statement) with `args`; returns the number of rows it changed.
+fn exec(conn: &Conn, sql: &str, args: &[Value]) -> Result<usize, StoreError> {
+    conn.prepare_cached(sql)
+        .and_then(|mut st| st.execute(rusqlite::params_from_iter(args)))
+        .map_err(map_rusqlite)
+}
+
+/// Runs the query `sql` with `args` and decodes each row with `f`.
+fn query<T>(
+    conn: &Conn,
+    sql: &str,
+    args: &[Value],
+    mut f: impl FnMut(&rusqlite::Row<'_>) -> Result<T, StoreError>,
+) -> Result<Vec<T>, StoreError> {
+    let mut st = conn.prepare_cached(sql).map_err(map_rusqlite)?;
+    let mut rows = st
+        .query(rusqlite::params_from_iter(args))
+        .map_err(map_rusqlite)?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().map_err(map_rusqlite)? {
+        out.push(f(row)?);
+    }
+    Ok(out)
+}
+
+/// [`query`]'s first row, if any.
+fn query_opt<T>(
+    conn: &Conn,
+    sql: &str,
+    args: &[Value],
+    f: impl FnOnce(&rusqlite::Row<'_>) -> Result<T, StoreError>,
+) -> Result<Option<T>, StoreError> {
+    let mut st = conn.prepare_cached(sql).map_err(map_rusqlite)?;
+    let mut rows = st
+        .query(rusqlite::params_from_iter(args))
+        .map_err(map_rusqlite)?;
+    match rows.next().map_err(map_rusqlite)? {
+        Some(row) => f(row).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// What an append checks: its run, a landed append id's first seq and count, and its worker's
+/// current epoch (read by [`fetch_append_check`] or, for a batch, [`prefetch_appends`]).
+#[derive(Debug)]
+struct AppendCheck {
+    rec: RunRecord,
+    landed: Option<(i64, i64)>,
+    worker_epoch: Option<i64>,
+}
+
+impl AppendCheck {
+    fn decode(row: &rusqlite::Row<'_>) -> Result<Self, StoreError> {
+        Ok(Self {
+            rec: run_record(row)?,
+            landed: match (opt_i64(row, RUN_COLS)?, opt_i64(row, RUN_COLS + 1)?) {
+                (Some(first), Some(count)) => Some((first, count)),
+                _ => None,
+            },
+            worker_epoch: opt_i64(row, RUN_COLS + 2)?,
+        })
+    }
+}
+
+/// Reads, in one statement, what each append of the batch checks, keyed by the op's index.
+/// Best effort: on any error the ops read their own rows.
+fn prefetch_appends(conn: &Conn, ops: &[Op]) -> HashMap<usize, AppendCheck> {
     let appends: Vec<(usize, &Append)> = ops
         .iter()
         .enumerate()
@@ -223,22 +390,25 @@ async fn prefetch_appends(conn: &mut SqliteConnection, ops: &[Op]) -> HashMap<us
         ),
         tuples(appends.len(), 4)
     );
-    let mut q = sqlx::query(AssertSqlSafe(sql));
-    for (i, a) in &appends {
-        q = q
-            .bind(*i as i64)
-            .bind(a.run.as_str())
-            .bind(a.append_id.as_str())
-            .bind(a.lease.worker.as_str());
-    }
-    match q.fetch_all(&mut *conn).await {
-        Ok(rows) => rows
-            .into_iter()
-            .filter_map(|row| {
-                let i: i64 = row.try_get(RUN_COLS + 3).ok()?;
-                Some((i as usize, row))
-            })
-            .collect(),
+    let args: Vec<Value> = appends
+        .iter()
+        .flat_map(|(i, a)| {
+            [
+                Value::Integer(*i as i64),
+                txt(a.run.as_str()),
+                txt(a.append_id.as_str()),
+                txt(a.lease.worker.as_str()),
+            ]
+        })
+        .collect();
+    let rows = query(conn, &sql, &args, |row| {
+        Ok((
+            i64_col(row, RUN_COLS + 3)? as usize,
+            AppendCheck::decode(row)?,
+        ))
+    });
+    match rows {
+        Ok(rows) => rows.into_iter().collect(),
         Err(e) => {
             tracing::debug!(error = %e, "sqlite append prefetch failed; checking one by one");
             HashMap::new()
@@ -246,68 +416,51 @@ async fn prefetch_appends(conn: &mut SqliteConnection, ops: &[Op]) -> HashMap<us
     }
 }
 
-async fn run_op(
-    conn: &mut SqliteConnection,
-    op: Op,
-    pre: Option<SqliteRow>,
-) -> (Answer, Option<StoreError>) {
+fn run_op(conn: &Conn, op: Op, pre: Option<AppendCheck>) -> (Answer, Option<StoreError>) {
     match op {
-        Op::CreateRun(new, lease, now, r) => answer(r, create_run(conn, *new, lease, now).await),
-        Op::Append(a, r) => answer(r, append(conn, *a, pre).await),
-        Op::Answer(req, resp, now, r) => answer(r, answer_request(conn, &req, resp, now).await),
+        Op::CreateRun(new, lease, now, r) => answer(r, create_run(conn, *new, lease, now)),
+        Op::Append(a, r) => answer(r, append(conn, *a, pre)),
+        Op::Answer(req, resp, now, r) => answer(r, answer_request(conn, &req, resp, now)),
         Op::DeliverHook {
             token,
             payload,
             dedupe_key,
             now,
             reply,
-        } => answer(
-            reply,
-            deliver_hook(conn, &token, payload, dedupe_key, now).await,
-        ),
-        Op::Cancel(run, reason, now, r) => answer(r, request_cancel(conn, &run, reason, now).await),
-        Op::Resolve(run, res, now, r) => answer(r, resolve_blocked(conn, &run, res, now).await),
-        Op::Register(w, d, ttl, now, r) => answer(r, register_worker(conn, w, d, ttl, now).await),
-        Op::Heartbeat(lease, ttl, now, r) => answer(r, heartbeat(conn, &lease, ttl, now).await),
-        Op::Claim(lease, max, now, r) => answer(r, claim(conn, &lease, max, now).await),
-        Op::Release(lease, run, p, now, r) => answer(r, release(conn, &lease, &run, p, now).await),
-        Op::Retire(lease, r) => answer(r, retire_worker(conn, &lease).await),
+        } => answer(reply, deliver_hook(conn, &token, payload, dedupe_key, now)),
+        Op::Cancel(run, reason, now, r) => answer(r, request_cancel(conn, &run, reason, now)),
+        Op::Resolve(run, res, now, r) => answer(r, resolve_blocked(conn, &run, res, now)),
+        Op::Register(w, d, ttl, now, r) => answer(r, register_worker(conn, w, d, ttl, now)),
+        Op::Heartbeat(lease, ttl, now, r) => answer(r, heartbeat(conn, &lease, ttl, now)),
+        Op::Claim(lease, max, now, r) => answer(r, claim(conn, &lease, max, now)),
+        Op::Release(lease, run, p, now, r) => answer(r, release(conn, &lease, &run, p, now)),
+        Op::Retire(lease, r) => answer(r, retire_worker(conn, &lease)),
     }
 }
 
 // ---------------------------------------------------------------------------------------------
-// Write plans: an op's writes, sent as one multi-statement round trip.
+// Write plans: an op's writes, applied once its checks passed.
 
-#[derive(Debug)]
-enum Arg {
-    Int(i64),
-    Text(String),
-    Blob(Vec<u8>),
-    Null,
+fn int(v: u64) -> Value {
+    Value::Integer(i64::try_from(v).unwrap_or(i64::MAX))
 }
 
-fn int(v: u64) -> Arg {
-    Arg::Int(i64::try_from(v).unwrap_or(i64::MAX))
+fn txt(s: &str) -> Value {
+    Value::Text(s.to_owned())
 }
 
-fn txt(s: &str) -> Arg {
-    Arg::Text(s.to_owned())
-}
-
-/// Statements using only anonymous `?` parameters, so their arguments concatenate in order.
+/// An op's write statements with their arguments.
 #[derive(Debug, Default)]
 struct Plan {
-    sql: String,
-    args: Vec<Arg>,
+    statements: Vec<(String, Vec<Value>)>,
     /// Watchers to wake once the batch holding this plan commits.
     wakes: Vec<WatchKey>,
 }
 
 impl Plan {
-    fn push(&mut self, sql: &str, args: impl IntoIterator<Item = Arg>) {
-        self.sql.push_str(sql);
-        self.sql.push_str(";\n");
-        self.args.extend(args);
+    fn push(&mut self, sql: &str, args: impl IntoIterator<Item = Value>) {
+        self.statements
+            .push((sql.to_owned(), args.into_iter().collect()));
     }
 }
 
@@ -329,37 +482,23 @@ fn tuples(rows: usize, width: usize) -> String {
     vec![one; rows].join(", ")
 }
 
-/// Runs `plan` inside its own savepoint: all of it or none of it.
-async fn apply(conn: &mut SqliteConnection, mut plan: Plan) -> Result<(), StoreError> {
-    let sql = format!("SAVEPOINT op;\n{}RELEASE op", plan.sql);
-    let mut q = sqlx::query(AssertSqlSafe(sql));
-    for a in std::mem::take(&mut plan.args) {
-        q = match a {
-            Arg::Int(v) => q.bind(v),
-            Arg::Text(s) => q.bind(s),
-            Arg::Blob(b) => q.bind(b),
-            Arg::Null => q.bind(Option::<i64>::None),
-        };
-    }
-    if let Err(e) = q.execute(&mut *conn).await {
-        let err = map_sqlx(e);
-        if let Err(e) = sqlx::query("ROLLBACK TO op; RELEASE op")
-            .execute(&mut *conn)
-            .await
-        {
-            tracing::warn!(error = %e, "sqlite rollback to savepoint failed");
-        }
-        return Err(err);
+/// Runs `plan`'s statements. The op's checks were all read before, so a statement fails only
+/// on a backend fault (an I/O error, a full disk, a violated constraint), and a fault abandons
+/// the whole batch (see [`answer`]): an op is never left half applied, with no savepoint per op
+/// (which would copy every page the op touches a second time into a sub-journal).
+fn apply(conn: &Conn, plan: Plan) -> Result<(), StoreError> {
+    for (sql, args) in &plan.statements {
+        exec(conn, sql, args)?;
     }
     if !plan.wakes.is_empty() {
-        let _ = BATCH_WAKES.try_with(|w| w.borrow_mut().extend(plan.wakes));
+        BATCH_WAKES.with(|w| w.borrow_mut().extend(plan.wakes));
     }
     Ok(())
 }
 
-tokio::task_local! {
+thread_local! {
     /// The watchers the applied ops of the writer's current batch wake once it commits.
-    static BATCH_WAKES: RefCell<Vec<WatchKey>>;
+    static BATCH_WAKES: RefCell<Vec<WatchKey>> = const { RefCell::new(Vec::new()) };
 }
 
 fn fenced(lease: &Lease, run: &str) -> StoreError {
@@ -370,28 +509,21 @@ fn fenced(lease: &Lease, run: &str) -> StoreError {
     }
 }
 
-async fn fetch_run(
-    conn: &mut SqliteConnection,
-    run: &RunId,
-) -> Result<Option<RunRecord>, StoreError> {
-    let row = sqlx::query(concat!(
-        "SELECT ",
-        run_cols!(),
-        " FROM runs WHERE run_id = ?"
-    ))
-    .bind(run.as_str())
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(map_sqlx)?;
-    row.as_ref().map(run_record).transpose()
+fn fetch_run(conn: &Conn, run: &RunId) -> Result<Option<RunRecord>, StoreError> {
+    query_opt(
+        conn,
+        concat!("SELECT ", run_cols!(), " FROM runs WHERE run_id = ?"),
+        &[txt(run.as_str())],
+        |row| run_record(row),
+    )
 }
 
 /// Adds to `plan` the writes of `events` appended at the run's next seq with their
 /// [`Effects`], exactly as `MemoryStore::write` applies them. `append_id` is set for a worker's
 /// append, which also marks the journal processed and resets activations. Checks hook tokens
 /// (the one failure that depends on other runs) before adding anything.
-async fn write(
-    conn: &mut SqliteConnection,
+fn write(
+    conn: &Conn,
     rec: &RunRecord,
     events: &[Event],
     now: Timestamp,
@@ -404,17 +536,10 @@ async fn write(
             "SELECT token FROM hooks WHERE token IN ({})",
             marks(fx.hooks_created.len())
         );
-        let mut q = sqlx::query(AssertSqlSafe(sql));
-        for (t, _, _) in &fx.hooks_created {
-            q = q.bind(t.as_str());
-        }
-        let live: HashSet<String> = q
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(map_sqlx)?
-            .iter()
-            .map(|r| text(r, 0))
-            .collect::<Result<_, _>>()?;
+        let args: Vec<Value> = fx.hooks_created.iter().map(|(t, _, _)| txt(t)).collect();
+        let live: HashSet<String> = query(conn, &sql, &args, |r| text(r, 0))?
+            .into_iter()
+            .collect();
         for (i, (token, _, _)) in fx.hooks_created.iter().enumerate() {
             if live.contains(token) || fx.hooks_created[..i].iter().any(|(t, _, _)| t == token) {
                 return Err(StoreError::AlreadyExists {
@@ -436,10 +561,10 @@ async fn write(
             txt(run),
             int(first),
             int(events.len() as u64),
-            Arg::Int(now.0),
-            Arg::Int(i64::from(FORMAT_VERSION)),
-            Arg::Blob(body),
-            append_id.map_or(Arg::Null, |a| txt(a.as_str())),
+            Value::Integer(now.0),
+            Value::Integer(i64::from(FORMAT_VERSION)),
+            Value::Blob(body),
+            append_id.map_or(Value::Null, |a| txt(a.as_str())),
         ],
     );
     let ended = fx.ends_run();
@@ -462,16 +587,16 @@ async fn write(
          WHERE run_id = ?",
         [
             int(next),
-            Arg::Int(now.0),
-            fx.status.map_or(Arg::Null, |s| txt(s.as_str())),
-            Arg::Int(i64::from(fx.cancel_requested)),
-            Arg::Int(i64::from(worker)),
+            Value::Integer(now.0),
+            fx.status.map_or(Value::Null, |s| txt(s.as_str())),
+            Value::Integer(i64::from(fx.cancel_requested)),
+            Value::Integer(i64::from(worker)),
             int(next),
-            Arg::Int(i64::from(worker)),
-            Arg::Int(i64::from(worker)),
-            Arg::Int(now.0),
-            Arg::Int(i64::from(ended)),
-            Arg::Int(i64::from(ended)),
+            Value::Integer(i64::from(worker)),
+            Value::Integer(i64::from(worker)),
+            Value::Integer(now.0),
+            Value::Integer(i64::from(ended)),
+            Value::Integer(i64::from(ended)),
             txt(run),
         ],
     );
@@ -483,7 +608,7 @@ async fn write(
         let args = fx
             .timers_set
             .iter()
-            .flat_map(|(cmd, due)| [txt(run), int(*cmd), Arg::Int(due.0)]);
+            .flat_map(|(cmd, due)| [txt(run), int(*cmd), Value::Integer(due.0)]);
         plan.push(&sql, args.collect::<Vec<_>>());
     }
     if !fx.timers_cleared.is_empty() {
@@ -514,7 +639,7 @@ async fn write(
                 txt(token),
                 txt(run),
                 int(*cmd),
-                Arg::Int(i64::from(*webhook)),
+                Value::Integer(i64::from(*webhook)),
             ]
         });
         plan.push(&sql, args.collect::<Vec<_>>());
@@ -532,8 +657,8 @@ async fn write(
                 txt(run),
                 txt(rec.session_id.as_str()),
                 int(*cmd),
-                Arg::Text(json),
-                Arg::Int(now.0),
+                Value::Text(json),
+                Value::Integer(now.0),
             ],
         );
     }
@@ -566,10 +691,10 @@ async fn write(
             [
                 txt(rec.session_id.as_str()),
                 txt(rec.session_id.as_str()),
-                Arg::Int(now.0),
+                Value::Integer(now.0),
                 txt(run),
                 txt(rec.call_id.as_str()),
-                Arg::Text(json),
+                Value::Text(json),
                 txt(rec.session_id.as_str()),
             ],
         );
@@ -581,33 +706,38 @@ async fn write(
 // The ops. Each checks its preconditions in the order MemoryStore does, then applies one plan.
 
 /// `create_run`, and with `lease` (eager start) a claim of the new run under it when it is
-/// valid, in the same savepoint.
-async fn create_run(
-    conn: &mut SqliteConnection,
+/// valid, in the same plan.
+fn create_run(
+    conn: &Conn,
     new: NewRun,
     lease: Option<Lease>,
     now: Timestamp,
 ) -> Result<CreatedRun, StoreError> {
     let key = new.key();
-    let rows = sqlx::query(concat!(
-        "SELECT ",
-        run_cols_r!(),
-        ", e.version, e.body, e.count FROM runs r \
-         JOIN events e ON e.run_id = r.run_id AND e.first_seq = 0 \
-         WHERE r.idempotency_key = ?1 OR r.run_id = ?2 \
-         ORDER BY r.idempotency_key = ?1 DESC"
-    ))
-    .bind(key.as_str())
-    .bind(new.run_id.as_str())
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(map_sqlx)?;
-    if let Some(row) = rows.first() {
-        let rec = run_record(row)?;
+    let existing = query_opt(
+        conn,
+        concat!(
+            "SELECT ",
+            run_cols_r!(),
+            ", e.version, e.body, e.count FROM runs r \
+             JOIN events e ON e.run_id = r.run_id AND e.first_seq = 0 \
+             WHERE r.idempotency_key = ?1 OR r.run_id = ?2 \
+             ORDER BY r.idempotency_key = ?1 DESC"
+        ),
+        &[txt(&key), txt(new.run_id.as_str())],
+        |row| {
+            let body: Vec<u8> = row.get(RUN_COLS + 1).map_err(map_rusqlite)?;
+            Ok((
+                run_record(row)?,
+                i64_col(row, RUN_COLS)?,
+                body,
+                u64_col(row, RUN_COLS + 2)?,
+            ))
+        },
+    )?;
+    if let Some((rec, version, body, count)) = existing {
         if rec.idempotency_key == key {
-            let version: i64 = row.try_get(RUN_COLS).map_err(map_sqlx)?;
-            let body: Vec<u8> = row.try_get(RUN_COLS + 1).map_err(map_sqlx)?;
-            let count = u64_col(row, RUN_COLS + 2)? as usize;
+            let count = count as usize;
             let version = u16::try_from(version).unwrap_or(u16::MAX);
             let events = decode_batch(&rec.run_id, 0, version, &body, count)?;
             if !events.first().is_some_and(|e| new.matches(e)) {
@@ -630,13 +760,12 @@ async fn create_run(
     // Contract clause 10: an ended session starts no run. The end is written under the same
     // database lock, so it either committed before this check or waits for this commit (and
     // then lists the run as live).
-    let ended: Option<i64> = sqlx::query_scalar(
+    let ended = query_opt(
+        conn,
         "SELECT 1 FROM session_records WHERE session_id = ? AND ended_at IS NOT NULL",
-    )
-    .bind(new.session_id.as_str())
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(map_sqlx)?;
+        &[txt(new.session_id.as_str())],
+        |_| Ok(()),
+    )?;
     if ended.is_some() {
         return Err(StoreError::SessionEnded {
             session: new.session_id,
@@ -657,9 +786,9 @@ async fn create_run(
             txt(new.session_id.as_str()),
             txt(new.call_id.as_str()),
             txt(execution_str(new.execution)),
-            Arg::Int(now.0),
-            Arg::Int(now.0),
-            Arg::Int(now.0),
+            Value::Integer(now.0),
+            Value::Integer(now.0),
+            Value::Integer(now.0),
         ],
     );
     plan.push(
@@ -667,14 +796,14 @@ async fn create_run(
          VALUES (?, 0, 1, ?, ?, ?, NULL)",
         [
             txt(new.run_id.as_str()),
-            Arg::Int(now.0),
-            Arg::Int(i64::from(FORMAT_VERSION)),
-            Arg::Blob(body),
+            Value::Integer(now.0),
+            Value::Integer(i64::from(FORMAT_VERSION)),
+            Value::Blob(body),
         ],
     );
     let mut record = new.record(now);
     if let Some(lease) = lease {
-        if lease_valid(conn, &lease, now).await? {
+        if lease_valid(conn, &lease, now)? {
             plan.push(
                 "UPDATE runs SET owner_worker = ?, owner_epoch = ?, activations = 1 \
                  WHERE run_id = ?",
@@ -688,55 +817,50 @@ async fn create_run(
             record.activations = 1;
         }
     }
-    apply(conn, plan).await?;
+    apply(conn, plan)?;
     Ok(CreatedRun {
         run: record,
         created: true,
     })
 }
 
-async fn append(
-    conn: &mut SqliteConnection,
-    a: Append,
-    pre: Option<SqliteRow>,
-) -> Result<Appended, StoreError> {
-    let row = match pre {
-        Some(row) => row,
-        None => fetch_append_row(conn, &a).await?,
+fn append(conn: &Conn, a: Append, pre: Option<AppendCheck>) -> Result<Appended, StoreError> {
+    let check = match pre {
+        Some(check) => check,
+        None => fetch_append_check(conn, &a)?,
     };
-    append_checked(conn, a, row).await
+    append_checked(conn, a, check)
 }
 
-/// The append's check row: its run's columns, then a landed append id's first seq and count,
-/// then its worker's current epoch (the layout [`prefetch_appends`] reads too).
-async fn fetch_append_row(
-    conn: &mut SqliteConnection,
-    a: &Append,
-) -> Result<SqliteRow, StoreError> {
-    sqlx::query(concat!(
-        "SELECT ",
-        run_cols!(),
-        ", (SELECT first_seq FROM events WHERE run_id = ?1 AND append_id = ?2), \
-         (SELECT count FROM events WHERE run_id = ?1 AND append_id = ?2), \
-         (SELECT epoch FROM workers WHERE worker_id = ?3 AND retired = 0) \
-         FROM runs WHERE run_id = ?1"
-    ))
-    .bind(a.run.as_str())
-    .bind(a.append_id.as_str())
-    .bind(a.lease.worker.as_str())
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(map_sqlx)?
+/// The append's checks, read alone (the layout [`prefetch_appends`] reads for a batch).
+fn fetch_append_check(conn: &Conn, a: &Append) -> Result<AppendCheck, StoreError> {
+    query_opt(
+        conn,
+        concat!(
+            "SELECT ",
+            run_cols!(),
+            ", (SELECT first_seq FROM events WHERE run_id = ?1 AND append_id = ?2), \
+             (SELECT count FROM events WHERE run_id = ?1 AND append_id = ?2), \
+             (SELECT epoch FROM workers WHERE worker_id = ?3 AND retired = 0) \
+             FROM runs WHERE run_id = ?1"
+        ),
+        &[
+            txt(a.run.as_str()),
+            txt(a.append_id.as_str()),
+            txt(a.lease.worker.as_str()),
+        ],
+        AppendCheck::decode,
+    )?
     .ok_or_else(|| StoreError::not_found("run", &a.run))
 }
 
-async fn append_checked(
-    conn: &mut SqliteConnection,
-    a: Append,
-    row: SqliteRow,
-) -> Result<Appended, StoreError> {
-    let rec = run_record(&row)?;
-    if let (Some(first), Some(count)) = (opt_i64(&row, RUN_COLS)?, opt_i64(&row, RUN_COLS + 1)?) {
+fn append_checked(conn: &Conn, a: Append, check: AppendCheck) -> Result<Appended, StoreError> {
+    let AppendCheck {
+        rec,
+        landed,
+        worker_epoch,
+    } = check;
+    if let Some((first, count)) = landed {
         return Ok(Appended {
             first_seq: first as u64,
             next_seq: (first + count) as u64,
@@ -749,7 +873,7 @@ async fn append_checked(
     if rec.owner.as_ref() != Some(&(a.lease.worker.clone(), a.lease.epoch)) {
         return Err(fenced(&a.lease, a.run.as_str()));
     }
-    if opt_i64(&row, RUN_COLS + 2)? != Some(a.lease.epoch as i64) {
+    if worker_epoch != Some(a.lease.epoch as i64) {
         return Err(fenced(&a.lease, a.run.as_str()));
     }
     if rec.next_seq != a.expected_seq {
@@ -760,9 +884,8 @@ async fn append_checked(
         });
     }
     let mut plan = Plan::default();
-    let (first_seq, next_seq) =
-        write(conn, &rec, &a.events, a.now, Some(&a.append_id), &mut plan).await?;
-    apply(conn, plan).await?;
+    let (first_seq, next_seq) = write(conn, &rec, &a.events, a.now, Some(&a.append_id), &mut plan)?;
+    apply(conn, plan)?;
     Ok(Appended {
         first_seq,
         next_seq,
@@ -770,38 +893,51 @@ async fn append_checked(
     })
 }
 
-async fn answer_request(
-    conn: &mut SqliteConnection,
+fn answer_request(
+    conn: &Conn,
     request: &RequestId,
     response: InputResponse,
     now: Timestamp,
 ) -> Result<Delivered, StoreError> {
-    let row = sqlx::query(concat!(
-        "SELECT ",
-        run_cols_r!(),
-        ", q.state, q.response, q.answered_seq, q.request \
-         FROM requests q JOIN runs r ON r.run_id = q.run_id WHERE q.request_id = ?"
-    ))
-    .bind(request.as_str())
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(map_sqlx)?
+    let (rec, state, prev, answered_seq, asked): (
+        RunRecord,
+        String,
+        Option<String>,
+        Option<i64>,
+        String,
+    ) = query_opt(
+        conn,
+        concat!(
+            "SELECT ",
+            run_cols_r!(),
+            ", q.state, q.response, q.answered_seq, q.request \
+             FROM requests q JOIN runs r ON r.run_id = q.run_id WHERE q.request_id = ?"
+        ),
+        &[txt(request.as_str())],
+        |row| {
+            Ok((
+                run_record(row)?,
+                text(row, RUN_COLS)?,
+                row.opt_text(RUN_COLS + 1)?,
+                opt_i64(row, RUN_COLS + 2)?,
+                text(row, RUN_COLS + 3)?,
+            ))
+        },
+    )?
     .ok_or_else(|| StoreError::not_found("request", request))?;
-    let rec = run_record(&row)?;
     let corrupt = |what: &str, e: serde_json::Error| StoreError::Corrupt {
         run: rec.run_id.clone(),
         seq: 0,
         reason: format!("undecodable {what} of request {request}: {e}"),
     };
-    match text(&row, RUN_COLS)?.as_str() {
+    match state.as_str() {
         "answered" => {
-            let prev: Option<String> = row.try_get(RUN_COLS + 1).map_err(map_sqlx)?;
             let prev: InputResponse = serde_json::from_str(prev.as_deref().unwrap_or("null"))
                 .map_err(|e| corrupt("response", e))?;
             return if prev.same_answer(&response) {
                 Ok(Delivered {
                     run: rec.run_id.clone(),
-                    seq: opt_i64(&row, RUN_COLS + 2)?.unwrap_or(0) as u64,
+                    seq: answered_seq.unwrap_or(0) as u64,
                     duplicate: true,
                 })
             } else {
@@ -817,8 +953,7 @@ async fn answer_request(
         }
         _ => {}
     }
-    let asked: InputRequest =
-        serde_json::from_str(&text(&row, RUN_COLS + 3)?).map_err(|e| corrupt("request", e))?;
+    let asked: InputRequest = serde_json::from_str(&asked).map_err(|e| corrupt("request", e))?;
     asked
         .accepts(&response)
         .map_err(|reason| StoreError::InvalidAnswer {
@@ -845,13 +980,12 @@ async fn answer_request(
         now,
         None,
         &mut plan,
-    )
-    .await?;
+    )?;
     plan.push(
         "UPDATE requests SET state = 'answered', response = ?, answered_seq = ? WHERE request_id = ?",
-        [Arg::Text(response_json), int(seq), txt(request.as_str())],
+        [Value::Text(response_json), int(seq), txt(request.as_str())],
     );
-    apply(conn, plan).await?;
+    apply(conn, plan)?;
     Ok(Delivered {
         run: rec.run_id,
         seq,
@@ -859,31 +993,35 @@ async fn answer_request(
     })
 }
 
-async fn deliver_hook(
-    conn: &mut SqliteConnection,
+fn deliver_hook(
+    conn: &Conn,
     token: &str,
     payload: Payload,
     dedupe_key: Option<String>,
     now: Timestamp,
 ) -> Result<Delivered, StoreError> {
-    let row = sqlx::query(concat!(
-        "SELECT ",
-        run_cols_r!(),
-        ", h.cmd, (SELECT d.seq FROM hook_dedupe d \
-                   WHERE d.run_id = h.run_id AND d.cmd = h.cmd AND d.key = ?2) \
-         FROM hooks h JOIN runs r ON r.run_id = h.run_id WHERE h.token = ?1"
-    ))
-    .bind(token)
-    .bind(dedupe_key.as_deref())
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(map_sqlx)?;
-    let Some(row) = row else {
-        return retained_delivery(conn, token, dedupe_key.as_deref()).await;
+    let hook = query_opt(
+        conn,
+        concat!(
+            "SELECT ",
+            run_cols_r!(),
+            ", h.cmd, (SELECT d.seq FROM hook_dedupe d \
+                       WHERE d.run_id = h.run_id AND d.cmd = h.cmd AND d.key = ?2) \
+             FROM hooks h JOIN runs r ON r.run_id = h.run_id WHERE h.token = ?1"
+        ),
+        &[txt(token), dedupe_key.as_deref().map_or(Value::Null, txt)],
+        |row| {
+            Ok((
+                run_record(row)?,
+                u64_col(row, RUN_COLS)?,
+                opt_i64(row, RUN_COLS + 1)?,
+            ))
+        },
+    )?;
+    let Some((rec, cmd, landed)) = hook else {
+        return retained_delivery(conn, token, dedupe_key.as_deref());
     };
-    let rec = run_record(&row)?;
-    let cmd = u64_col(&row, RUN_COLS)?;
-    if let Some(seq) = opt_i64(&row, RUN_COLS + 1)? {
+    if let Some(seq) = landed {
         return Ok(Delivered {
             run: rec.run_id,
             seq: seq as u64,
@@ -900,21 +1038,20 @@ async fn deliver_hook(
         now,
         None,
         &mut plan,
-    )
-    .await?;
+    )?;
     if let Some(key) = dedupe_key {
         plan.push(
             "INSERT INTO hook_dedupe (run_id, cmd, key, seq, token) VALUES (?, ?, ?, ?, ?)",
             [
                 txt(rec.run_id.as_str()),
                 int(cmd),
-                Arg::Text(key),
+                Value::Text(key),
                 int(seq),
                 txt(token),
             ],
         );
     }
-    apply(conn, plan).await?;
+    apply(conn, plan)?;
     Ok(Delivered {
         run: rec.run_id,
         seq,
@@ -924,8 +1061,8 @@ async fn deliver_hook(
 
 /// No live hook has `token`: a keyed delivery accepted before its run ended is a duplicate
 /// (kept until the run is purged); anything else is `NotFound`.
-async fn retained_delivery(
-    conn: &mut SqliteConnection,
+fn retained_delivery(
+    conn: &Conn,
     token: &str,
     dedupe_key: Option<&str>,
 ) -> Result<Delivered, StoreError> {
@@ -933,72 +1070,61 @@ async fn retained_delivery(
     let Some(key) = dedupe_key else {
         return Err(not_found());
     };
-    let row =
-        sqlx::query("SELECT run_id, seq FROM hook_dedupe WHERE token = ? AND key = ? LIMIT 1")
-            .bind(token)
-            .bind(key)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(map_sqlx)?
-            .ok_or_else(not_found)?;
-    Ok(Delivered {
-        run: RunId::new(text(&row, 0)?),
-        seq: u64_col(&row, 1)?,
-        duplicate: true,
-    })
+    query_opt(
+        conn,
+        "SELECT run_id, seq FROM hook_dedupe WHERE token = ? AND key = ? LIMIT 1",
+        &[txt(token), txt(key)],
+        |row| {
+            Ok(Delivered {
+                run: RunId::new(text(row, 0)?),
+                seq: u64_col(row, 1)?,
+                duplicate: true,
+            })
+        },
+    )?
+    .ok_or_else(not_found)
 }
 
-async fn request_cancel(
-    conn: &mut SqliteConnection,
+fn request_cancel(
+    conn: &Conn,
     run: &RunId,
     reason: String,
     now: Timestamp,
 ) -> Result<CancelOutcome, StoreError> {
-    let rec = fetch_run(conn, run)
-        .await?
-        .ok_or_else(|| StoreError::not_found("run", run))?;
+    let rec = fetch_run(conn, run)?.ok_or_else(|| StoreError::not_found("run", run))?;
     if rec.status.is_terminal() {
         return Ok(CancelOutcome::AlreadyEnded { status: rec.status });
     }
     if rec.cancel_requested {
         return Ok(CancelOutcome::AlreadyRequested);
     }
-    let pending = pending_of(conn, run).await?;
+    let pending = pending_of(conn, run)?;
     let events = cancel_events(&reason, rec.status == RunStatus::Blocked, pending);
     check_limits(&events[..1])?;
     let mut plan = Plan::default();
-    let (seq, _) = write(conn, &rec, &events, now, None, &mut plan).await?;
-    apply(conn, plan).await?;
+    let (seq, _) = write(conn, &rec, &events, now, None, &mut plan)?;
+    apply(conn, plan)?;
     Ok(CancelOutcome::Requested { seq })
 }
 
 /// The pending requests of a run, ordered by cmd.
-async fn pending_of(
-    conn: &mut SqliteConnection,
-    run: &RunId,
-) -> Result<Vec<RequestId>, StoreError> {
-    let rows = sqlx::query(
+fn pending_of(conn: &Conn, run: &RunId) -> Result<Vec<RequestId>, StoreError> {
+    query(
+        conn,
         "SELECT request_id FROM requests WHERE run_id = ? AND state = 'pending' \
          ORDER BY cmd, request_id",
+        &[txt(run.as_str())],
+        |r| Ok(RequestId::new(text(r, 0)?)),
     )
-    .bind(run.as_str())
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(map_sqlx)?;
-    rows.iter()
-        .map(|r| Ok(RequestId::new(text(r, 0)?)))
-        .collect()
 }
 
-async fn resolve_blocked(
-    conn: &mut SqliteConnection,
+fn resolve_blocked(
+    conn: &Conn,
     run: &RunId,
     resolution: Resolution,
     now: Timestamp,
 ) -> Result<u64, StoreError> {
-    let rec = fetch_run(conn, run)
-        .await?
-        .ok_or_else(|| StoreError::not_found("run", run))?;
+    let rec = fetch_run(conn, run)?.ok_or_else(|| StoreError::not_found("run", run))?;
     if rec.status != RunStatus::Blocked {
         return Err(StoreError::InvalidInput(format!(
             "run {run} is {}, not blocked; only a blocked run can be resumed or failed this way",
@@ -1008,8 +1134,7 @@ async fn resolve_blocked(
     let events = match resolution {
         Resolution::Resume => vec![Event::RunResumed],
         Resolution::Fail { error } => {
-            let mut events: Vec<Event> = pending_of(conn, run)
-                .await?
+            let mut events: Vec<Event> = pending_of(conn, run)?
                 .into_iter()
                 .map(|request_id| Event::InputWithdrawn { request_id })
                 .collect();
@@ -1018,56 +1143,47 @@ async fn resolve_blocked(
         }
     };
     let mut plan = Plan::default();
-    let (seq, _) = write(conn, &rec, &events, now, None, &mut plan).await?;
-    apply(conn, plan).await?;
+    let (seq, _) = write(conn, &rec, &events, now, None, &mut plan)?;
+    apply(conn, plan)?;
     Ok(seq)
 }
 
 /// A worker row: `(deployment, epoch, expires_at, retired)`.
-async fn fetch_worker(
-    conn: &mut SqliteConnection,
+fn fetch_worker(
+    conn: &Conn,
     worker: &WorkerId,
 ) -> Result<Option<(String, u64, i64, bool)>, StoreError> {
-    let row = sqlx::query(
+    query_opt(
+        conn,
         "SELECT deployment, epoch, expires_at, retired FROM workers WHERE worker_id = ?",
+        &[txt(worker.as_str())],
+        |r| {
+            Ok((
+                text(r, 0)?,
+                u64_col(r, 1)?,
+                i64_col(r, 2)?,
+                i64_col(r, 3)? != 0,
+            ))
+        },
     )
-    .bind(worker.as_str())
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(map_sqlx)?;
-    row.map(|r: SqliteRow| {
-        Ok((
-            text(&r, 0)?,
-            u64_col(&r, 1)?,
-            r.try_get::<i64, _>(2).map_err(map_sqlx)?,
-            r.try_get::<i64, _>(3).map_err(map_sqlx)? != 0,
-        ))
-    })
-    .transpose()
 }
 
 /// Whether `lease` is valid at `now`: its worker's current, unretired, unexpired epoch.
-async fn lease_valid(
-    conn: &mut SqliteConnection,
-    lease: &Lease,
-    now: Timestamp,
-) -> Result<bool, StoreError> {
+fn lease_valid(conn: &Conn, lease: &Lease, now: Timestamp) -> Result<bool, StoreError> {
     Ok(matches!(
-        fetch_worker(conn, &lease.worker).await?,
+        fetch_worker(conn, &lease.worker)?,
         Some((_, epoch, expires_at, false)) if epoch == lease.epoch && expires_at > now.0
     ))
 }
 
-async fn register_worker(
-    conn: &mut SqliteConnection,
+fn register_worker(
+    conn: &Conn,
     worker: WorkerId,
     deployment: DeploymentId,
     ttl: Duration,
     now: Timestamp,
 ) -> Result<Lease, StoreError> {
-    let epoch = fetch_worker(conn, &worker)
-        .await?
-        .map_or(1, |(_, e, _, _)| e + 1);
+    let epoch = fetch_worker(conn, &worker)?.map_or(1, |(_, e, _, _)| e + 1);
     let lease = Lease {
         worker,
         deployment,
@@ -1082,21 +1198,20 @@ async fn register_worker(
             txt(lease.worker.as_str()),
             txt(lease.deployment.as_str()),
             int(epoch),
-            Arg::Int(lease.expires_at.0),
+            Value::Integer(lease.expires_at.0),
         ],
     );
-    apply(conn, plan).await?;
+    apply(conn, plan)?;
     Ok(lease)
 }
 
-async fn heartbeat(
-    conn: &mut SqliteConnection,
+fn heartbeat(
+    conn: &Conn,
     lease: &Lease,
     ttl: Duration,
     now: Timestamp,
 ) -> Result<Lease, StoreError> {
-    let (deployment, epoch, _, retired) = fetch_worker(conn, &lease.worker)
-        .await?
+    let (deployment, epoch, _, retired) = fetch_worker(conn, &lease.worker)?
         .ok_or_else(|| StoreError::not_found("worker", &lease.worker))?;
     if retired || epoch != lease.epoch {
         return Err(fenced(lease, ""));
@@ -1105,9 +1220,9 @@ async fn heartbeat(
     let mut plan = Plan::default();
     plan.push(
         "UPDATE workers SET expires_at = ? WHERE worker_id = ?",
-        [Arg::Int(expires_at.0), txt(lease.worker.as_str())],
+        [Value::Integer(expires_at.0), txt(lease.worker.as_str())],
     );
-    apply(conn, plan).await?;
+    apply(conn, plan)?;
     Ok(Lease {
         worker: lease.worker.clone(),
         deployment: DeploymentId::new(deployment),
@@ -1141,30 +1256,31 @@ pub(crate) fn claim_keys_sql(due_only: bool) -> String {
     )
 }
 
-async fn claim(
-    conn: &mut SqliteConnection,
+fn claim(
+    conn: &Conn,
     lease: &Lease,
     max: usize,
     now: Timestamp,
 ) -> Result<Vec<RunRecord>, StoreError> {
-    if !lease_valid(conn, lease, now).await? {
+    if !lease_valid(conn, lease, now)? {
         return Err(fenced(lease, ""));
     }
     // Inside the writer's transaction: the pick and the update see the same rows.
-    let picked = sqlx::query(AssertSqlSafe(format!(
-        "SELECT rid, k FROM ({}) ORDER BY k, rid LIMIT ?3",
-        claim_keys_sql(true)
-    )))
-    .bind(lease.deployment.as_str())
-    .bind(now.0)
-    .bind(i64::try_from(max).unwrap_or(i64::MAX))
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(map_sqlx)?
-    .iter()
-    .map(|r| Ok((r.try_get::<i64, _>(0)?, r.try_get::<i64, _>(1)?)))
-    .collect::<Result<HashMap<i64, i64>, sqlx::Error>>()
-    .map_err(map_sqlx)?;
+    let picked: HashMap<i64, i64> = query(
+        conn,
+        &format!(
+            "SELECT rid, k FROM ({}) ORDER BY k, rid LIMIT ?3",
+            claim_keys_sql(true)
+        ),
+        &[
+            txt(lease.deployment.as_str()),
+            Value::Integer(now.0),
+            int(max as u64),
+        ],
+        |r| Ok((i64_col(r, 0)?, i64_col(r, 1)?)),
+    )?
+    .into_iter()
+    .collect();
     if picked.is_empty() {
         return Ok(Vec::new());
     }
@@ -1177,49 +1293,43 @@ async fn claim(
         ),
         marks(picked.len())
     );
-    let mut q = sqlx::query(AssertSqlSafe(sql))
-        .bind(lease.worker.as_str())
-        .bind(lease.epoch as i64)
-        .bind(now.0);
-    for rid in picked.keys() {
-        q = q.bind(*rid);
-    }
-    let mut claimed = q
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(map_sqlx)?
-        .iter()
-        .map(|r| {
-            let rid: i64 = r.try_get(RUN_COLS).map_err(map_sqlx)?;
-            Ok(((picked[&rid], rid), run_record(r)?))
-        })
-        .collect::<Result<Vec<_>, StoreError>>()?;
+    let args: Vec<Value> = [
+        txt(lease.worker.as_str()),
+        int(lease.epoch),
+        Value::Integer(now.0),
+    ]
+    .into_iter()
+    .chain(picked.keys().map(|rid| Value::Integer(*rid)))
+    .collect();
+    let mut claimed = query(conn, &sql, &args, |r| {
+        let rid = i64_col(r, RUN_COLS)?;
+        Ok(((picked[&rid], rid), run_record(r)?))
+    })?;
     claimed.sort_by_key(|(k, _)| *k);
     Ok(claimed.into_iter().map(|(_, r)| r).collect())
 }
 
-async fn release(
-    conn: &mut SqliteConnection,
+fn release(
+    conn: &Conn,
     lease: &Lease,
     run: &RunId,
     processed_seq: u64,
     now: Timestamp,
 ) -> Result<(), StoreError> {
-    let row = sqlx::query(concat!(
-        "SELECT ",
-        run_cols!(),
-        ", (SELECT epoch FROM workers WHERE worker_id = ?2 AND retired = 0) \
-         FROM runs WHERE run_id = ?1"
-    ))
-    .bind(run.as_str())
-    .bind(lease.worker.as_str())
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(map_sqlx)?
+    let (rec, worker_epoch) = query_opt(
+        conn,
+        concat!(
+            "SELECT ",
+            run_cols!(),
+            ", (SELECT epoch FROM workers WHERE worker_id = ?2 AND retired = 0) \
+             FROM runs WHERE run_id = ?1"
+        ),
+        &[txt(run.as_str()), txt(lease.worker.as_str())],
+        |row| Ok((run_record(row)?, opt_i64(row, RUN_COLS)?)),
+    )?
     .ok_or_else(|| StoreError::not_found("run", run))?;
-    let rec = run_record(&row)?;
     if rec.owner.as_ref() != Some(&(lease.worker.clone(), lease.epoch))
-        || opt_i64(&row, RUN_COLS)? != Some(lease.epoch as i64)
+        || worker_epoch != Some(lease.epoch as i64)
     {
         return Err(fenced(lease, run.as_str()));
     }
@@ -1235,7 +1345,7 @@ async fn release(
                                  ORDER BY first_seq DESC LIMIT 1) END \
          WHERE run_id = ?",
         [
-            Arg::Int(now.0),
+            Value::Integer(now.0),
             int(processed),
             int(processed),
             int(processed),
@@ -1244,11 +1354,11 @@ async fn release(
             txt(run.as_str()),
         ],
     );
-    apply(conn, plan).await
+    apply(conn, plan)
 }
 
-async fn retire_worker(conn: &mut SqliteConnection, lease: &Lease) -> Result<(), StoreError> {
-    match fetch_worker(conn, &lease.worker).await? {
+fn retire_worker(conn: &Conn, lease: &Lease) -> Result<(), StoreError> {
+    match fetch_worker(conn, &lease.worker)? {
         Some((_, epoch, _, false)) if epoch == lease.epoch => {}
         _ => return Err(fenced(lease, "")),
     }
@@ -1258,5 +1368,5 @@ async fn retire_worker(conn: &mut SqliteConnection, lease: &Lease) -> Result<(),
         "UPDATE workers SET retired = 1 WHERE worker_id = ?",
         [txt(lease.worker.as_str())],
     );
-    apply(conn, plan).await
+    apply(conn, plan)
 }

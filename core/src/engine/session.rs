@@ -319,6 +319,8 @@ struct LogIndex {
     next_seq: u64,
     settled: HashMap<CallId, ToolResult>,
     requests: HashMap<RequestId, RunId>,
+    /// How the calls this handle started execute, so waiting on one needs no run listing.
+    started: HashMap<CallId, Execution>,
 }
 
 /// The agent conversation a tool call belongs to; see the module docs. Cheap to create: all
@@ -422,6 +424,11 @@ impl Session {
             None => self.store.create_run(new, self.clock.now()).await,
         }?;
         let run = created.run;
+        self.index
+            .lock()
+            .await
+            .started
+            .insert(call_id, run.execution);
         Ok(match run.execution {
             Execution::Default => ToolCallStart::Parked { run_id: run.run_id },
             Execution::Background => ToolCallStart::Working {
@@ -442,6 +449,7 @@ impl Session {
                 return Ok(index);
             };
             index.next_seq = last.seq + 1;
+            let more = page.len() == READ_PAGE;
             for e in page {
                 match e.event {
                     SessionEvent::ToolSettled { result } => {
@@ -452,6 +460,10 @@ impl Session {
                     }
                     _ => {}
                 }
+            }
+            // A short page is the log's end when it was read.
+            if !more {
+                return Ok(index);
             }
         }
     }
@@ -483,12 +495,15 @@ impl Session {
         if let Some(r) = self.settlement(call_id).await? {
             return Ok(r);
         }
-        let run = self.run_of_call(call_id).await?;
-        if run.execution == Execution::Background {
-            return Err(SessionError::BackgroundCall {
-                call: call_id.clone(),
-                task: run.run_id,
-            });
+        let started = self.index.lock().await.started.get(call_id).copied();
+        if started != Some(Execution::Default) {
+            let run = self.run_of_call(call_id).await?;
+            if run.execution == Execution::Background {
+                return Err(SessionError::BackgroundCall {
+                    call: call_id.clone(),
+                    task: run.run_id,
+                });
+            }
         }
         let mut waiter = Self::waiter(&*self.store, &self.id, self.poll).await;
         loop {
