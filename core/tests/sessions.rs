@@ -520,6 +520,7 @@ macro_rules! on_both_stores {
 on_both_stores!(
     background_receipt_and_task_index,
     default_call_parks_and_settles_once,
+    waiting_on_an_own_call_lists_no_runs,
     settlement_wakes_waiters_without_polling,
     channel_is_persisted_and_followable_after_restart,
     queue_waits_and_steer_cancels_only_the_turn,
@@ -773,6 +774,52 @@ async fn default_call_parks_and_settles_once(env: Env) {
         ),
         [json!("while parked"), json!("after")]
     );
+}
+
+/// A handle waiting on a call it started itself reads the session log only: it knows how the
+/// call executes without listing the session's runs (a listing per wait grows with the
+/// session). A background call is still refused, and an unknown one. (Another handle, which
+/// lists the runs, is `default_call_parks_and_settles_once`.)
+async fn waiting_on_an_own_call_lists_no_runs(env: Env) {
+    let counted = eve_core::testing::FaultyStore::new(env.store.clone());
+    let s = env.session_on(&(counted.clone() as Arc<dyn JournalStore>), "own");
+    parked(
+        &s.call_tool("c1", "wait_hook", json!({"token": "own-hook"}))
+            .await
+            .unwrap(),
+    );
+    working(
+        &s.call_tool("b1", "watch", json!({"token": "own-watch"}))
+            .await
+            .unwrap(),
+    );
+    let w = env.worker().await;
+    w.drain().await.unwrap();
+    let before = counted.call_log().len();
+    let own = tokio::spawn(async move {
+        let r = s.wait_settled(&call("c1")).await;
+        (s, r)
+    });
+    resume_hook(&*env.store, "own-hook", &json!(7), None, env.clock.now())
+        .await
+        .unwrap();
+    w.drain().await.unwrap();
+    let (s, r) = tokio::time::timeout(GUARD, own)
+        .await
+        .expect("settled")
+        .unwrap();
+    assert_eq!(r.unwrap(), completed(json!(7)));
+    let calls = counted.call_log()[before..].to_vec();
+    assert!(calls.contains(&"read_session"), "{calls:?}");
+    assert!(!calls.contains(&"list_runs"), "{calls:?}");
+    assert!(matches!(
+        s.wait_settled(&call("b1")).await,
+        Err(SessionError::BackgroundCall { .. })
+    ));
+    assert!(matches!(
+        s.wait_settled(&call("nope")).await,
+        Err(SessionError::UnknownCall { .. })
+    ));
 }
 
 /// Waiters sleep until the store says the session log grew: with an hour-long poll interval a

@@ -248,6 +248,75 @@ impl Inner {
         }
     }
 
+    /// Delivers `outcomes` (step results or agent starts, when nothing else runs and the body
+    /// issued nothing unrecorded) to the body before they are recorded. When that ends the
+    /// body, one append records them with the end — a commit less per run — and the activation
+    /// ends (`Some`); otherwise they are appended alone (`None`). Nothing outside the body has
+    /// seen them before their append: the next step starts only after it. A conflict (a
+    /// delivery got in first) leaves the body ahead of the journal: the activation is given up
+    /// with that error, and the next one replays the journal.
+    pub(super) async fn deliver_ahead(
+        &self,
+        run: &RunId,
+        exec: &mut Executor,
+        outcomes: Vec<Event>,
+    ) -> Result<Result<Option<ActivationEnd>, Stop>, StoreError> {
+        let now = self.clock.now();
+        let expected_seq = exec.next_seq;
+        let mut stop = None;
+        for (i, event) in outcomes.iter().enumerate() {
+            let ev = StoredEvent {
+                seq: expected_seq + i as u64,
+                at: now,
+                event: event.clone(),
+            };
+            if let Err(s) = exec.deliver(&ev) {
+                stop = Some(s);
+                break;
+            }
+        }
+        let mut events = outcomes;
+        let mut end = None;
+        if stop.is_none() && exec.finished.is_some() {
+            let mut more = exec.unrecorded_commands(now, false);
+            more.extend(
+                exec.pending_requests()
+                    .into_iter()
+                    .map(|request_id| Event::InputWithdrawn { request_id }),
+            );
+            // Past one append's limit, the usual end follows this append.
+            if events.len() + more.len() < crate::store::MAX_EVENTS_PER_APPEND {
+                if let Some(out) = exec.finished.take() {
+                    let (event, e) = super::steps::terminal(out);
+                    more.push(event);
+                    events.extend(more);
+                    end = Some(e);
+                }
+            }
+        }
+        let a = Append {
+            run: run.clone(),
+            expected_seq,
+            lease: self.lease(),
+            append_id: AppendId::random(),
+            events,
+            now,
+        };
+        self.retrying(|| self.store.append(a.clone())).await?;
+        if let Some(stop) = stop {
+            return Ok(Err(stop));
+        }
+        if let Some(end) = &end {
+            // The appended end, as `finish` would have delivered it (nothing reads it after).
+            exec.next_seq = expected_seq + a.events.len() as u64;
+            match end {
+                ActivationEnd::Failed(error) => warn!(run_id = %run, %error, "run failed"),
+                _ => info!(run_id = %run, "run completed"),
+            }
+        }
+        Ok(Ok(end))
+    }
+
     /// Reads and delivers events past the executor's position.
     pub(super) async fn catch_up(
         &self,

@@ -97,6 +97,19 @@ fn outbox_cmd(e: &Event) -> u64 {
     }
 }
 
+/// The end event of a body's outcome, and how the activation ends.
+pub(super) fn terminal(out: crate::engine::tool::BodyOutcome) -> (Event, ActivationEnd) {
+    match out {
+        Ok(output) => (Event::RunCompleted { output }, ActivationEnd::Completed),
+        Err(error) => (
+            Event::RunFailed {
+                error: error.clone(),
+            },
+            ActivationEnd::Failed(error),
+        ),
+    }
+}
+
 pub(super) fn outcome_event(
     cmd: u64,
     r: Running,
@@ -170,16 +183,9 @@ impl Inner {
                 for (_, h) in starting.values() {
                     h.abort();
                 }
-                let out = exec.finished.take();
-                let (event, end) = match out {
+                let (event, end) = match exec.finished.take() {
                     _ if cancelling => (Event::RunCancelled, ActivationEnd::Cancelled),
-                    Some(Ok(output)) => (Event::RunCompleted { output }, ActivationEnd::Completed),
-                    Some(Err(error)) => (
-                        Event::RunFailed {
-                            error: error.clone(),
-                        },
-                        ActivationEnd::Failed(error),
-                    ),
+                    Some(out) => terminal(out),
                     None => unreachable!("past the grace period only when cancelling"),
                 };
                 self.finish(run, exec, event).await?;
@@ -220,6 +226,20 @@ impl Inner {
             } else {
                 exec.agents_to_start(&starting_keys)
             };
+            let only_outcomes = batch.len() == outbox.len() && !batch.is_empty();
+            if only_outcomes && !cancelling && running.is_empty() && starting.is_empty() {
+                // Nothing else runs, no cancel is under way and the body issued nothing new:
+                // these outcomes may end it, and then one append records them with the end.
+                batch.truncate(crate::store::MAX_EVENTS_PER_APPEND);
+                match self.deliver_ahead(run, exec, batch).await? {
+                    Ok(Some(end)) => return Ok(end),
+                    Ok(None) => {
+                        outbox.retain(|e| !outbox_recorded(exec, e));
+                        continue;
+                    }
+                    Err(stop) => return self.block(run, exec.next_seq, stop.reason()).await,
+                }
+            }
             if !batch.is_empty() {
                 batch.truncate(crate::store::MAX_EVENTS_PER_APPEND);
                 match self.append_deliver(run, exec, batch).await {
