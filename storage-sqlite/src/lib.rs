@@ -1,5 +1,5 @@
-//! eve-storage-sqlite: [`SqliteStore`], the embedded [`JournalStore`] on one SQLite file (sqlx,
-//! WAL).
+//! eve-storage-sqlite: [`SqliteStore`], the embedded [`JournalStore`] on one SQLite file (WAL;
+//! writes on one rusqlite connection in a thread of its own, reads on a sqlx pool).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), eve_core::StoreError> {
@@ -83,6 +83,11 @@
 //! process, but the last commits before a power loss or OS crash may be lost — a step may run
 //! again, an answered request may need answering again. Choose NORMAL only where that is
 //! acceptable.
+//!
+//! Checkpoints (copying the WAL back into the database file) run on a second connection beside
+//! the writer, every 100 of its commits, instead of inside one of its commits as SQLite would do
+//! by itself; the writer then copies the frames it added meanwhile, so the WAL starts over and
+//! stays small.
 //!
 //! # Limits and figures
 //!

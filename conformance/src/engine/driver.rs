@@ -27,6 +27,11 @@ use std::time::Duration;
 
 /// The workers' lease length.
 pub const LEASE: Duration = Duration::from_secs(30);
+/// Rounds of the driver in a row, without progress, that a body parked ahead of its journal
+/// gets before the park check fails (see `Case::park_seen`): after a crash the run comes
+/// back only once its dead worker's lease lapsed and a claim sees it, and a lagging wake index
+/// answers each of its queries stale twice.
+pub const PARK_ROUNDS: u32 = 6;
 /// Real time any one drain may take before the case fails as hung (a safety net, not a
 /// sleep: drains finish in milliseconds).
 pub const HANG: Duration = Duration::from_secs(120);
@@ -544,13 +549,16 @@ impl Case<'_> {
                 return Ok(Stop::Ended);
             }
             let pos = self.inst.position();
-            let aw = pos.and_then(|p| self.exp.awaits.get(p).cloned());
-            if let (Some(p), Some(a)) = (pos, &aw) {
-                if a.parks()
-                    && self.park_seen(p, a).await?
-                    && stop_at.is_some_and(|k| self.exp.parks.get(k) == Some(&p))
-                {
-                    return Ok(Stop::Parked(p));
+            let mut aw = pos.and_then(|p| self.exp.awaits.get(p).cloned());
+            if let (Some(p), Some(a)) = (pos, aw.clone()) {
+                if a.parks() {
+                    if !self.park_seen(p, &a).await? {
+                        // The wait is not recorded yet, so nothing acts on it (an ask has no
+                        // request to answer): the clock moves as for a run held elsewhere.
+                        aw = None;
+                    } else if stop_at.is_some_and(|k| self.exp.parks.get(k) == Some(&p)) {
+                        return Ok(Stop::Parked(p));
+                    }
                 }
             }
             self.act(aw).await?;
@@ -563,15 +571,16 @@ impl Case<'_> {
     /// Notes a park at `pos` (once) and checks that what the body waits on is durable; true
     /// once the park is seen. The body's position may run ahead of the journal while its
     /// activation died before the append that records the wait and no worker has taken the run
-    /// back yet (a store whose wake index lags shows it to a later claim): up to 3 rounds in a
-    /// row without progress are given to the engine to catch up before the check fails.
+    /// back yet (a store whose wake index lags shows it to a later claim): up to
+    /// [`PARK_ROUNDS`] rounds in a row without progress are given to the engine to catch up
+    /// before the check fails.
     async fn park_seen(&mut self, pos: usize, a: &Await) -> Result<bool, String> {
         if self.observed.last() == Some(&pos) {
             return Ok(true);
         }
         let events = self.events().await?;
         if let Err(e) = checks::waits_recorded(a, &events, &self.inst) {
-            if self.park_misses < 3 {
+            if self.park_misses < PARK_ROUNDS {
                 self.park_misses += 1;
                 self.note(format!(
                     "at await {pos} the journal does not show the wait yet ({e}): drain again"
