@@ -17,17 +17,7 @@ pub(crate) fn map_sqlx(e: sqlx::Error) -> StoreError {
         sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed => true,
         _ => false,
     };
-    if transient {
-        StoreError::Unavailable {
-            backend: BACKEND,
-            message: e.to_string(),
-        }
-    } else {
-        StoreError::Other {
-            backend: BACKEND,
-            source: Box::new(e),
-        }
-    }
+    kinded(transient, e)
 }
 
 /// The writer connection's errors, kinded as [`map_sqlx`] does: a busy or locked database is
@@ -38,6 +28,11 @@ pub(crate) fn map_rusqlite(e: rusqlite::Error) -> StoreError {
         rusqlite::Error::SqliteFailure(f, _)
             if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
     );
+    kinded(transient, e)
+}
+
+/// `e` as `Unavailable` (its message) when `transient`, else as `Other` (its source).
+fn kinded(transient: bool, e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
     if transient {
         StoreError::Unavailable {
             backend: BACKEND,
