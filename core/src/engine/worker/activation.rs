@@ -278,12 +278,7 @@ impl Inner {
         let mut events = outcomes;
         let mut end = None;
         if stop.is_none() && exec.finished.is_some() {
-            let mut more = exec.unrecorded_commands(now, false);
-            more.extend(
-                exec.pending_requests()
-                    .into_iter()
-                    .map(|request_id| Event::InputWithdrawn { request_id }),
-            );
+            let mut more = before_end(exec, now);
             // Past one append's limit, the usual end follows this append.
             if events.len() + more.len() < crate::store::MAX_EVENTS_PER_APPEND {
                 if let Some(out) = exec.finished.take() {
@@ -306,13 +301,8 @@ impl Inner {
         if let Some(stop) = stop {
             return Ok(Err(stop));
         }
-        if let Some(end) = &end {
-            // The appended end, as `finish` would have delivered it (nothing reads it after).
-            exec.next_seq = expected_seq + a.events.len() as u64;
-            match end {
-                ActivationEnd::Failed(error) => warn!(run_id = %run, %error, "run failed"),
-                _ => info!(run_id = %run, "run completed"),
-            }
+        if end.is_some() {
+            log_end(run, a.events.last().expect("the end was appended last"));
         }
         Ok(Ok(end))
     }
@@ -420,12 +410,7 @@ impl Inner {
         terminal: Event,
     ) -> Result<(), StoreError> {
         loop {
-            let mut events = exec.unrecorded_commands(self.clock.now(), false);
-            events.extend(
-                exec.pending_requests()
-                    .into_iter()
-                    .map(|request_id| Event::InputWithdrawn { request_id }),
-            );
+            let mut events = before_end(exec, self.clock.now());
             let last = events.len() < crate::store::MAX_EVENTS_PER_APPEND;
             if last {
                 events.push(terminal.clone());
@@ -434,16 +419,33 @@ impl Inner {
             }
             match self.append_deliver(run, exec, events).await? {
                 Ok(Appendix::Done) if last => {
-                    match &terminal {
-                        Event::RunFailed { error } => warn!(run_id = %run, %error, "run failed"),
-                        Event::RunCancelled => info!(run_id = %run, "run cancelled"),
-                        _ => info!(run_id = %run, "run completed"),
-                    }
+                    log_end(run, &terminal);
                     return Ok(());
                 }
                 // A delivery that cannot be replayed any more changes nothing: the body is done.
                 Ok(_) | Err(_) => {}
             }
         }
+    }
+}
+
+/// What an end's append records before the end event: the body's unrecorded progress and
+/// messages, and a withdrawal of every pending request.
+fn before_end(exec: &Executor, now: Timestamp) -> Vec<Event> {
+    let mut events = exec.unrecorded_commands(now, false);
+    events.extend(
+        exec.pending_requests()
+            .into_iter()
+            .map(|request_id| Event::InputWithdrawn { request_id }),
+    );
+    events
+}
+
+/// Logs a recorded end event.
+fn log_end(run: &RunId, terminal: &Event) {
+    match terminal {
+        Event::RunFailed { error } => warn!(run_id = %run, %error, "run failed"),
+        Event::RunCancelled => info!(run_id = %run, "run cancelled"),
+        _ => info!(run_id = %run, "run completed"),
     }
 }
