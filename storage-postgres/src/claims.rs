@@ -191,7 +191,7 @@ impl Db {
     ) -> Result<(), StoreError> {
         let mut tx = self.begin().await?;
         let locked = self
-            .lock_run(&mut tx, run, None)
+            .lock_run(&mut tx, run)
             .await?
             .ok_or_else(|| StoreError::not_found("run", run))?;
         let r = &locked.run;

@@ -29,7 +29,7 @@ impl Db {
         let mut tx = self.begin().await?;
         // Lock order everywhere: the run row first, then the request row.
         let locked = self
-            .lock_run(&mut tx, &run_id, None)
+            .lock_run(&mut tx, &run_id)
             .await?
             .ok_or_else(|| StoreError::not_found("run", &run_id))?;
         let row = sqlx::query(self.sql(
@@ -83,9 +83,7 @@ impl Db {
             response: response.clone(),
         };
         check_limits(std::slice::from_ref(&event))?;
-        let (seq, _) = self
-            .write(&mut tx, &locked.run, vec![event], now, None)
-            .await?;
+        let (seq, _) = self.write(&mut tx, &locked.run, vec![event], now).await?;
         let resp = serde_json::to_vec(&response)
             .map_err(|e| StoreError::InvalidInput(format!("response does not serialize: {e}")))?;
         sqlx::query(self.sql(
@@ -125,7 +123,7 @@ impl Db {
         let run_id = RunId::new(run_id);
         let mut tx = self.begin().await?;
         let locked = self
-            .lock_run(&mut tx, &run_id, None)
+            .lock_run(&mut tx, &run_id)
             .await?
             .ok_or_else(|| StoreError::not_found("run", &run_id))?;
         // Re-read under the run lock: the run may have ended (tokens released) meanwhile.
@@ -164,9 +162,7 @@ impl Db {
             payload,
         };
         check_limits(std::slice::from_ref(&event))?;
-        let (seq, _) = self
-            .write(&mut tx, &locked.run, vec![event], now, None)
-            .await?;
+        let (seq, _) = self.write(&mut tx, &locked.run, vec![event], now).await?;
         if let Some(key) = dedupe_key {
             sqlx::query(self.sql(
                 "INSERT INTO {s}.hook_dedupe (run_id, cmd, key, seq, token) \
@@ -225,7 +221,7 @@ impl Db {
     ) -> Result<CancelOutcome, StoreError> {
         let mut tx = self.begin().await?;
         let locked = self
-            .lock_run(&mut tx, run, None)
+            .lock_run(&mut tx, run)
             .await?
             .ok_or_else(|| StoreError::not_found("run", run))?;
         if locked.run.status.is_terminal() {
@@ -240,7 +236,7 @@ impl Db {
         let blocked = locked.run.status == RunStatus::Blocked;
         let events = cancel_events(reason, blocked, pending);
         check_limits(&events[..1])?;
-        let (seq, _) = self.write(&mut tx, &locked.run, events, now, None).await?;
+        let (seq, _) = self.write(&mut tx, &locked.run, events, now).await?;
         tx.commit().await.map_err(map_err)?;
         Ok(CancelOutcome::Requested { seq })
     }
@@ -253,7 +249,7 @@ impl Db {
     ) -> Result<u64, StoreError> {
         let mut tx = self.begin().await?;
         let locked = self
-            .lock_run(&mut tx, run, None)
+            .lock_run(&mut tx, run)
             .await?
             .ok_or_else(|| StoreError::not_found("run", run))?;
         let status = locked.run.status;
@@ -276,7 +272,7 @@ impl Db {
                 events
             }
         };
-        let (seq, _) = self.write(&mut tx, &locked.run, events, now, None).await?;
+        let (seq, _) = self.write(&mut tx, &locked.run, events, now).await?;
         tx.commit().await.map_err(map_err)?;
         Ok(seq)
     }
