@@ -1,6 +1,6 @@
 //! Starts and the append commit protocol: the group-commit writers, run row locks, the
-//! checks of an append and the write of events with their [`Effects`] (see the crate docs,
-//! "Commit protocol").
+//! [`Effects`] of events encoded for the `eve_write` and `eve_append` functions (migration 5) and
+//! the answers of appends (see the crate docs, "Commit protocol").
 
 use crate::error::{bad_row, fenced, i64_of, map_err, unavailable};
 use crate::reads::{run_from_row, RUN_COLS};
@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, oneshot, Mutex};
 
 pub(crate) type Job = (Append, oneshot::Sender<Result<Appended, StoreError>>);
 
-/// The group-commit writer: folds queued appends into one transaction, a savepoint each.
+/// The group-commit writer: folds queued appends into one statement (see `commit_batch`).
 pub(crate) async fn writer(db: Arc<Db>, rx: Arc<Mutex<mpsc::Receiver<Job>>>, max_batch: usize) {
     loop {
         let mut batch = Vec::new();

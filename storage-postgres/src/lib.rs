@@ -49,17 +49,26 @@
 //! requests, timers, status, session log; on run end every hook of the run is released, every
 //! pending request withdrawn, every timer dropped and the owner cleared.
 //!
+//! The hot path runs in the server, as two PL/pgSQL functions (migration 5), so that a write
+//! costs one round trip instead of one per statement:
+//!
+//! - `eve_write(run, …, fx jsonb, channel)` writes events with their effects (the client
+//!   encodes the [`eve_core::Effects`] as `fx`) and sends their NOTIFYs. Deliveries call it
+//!   inside their own transaction, after their own locks and checks.
+//! - `eve_append(run, append_id, expected_seq, worker, epoch, …)` is one worker append: it locks
+//!   the run row, then reads what the checks need with fresh snapshots (each statement of a
+//!   function takes one), runs the checks in `MemoryStore`'s order and writes through
+//!   `eve_write`. A failed check writes nothing and comes back as an outcome row, not an error.
+//!
 //! Worker appends go through a **group commit**: [`PostgresOptions::writers`] writer tasks each
-//! take every append queued (up to [`PostgresOptions::max_batch`]) and apply them in one
-//! transaction. Fast path (distinct runs): one statement locks every run of the batch in run id
-//! order (writers never deadlock on each other), a second reads them with a fresh snapshot, the
-//! checks run in memory (a failed check writes nothing, so it needs no savepoint) and each passing
-//! append is one statement (journal row, run row, cleared timers) plus its rarer effects. If any
-//! statement fails after writing began, the transaction is rolled back and the batch is redone
-//! with a `SAVEPOINT` per append, so one append's failure (a lost hook token, a deadlock) never
-//! rolls back another's. If the commit itself fails, every append of the batch that had passed
-//! gets `Unavailable`: retry it with the same append id to learn whether it landed. Deliveries,
-//! starts, claims and releases are their own transactions.
+//! take every append queued (up to [`PostgresOptions::max_batch`]), sort them by run id (so
+//! writers lock rows in one order and never deadlock on each other) and apply them in **one
+//! statement** that calls `eve_append` once per append: one round trip and one commit for the
+//! whole batch, with no `BEGIN`/`COMMIT` of its own. A run's start is likewise one statement
+//! (session row, run row, eager claim, journal row, wake-up). If a batch's statement fails (a
+//! deadlock with a delivery, a lost connection), each of its appends is retried alone, so one
+//! append's failure never fails another, and an append that had landed after all is answered as
+//! a duplicate by its append id. Deliveries, claims and releases are their own transactions.
 //!
 //! Row locks are always taken by a statement of their own, and what the checks need is read by a
 //! later statement: under read committed a statement that waited for a lock re-checks only the
@@ -119,16 +128,17 @@
 //!
 //! # Code layout
 //!
-//! `config` (options, connecting, migrations via `schema`, the store id), `commit` (starts, the
-//! group-commit writers, run locks, the append checks and the write of events with their
-//! effects), `claims` (workers, leases, claims, releases, retirement, `next_wake`), `deliveries`
+//! `config` (options, connecting, migrations via `schema`, the store id), `schema` (migrations,
+//! with the `eve_write` and `eve_append` functions), `commit` (starts, the group-commit writers,
+//! run locks, the effects encoded for `eve_write`, append outcomes), `claims` (workers, leases, claims, releases, retirement, `next_wake`), `deliveries`
 //! (answers, hooks, cancels, resolutions), `reads` (journals, records, queries, pending
 //! requests, the session log) and `wake` (LISTEN/NOTIFY); the [`JournalStore`] impl in this file
 //! only delegates to them.
 //!
 //! # Capability checklist
 //!
-//! - [x] linearizable, fenced, idempotent appends (row lock + append id), group commit
+//! - [x] linearizable, fenced, idempotent appends (row lock + append id), group commit in one
+//!   statement per batch
 //! - [x] exactly-once deliveries (answer, hook dedupe key, cancel), refused after run end
 //! - [x] idempotent starts under concurrency (unique key)
 //! - [x] store-wide hook token uniqueness, released at run end

@@ -786,6 +786,21 @@ async fn watches_fire_on_writes_from_another_instance() {
         "the woken watcher reads the new entry"
     );
 
+    // A session id too long for a NOTIFY payload: the write still commits and wakes everyone.
+    let mut long = new_run("watch-long");
+    long.session_id = SessionId::new("s".repeat(8_000));
+    let (run, lease) = started(&other, long, at(0)).await;
+    let mut lrx = store
+        .watch(&WatchKey::Session(run.session_id.clone()))
+        .await
+        .expect("watch");
+    must_append(
+        &other,
+        append(&run.run_id, 1, &lease, vec![completed("1")], at(1)),
+    )
+    .await;
+    fired(&mut lrx, "RunCompleted in a session with an 8000-byte id").await;
+
     // Run: deliveries fire it; the worker's own appends do not.
     let (run, lease) = started(&other, new_run("watch-r"), at(0)).await;
     let token = unique("token");
