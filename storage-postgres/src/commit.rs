@@ -297,7 +297,7 @@ impl Db {
                 Err(e) => refused.push(Some(e)),
             }
         }
-        let rows: Vec<(String, Option<i64>, Option<i64>, Option<String>)> = if runs.is_empty() {
+        let rows: Vec<OutcomeRow> = if runs.is_empty() {
             Vec::new()
         } else {
             sqlx::query_as(self.sql(
@@ -339,6 +339,9 @@ impl Db {
         Ok(results)
     }
 }
+
+/// `eve_append`'s result: outcome, first seq, next seq, detail.
+type OutcomeRow = (String, Option<i64>, Option<i64>, Option<String>);
 
 /// The answer of an append from `eve_append`'s outcome row.
 fn append_outcome(
