@@ -9,7 +9,8 @@ use eve_core::{
     check_limits, CancelOutcome, Delivered, Event, InputRequest, InputResponse, Payload, RequestId,
     Resolution, RunId, RunStatus, StoreError, Timestamp,
 };
-use sqlx::{AssertSqlSafe, Row};
+use eve_core::codec::{encode_batch, FORMAT_VERSION};
+use sqlx::Row;
 
 /// The delivery operations of [`eve_core::JournalStore`] (the impl delegates here).
 impl Db {
@@ -111,78 +112,52 @@ impl Db {
         now: Timestamp,
     ) -> Result<Delivered, StoreError> {
         eve_core::store::check_hook_delivery(token, dedupe_key)?;
-        let hook_q = self.sql("SELECT run_id, cmd FROM {s}.hooks WHERE token = $1");
-        let hook: Option<(String, i64)> = sqlx::query_as(AssertSqlSafe(hook_q.0.clone()))
+        let hook: Option<(String, i64)> =
+            sqlx::query_as(self.sql("SELECT run_id, cmd FROM {s}.hooks WHERE token = $1"))
             .bind(token)
             .fetch_optional(&self.pool)
             .await
             .map_err(map_err)?;
-        let Some((run_id, _)) = hook else {
+        let Some((run_id, cmd)) = hook else {
             return self.retained_delivery(token, dedupe_key).await;
         };
         let run_id = RunId::new(run_id);
-        let mut tx = self.begin().await?;
-        let locked = self
-            .lock_run(&mut tx, &run_id)
-            .await?
-            .ok_or_else(|| StoreError::not_found("run", &run_id))?;
-        // Re-read under the run lock: the run may have ended (tokens released) meanwhile.
-        let hook: Option<(String, i64)> = sqlx::query_as(AssertSqlSafe(hook_q.0))
-            .bind(token)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(map_err)?;
-        let cmd = match hook {
-            Some((r, cmd)) if r == run_id.as_str() => cmd,
-            _ => {
-                drop(tx);
-                return self.retained_delivery(token, dedupe_key).await;
-            }
-        };
-        if let Some(key) = dedupe_key {
-            let seq: Option<i64> = sqlx::query_scalar(self.sql(
-                "SELECT seq FROM {s}.hook_dedupe WHERE run_id = $1 AND cmd = $2 AND key = $3",
-            ))
-            .bind(run_id.as_str())
-            .bind(cmd)
-            .bind(key)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(map_err)?;
-            if let Some(seq) = seq {
-                return Ok(Delivered {
-                    run: run_id,
-                    seq: seq as u64,
-                    duplicate: true,
-                });
-            }
-        }
         let event = Event::HookReceived {
             cmd: cmd as u64,
             payload,
         };
         check_limits(std::slice::from_ref(&event))?;
-        let (seq, _) = self.write(&mut tx, &locked.run, vec![event], now).await?;
-        if let Some(key) = dedupe_key {
-            sqlx::query(self.sql(
-                "INSERT INTO {s}.hook_dedupe (run_id, cmd, key, seq, token) \
-                 VALUES ($1, $2, $3, $4, $5)",
-            ))
-            .bind(run_id.as_str())
-            .bind(cmd)
-            .bind(key)
-            .bind(seq as i64)
-            .bind(token)
-            .execute(&mut *tx)
-            .await
-            .map_err(map_err)?;
+        // One statement: the run lock, the re-checks, the write and the dedupe key.
+        let (outcome, seq): (String, Option<i64>) = sqlx::query_as(self.sql(
+            "SELECT outcome, o_seq FROM {s}.eve_deliver_hook($1, $2, $3, $4, $5, $6, $7, $8)",
+        ))
+        .bind(token)
+        .bind(run_id.as_str())
+        .bind(cmd)
+        .bind(dedupe_key)
+        .bind(now.0)
+        .bind(FORMAT_VERSION as i16)
+        .bind(encode_batch(std::slice::from_ref(&event))?)
+        .bind(&self.channel)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(map_err)?;
+        let delivered = |duplicate| match seq {
+            Some(seq) => Ok(Delivered {
+                run: run_id.clone(),
+                seq: seq as u64,
+                duplicate,
+            }),
+            None => Err(bad_row("hook delivery outcome", "no seq")),
+        };
+        match outcome.as_str() {
+            "ok" => delivered(false),
+            "duplicate" => delivered(true),
+            "not_found" => Err(StoreError::not_found("run", &run_id)),
+            // The run ended (its tokens released) after the token was read.
+            "released" => self.retained_delivery(token, dedupe_key).await,
+            other => Err(bad_row("hook delivery outcome", other)),
         }
-        tx.commit().await.map_err(map_err)?;
-        Ok(Delivered {
-            run: run_id,
-            seq,
-            duplicate: false,
-        })
     }
 
     /// No live hook has `token`: a keyed delivery accepted before its run ended is a duplicate

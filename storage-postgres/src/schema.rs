@@ -180,6 +180,10 @@ CREATE TABLE {s}.session_messages (
         5,
         "appends and writes as server-side functions: one round trip per append or batch",
         r#"
+-- A NOTIFY payload, or '*' (wake everything) when it is 8000 bytes or more (wake.rs `fit`).
+CREATE FUNCTION {s}.eve_payload(p text) RETURNS text IMMUTABLE LANGUAGE sql AS
+$fn$ SELECT CASE WHEN octet_length(p) < 8000 THEN p ELSE '*' END $fn$;
+
 -- Writes events at p_first with the index changes they imply (commit.rs `effects_json` builds
 -- p_fx from eve_core::Effects): the caller locked the run row and checked its preconditions.
 -- p_append_id marks a worker append (sets processed_seq, resets activations); NULL a delivery.
@@ -201,7 +205,6 @@ DECLARE
     v_session  jsonb;
     v_n        bigint;
     v_end      bigint;
-    v_payload  text;
 BEGIN
     IF jsonb_array_length(p_fx->'hooks') > 0 THEN
         WITH want AS (
@@ -276,11 +279,7 @@ BEGIN
         INSERT INTO {s}.session_log (session_id, seq, at, run_id, call_id, body)
         SELECT p_session, v_end - v_n + i - 1, p_now, p_run, p_call, convert_to(b, 'UTF8')
         FROM jsonb_array_elements_text(v_session) WITH ORDINALITY AS u(b, i);
-        -- The session's watchers (wake.rs `key_payload`: payloads of 8000 bytes or more wake
-        -- everything instead).
-        v_payload := 's:' || p_session;
-        PERFORM pg_notify(p_channel,
-            CASE WHEN octet_length(v_payload) < 8000 THEN v_payload ELSE '*' END);
+        PERFORM pg_notify(p_channel, {s}.eve_payload('s:' || p_session));
     END IF;
     PERFORM pg_notify(p_channel, n) FROM jsonb_array_elements_text(p_fx->'notify') AS u(n);
     RETURN NULL;
@@ -339,6 +338,56 @@ BEGIN
     outcome := 'ok';
     o_first := r.next_seq;
     o_next := r.next_seq + (p_fx->>'count')::bigint;
+END
+$fn$;
+
+-- A hook delivery, p_body being HookReceived for (p_run, p_cmd), which the caller read from the
+-- token: locks the run row, then re-checks that the token is still the run's hook (a run that
+-- ended released it meanwhile) and the dedupe key, writes through eve_write and records the key.
+-- Wakes the run's watchers, and idle workers when the run was running with nothing unprocessed.
+-- outcome: ok | duplicate (o_seq of the accepted delivery) | not_found (no such run) | released
+-- (the token is no longer this run's hook).
+CREATE FUNCTION {s}.eve_deliver_hook(
+    p_token text, p_run text, p_cmd bigint, p_key text, p_now bigint, p_version smallint,
+    p_body bytea, p_channel text, OUT outcome text, OUT o_seq bigint)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    r        {s}.runs%ROWTYPE;
+    v_notify jsonb;
+BEGIN
+    PERFORM 1 FROM {s}.runs WHERE run_id = p_run FOR UPDATE;
+    IF NOT FOUND THEN
+        outcome := 'not_found';
+        RETURN;
+    END IF;
+    PERFORM 1 FROM {s}.hooks WHERE token = p_token AND run_id = p_run AND cmd = p_cmd;
+    IF NOT FOUND THEN
+        outcome := 'released';
+        RETURN;
+    END IF;
+    IF p_key IS NOT NULL THEN
+        SELECT d.seq INTO o_seq FROM {s}.hook_dedupe d
+        WHERE d.run_id = p_run AND d.cmd = p_cmd AND d.key = p_key;
+        IF FOUND THEN
+            outcome := 'duplicate';
+            RETURN;
+        END IF;
+    END IF;
+    SELECT * INTO r FROM {s}.runs WHERE run_id = p_run;
+    v_notify := jsonb_build_array({s}.eve_payload('r:' || p_run));
+    IF r.status = 'running' AND r.processed_seq >= r.next_seq THEN
+        v_notify := v_notify || jsonb_build_array({s}.eve_payload('d:' || r.deployment_id));
+    END IF;
+    PERFORM {s}.eve_write(p_run, r.session_id, r.call_id, r.execution = 'background',
+        r.next_seq, p_now, p_version, p_body, NULL,
+        jsonb_build_object('count', 1, 'ended', false, 'cancel', false, 'notify', v_notify),
+        p_channel);
+    IF p_key IS NOT NULL THEN
+        INSERT INTO {s}.hook_dedupe (run_id, cmd, key, seq, token)
+        VALUES (p_run, p_cmd, p_key, r.next_seq, p_token);
+    END IF;
+    outcome := 'ok';
+    o_seq := r.next_seq;
 END
 $fn$;
 "#,
