@@ -381,7 +381,7 @@ fn append_outcome(
 ///
 /// # Errors
 /// `AlreadyExists` when two events of the append create one hook token.
-fn effects_json(events: &[Event], notify: &[String]) -> Result<String, StoreError> {
+pub(crate) fn effects_json(events: &[Event], notify: &[String]) -> Result<String, StoreError> {
     let fx = Effects::of(Execution::Default, events);
     for (i, (token, _, _)) in fx.hooks_created.iter().enumerate() {
         if fx.hooks_created[..i].iter().any(|(t, _, _)| t == token) {

@@ -1,69 +1,65 @@
-//! External deliveries: answers, hook payloads, cancel requests and resolutions of blocked
-//! runs, each its own transaction that locks the run and writes one delivery.
-
+//! External deliveries: answers and hook payloads (one read, then one statement calling a
+//! server-side function), cancel requests and resolutions of blocked runs (a transaction that
+//! locks the run and writes through `eve_write`).
+use crate::commit::effects_json;
 use crate::error::{bad_row, map_err};
 use crate::reads::decode_json;
 use crate::Db;
+use eve_core::codec::{encode_batch, FORMAT_VERSION};
 use eve_core::store::cancel_events;
 use eve_core::{
     check_limits, CancelOutcome, Delivered, Event, InputRequest, InputResponse, Payload, RequestId,
     Resolution, RunId, RunStatus, StoreError, Timestamp,
 };
-use eve_core::codec::{encode_batch, FORMAT_VERSION};
 use sqlx::Row;
 
 /// The delivery operations of [`eve_core::JournalStore`] (the impl delegates here).
 impl Db {
+    /// One read of the request, then one statement (`eve_answer`) that locks the run and the
+    /// request, re-checks what the read found and writes the answer.
     pub(crate) async fn answer(
         &self,
         request: &RequestId,
         response: InputResponse,
         now: Timestamp,
     ) -> Result<Delivered, StoreError> {
-        let run_id: Option<String> =
-            sqlx::query_scalar(self.sql("SELECT run_id FROM {s}.requests WHERE request_id = $1"))
-                .bind(request.as_str())
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(map_err)?;
-        let run_id = RunId::new(run_id.ok_or_else(|| StoreError::not_found("request", request))?);
-        let mut tx = self.begin().await?;
-        // Lock order everywhere: the run row first, then the request row.
-        let locked = self
-            .lock_run(&mut tx, &run_id)
-            .await?
-            .ok_or_else(|| StoreError::not_found("run", &run_id))?;
         let row = sqlx::query(self.sql(
             "SELECT run_id, state, response, answer_seq, request FROM {s}.requests \
-             WHERE request_id = $1 FOR UPDATE",
+             WHERE request_id = $1",
         ))
         .bind(request.as_str())
-        .fetch_one(&mut *tx)
+        .fetch_optional(&self.pool)
         .await
-        .map_err(map_err)?;
-        let state: String = row.try_get("state").map_err(map_err)?;
-        match state.as_str() {
-            "answered" => {
-                let prev: Option<Vec<u8>> = row.try_get("response").map_err(map_err)?;
-                let prev: InputResponse = decode_json("response", &prev.unwrap_or_default())?;
-                let seq: Option<i64> = row.try_get("answer_seq").map_err(map_err)?;
-                return if prev.same_answer(&response) {
-                    Ok(Delivered {
-                        run: run_id,
-                        seq: seq.unwrap_or(0) as u64,
-                        duplicate: true,
-                    })
-                } else {
-                    Err(StoreError::AlreadyAnswered {
-                        request: request.clone(),
-                    })
-                };
-            }
-            "withdrawn" => {
-                return Err(StoreError::Withdrawn {
+        .map_err(map_err)?
+        .ok_or_else(|| StoreError::not_found("request", request))?;
+        let run_id = RunId::new(row.try_get::<String, _>("run_id").map_err(map_err)?);
+        // An answer accepted before: a duplicate if it is this one, else refused.
+        let answered = |prev: Option<Vec<u8>>, seq: Option<i64>| {
+            let prev: InputResponse = decode_json("response", &prev.unwrap_or_default())?;
+            if prev.same_answer(&response) {
+                Ok(Delivered {
+                    run: run_id.clone(),
+                    seq: seq.unwrap_or(0) as u64,
+                    duplicate: true,
+                })
+            } else {
+                Err(StoreError::AlreadyAnswered {
                     request: request.clone(),
                 })
             }
+        };
+        let withdrawn = || StoreError::Withdrawn {
+            request: request.clone(),
+        };
+        let state: String = row.try_get("state").map_err(map_err)?;
+        match state.as_str() {
+            "answered" => {
+                return answered(
+                    row.try_get("response").map_err(map_err)?,
+                    row.try_get("answer_seq").map_err(map_err)?,
+                )
+            }
+            "withdrawn" => return Err(withdrawn()),
             "pending" => {}
             other => return Err(bad_row("request state", other)),
         }
@@ -74,34 +70,41 @@ impl Db {
                 request: request.clone(),
                 reason,
             })?;
-        if locked.run.status.is_terminal() {
-            return Err(StoreError::Withdrawn {
-                request: request.clone(),
-            });
-        }
         let event = Event::InputAnswered {
             request_id: request.clone(),
             response: response.clone(),
         };
-        check_limits(std::slice::from_ref(&event))?;
-        let (seq, _) = self.write(&mut tx, &locked.run, vec![event], now).await?;
+        let events = std::slice::from_ref(&event);
+        check_limits(events)?;
         let resp = serde_json::to_vec(&response)
             .map_err(|e| StoreError::InvalidInput(format!("response does not serialize: {e}")))?;
-        sqlx::query(self.sql(
-            "UPDATE {s}.requests SET state = 'answered', response = $2, answer_seq = $3 WHERE request_id = $1",
-        ))
-        .bind(request.as_str())
-        .bind(&resp)
-        .bind(seq as i64)
-        .execute(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        tx.commit().await.map_err(map_err)?;
-        Ok(Delivered {
-            run: run_id,
-            seq,
-            duplicate: false,
-        })
+        let (outcome, seq, prev): (String, Option<i64>, Option<Vec<u8>>) =
+            sqlx::query_as(self.sql(
+                "SELECT outcome, o_seq, o_response \
+                 FROM {s}.eve_answer($1, $2, $3, $4, $5, $6, $7::jsonb, $8)",
+            ))
+            .bind(request.as_str())
+            .bind(run_id.as_str())
+            .bind(&resp)
+            .bind(now.0)
+            .bind(FORMAT_VERSION as i16)
+            .bind(encode_batch(events)?)
+            .bind(effects_json(events, &[])?)
+            .bind(&self.channel)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_err)?;
+        match outcome.as_str() {
+            "ok" => Ok(Delivered {
+                run: run_id.clone(),
+                seq: seq.ok_or_else(|| bad_row("answer outcome", "no seq"))? as u64,
+                duplicate: false,
+            }),
+            "answered" => answered(prev, seq),
+            "withdrawn" => Err(withdrawn()),
+            "not_found" => Err(StoreError::not_found("request", request)),
+            other => Err(bad_row("answer outcome", other)),
+        }
     }
 
     pub(crate) async fn deliver_hook(
@@ -114,10 +117,10 @@ impl Db {
         eve_core::store::check_hook_delivery(token, dedupe_key)?;
         let hook: Option<(String, i64)> =
             sqlx::query_as(self.sql("SELECT run_id, cmd FROM {s}.hooks WHERE token = $1"))
-            .bind(token)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map_err)?;
+                .bind(token)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(map_err)?;
         let Some((run_id, cmd)) = hook else {
             return self.retained_delivery(token, dedupe_key).await;
         };

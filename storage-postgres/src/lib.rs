@@ -53,8 +53,15 @@
 //! costs one round trip instead of one per statement:
 //!
 //! - `eve_write(run, …, fx jsonb, channel)` writes events with their effects (the client
-//!   encodes the [`eve_core::Effects`] as `fx`) and sends their NOTIFYs. Deliveries call it
-//!   inside their own transaction, after their own locks and checks.
+//!   encodes the [`eve_core::Effects`] as `fx`) and sends their NOTIFYs. Cancels and
+//!   resolutions call it inside their own transaction, after their own locks and checks.
+//! - `eve_deliver_hook` and `eve_answer` are a hook delivery and an answer after the one read
+//!   that finds the token's run (or the request, whose answer is checked in the client): they
+//!   lock the run, re-check what that read found (the token still the run's hook and the dedupe
+//!   key unused; the request still pending and the run not ended) and write through
+//!   `eve_write`. From a delivery to the next step's result recorded, a resume therefore costs
+//!   two committed round trips (the delivery's statement and the step's append) and two reads
+//!   (the delivery's lookup and the worker's read of the new event).
 //! - `eve_append(run, append_id, expected_seq, worker, epoch, …)` is one worker append: it locks
 //!   the run row, then reads what the checks need with fresh snapshots (each statement of a
 //!   function takes one), runs the checks in `MemoryStore`'s order and writes through

@@ -390,6 +390,57 @@ BEGIN
     o_seq := r.next_seq;
 END
 $fn$;
+
+-- An answer, p_body being its InputAnswered and p_fx its effects (without NOTIFYs), which the
+-- caller checked against the request it read: locks the run row, then the request row, re-checks
+-- the request's state and the run's status, writes through eve_write and marks the request
+-- answered. Wakes the run's watchers, and idle workers when the run was running with nothing
+-- unprocessed. outcome: ok (o_seq) | answered (o_seq, o_response: the answer accepted before) |
+-- withdrawn (the request, or the run ended) | not_found (no such run or request).
+CREATE FUNCTION {s}.eve_answer(
+    p_request text, p_run text, p_response bytea, p_now bigint, p_version smallint,
+    p_body bytea, p_fx jsonb, p_channel text,
+    OUT outcome text, OUT o_seq bigint, OUT o_response bytea)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    r        {s}.runs%ROWTYPE;
+    v_state  text;
+    v_notify jsonb;
+BEGIN
+    PERFORM 1 FROM {s}.runs WHERE run_id = p_run FOR UPDATE;
+    IF NOT FOUND THEN
+        outcome := 'not_found';
+        RETURN;
+    END IF;
+    SELECT q.state, q.response, q.answer_seq INTO v_state, o_response, o_seq
+    FROM {s}.requests q WHERE q.request_id = p_request AND q.run_id = p_run FOR UPDATE;
+    IF NOT FOUND THEN
+        outcome := 'not_found';
+        RETURN;
+    END IF;
+    IF v_state <> 'pending' THEN
+        outcome := v_state;
+        RETURN;
+    END IF;
+    SELECT * INTO r FROM {s}.runs WHERE run_id = p_run;
+    IF r.status IN ('completed', 'failed', 'cancelled') THEN
+        outcome := 'withdrawn';
+        RETURN;
+    END IF;
+    v_notify := jsonb_build_array({s}.eve_payload('r:' || p_run));
+    IF r.status = 'running' AND r.processed_seq >= r.next_seq THEN
+        v_notify := v_notify || jsonb_build_array({s}.eve_payload('d:' || r.deployment_id));
+    END IF;
+    PERFORM {s}.eve_write(p_run, r.session_id, r.call_id, r.execution = 'background',
+        r.next_seq, p_now, p_version, p_body, NULL,
+        p_fx || jsonb_build_object('notify', v_notify), p_channel);
+    UPDATE {s}.requests SET state = 'answered', response = p_response, answer_seq = r.next_seq
+    WHERE request_id = p_request;
+    outcome := 'ok';
+    o_seq := r.next_seq;
+    o_response := NULL;
+END
+$fn$;
 "#,
     ),
 ];
