@@ -1,6 +1,7 @@
 //! External deliveries: answers and hook payloads (one read, then one statement calling a
 //! server-side function), cancel requests and resolutions of blocked runs (a transaction that
 //! locks the run and writes through `eve_write`).
+
 use crate::commit::effects_json;
 use crate::error::{bad_row, map_err};
 use crate::reads::decode_json;

@@ -68,13 +68,31 @@ impl Db {
         if max == 0 {
             return Err(StoreError::InvalidInput("read needs max > 0".into()));
         }
-        let next: Option<i64> =
-            sqlx::query_scalar(self.sql("SELECT next_seq FROM {s}.runs WHERE run_id = $1"))
-                .bind(run.as_str())
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(map_err)?;
-        let len = next.ok_or_else(|| StoreError::not_found("run", run))? as u64;
+        // One statement, so the journal's end and its rows come from one snapshot: the rows
+        // from the one holding `from_seq` up to `from_seq + max`, cut at the run's next seq.
+        // A run without rows in that range gives one row of NULLs beside its next seq.
+        let wanted_end = from_seq.saturating_add(max as u64).min(i64::MAX as u64);
+        let rows = sqlx::query(self.sql(
+            "SELECT r.next_seq, e.first_seq, e.count, e.at, e.version, e.body \
+             FROM {s}.runs r LEFT JOIN LATERAL ( \
+               SELECT first_seq, count, at, version, body FROM {s}.events \
+               WHERE run_id = r.run_id AND first_seq < least(r.next_seq, $3) \
+                 AND first_seq >= (SELECT coalesce(max(first_seq), 0) FROM {s}.events \
+                                   WHERE run_id = r.run_id AND first_seq <= $2) \
+               ORDER BY first_seq) e ON $2 < r.next_seq \
+             WHERE r.run_id = $1 ORDER BY e.first_seq",
+        ))
+        .bind(run.as_str())
+        .bind(from_seq.min(i64::MAX as u64) as i64)
+        .bind(wanted_end as i64)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        let next: i64 = match rows.first() {
+            Some(row) => row.try_get(0).map_err(map_err)?,
+            None => return Err(StoreError::not_found("run", run)),
+        };
+        let len = next as u64;
         if from_seq > len {
             return Err(StoreError::InvalidInput(format!(
                 "read from seq {from_seq} is past the end of run {run} (next seq {len})"
@@ -83,26 +101,16 @@ impl Db {
         if from_seq == len {
             return Ok(Vec::new());
         }
-        let end = from_seq.saturating_add(max as u64).min(len);
-        let rows = sqlx::query(self.sql(
-            "SELECT first_seq, count, at, version, body FROM {s}.events \
-             WHERE run_id = $1 AND first_seq < $3 AND first_seq >= \
-               (SELECT coalesce(max(first_seq), 0) FROM {s}.events WHERE run_id = $1 AND first_seq <= $2) \
-             ORDER BY first_seq",
-        ))
-        .bind(run.as_str())
-        .bind(from_seq as i64)
-        .bind(end as i64)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(map_err)?;
+        let end = wanted_end.min(len);
         let mut out = Vec::with_capacity((end - from_seq) as usize);
         for row in rows {
-            let first: i64 = row.try_get(0).map_err(map_err)?;
-            let count: i32 = row.try_get(1).map_err(map_err)?;
-            let at: i64 = row.try_get(2).map_err(map_err)?;
-            let version: i16 = row.try_get(3).map_err(map_err)?;
-            let body: &[u8] = row.try_get(4).map_err(map_err)?;
+            let Some(first) = row.try_get::<Option<i64>, _>(1).map_err(map_err)? else {
+                continue; // no rows in range: the contiguity check below reports it
+            };
+            let count: i32 = row.try_get(2).map_err(map_err)?;
+            let at: i64 = row.try_get(3).map_err(map_err)?;
+            let version: i16 = row.try_get(4).map_err(map_err)?;
+            let body: &[u8] = row.try_get(5).map_err(map_err)?;
             let first = first as u64;
             let version = u16::try_from(version).unwrap_or(u16::MAX);
             let count = usize::try_from(count).map_err(|_| StoreError::Corrupt {
