@@ -213,8 +213,9 @@ impl AppState {
     }
 }
 
-/// A webhook's `respond_with`, cached per `(run, cmd)`: it never changes once recorded.
-type HookCache = HashMap<(RunId, u64), Option<WebhookResponse>>;
+/// A webhook's `respond_with`, cached per `(run, token)` (a token names one hook of a run): it
+/// never changes once recorded.
+type HookCache = HashMap<(RunId, String), Option<WebhookResponse>>;
 
 /// At most this many webhooks' responses are cached; the cache is emptied when full.
 const HOOK_CACHE_MAX: usize = 4096;

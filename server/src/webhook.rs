@@ -14,7 +14,8 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use eve_core::{Delivered, Event, JournalStoreExt, Payload, RunId, StoreError, WebhookResponse};
+use eve_core::store::READ_PAGE;
+use eve_core::{Delivered, Event, Payload, RunId, StoreError, WebhookResponse};
 use serde::Serialize;
 use serde_json::value::RawValue;
 use std::collections::BTreeMap;
@@ -281,25 +282,27 @@ async fn respond_with(
     token: &str,
     delivered: &Delivered,
 ) -> Result<Option<WebhookResponse>, StoreError> {
-    let received = inner.store.read(&delivered.run, delivered.seq, 1).await?;
-    let Some(Event::HookReceived { cmd, .. }) = received.first().map(|e| &e.event) else {
-        return Ok(None);
-    };
-    let cmd = *cmd;
-    let key: (RunId, u64) = (delivered.run.clone(), cmd);
+    let key: (RunId, String) = (delivered.run.clone(), token.to_owned());
     if let Some(r) = inner.hooks.lock().expect("hook cache lock").get(&key) {
         return Ok(r.clone());
     }
-    let journal = inner.store.read_all(&delivered.run, 0).await?;
-    let found = journal.into_iter().find_map(|e| match e.event {
-        Event::HookCreated {
-            cmd: c,
-            token: t,
-            respond_with,
-            ..
-        } if c == cmd && bool::from(t.as_bytes().ct_eq(token.as_bytes())) => Some(respond_with),
-        _ => None,
-    });
+    // The hook's `HookCreated` precedes the delivery: read pages up to it (one read for most
+    // journals), never to the journal's end.
+    let mut found = None;
+    let mut seq = 0;
+    while found.is_none() && seq <= delivered.seq {
+        let page = inner.store.read(&delivered.run, seq, READ_PAGE).await?;
+        let Some(last) = page.last() else { break };
+        seq = last.seq + 1;
+        found = page.into_iter().find_map(|e| match e.event {
+            Event::HookCreated {
+                token: t,
+                respond_with,
+                ..
+            } if bool::from(t.as_bytes().ct_eq(token.as_bytes())) => Some(respond_with),
+            _ => None,
+        });
+    }
     let Some(r) = found else {
         return Ok(None);
     };
