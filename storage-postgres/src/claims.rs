@@ -1,10 +1,11 @@
 //! Workers and leases: registration, heartbeats, claims (in claim key order, orphaned runs
 //! included), releases, retirement and `next_wake` (contract clause 5).
 
-use crate::error::{fenced, i64_of, map_err};
+use crate::error::{bad_row, fenced, i64_of, map_err};
 use crate::reads::{run_from_row, RUN_COLS};
 use crate::Db;
 use eve_core::{DeploymentId, Lease, RunId, RunRecord, StoreError, Timestamp, WorkerId};
+use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 use std::time::Duration;
 
@@ -123,63 +124,110 @@ impl Db {
         }
     }
 
+    /// One statement in the common case: it checks the lease (locking the worker row `FOR
+    /// SHARE`, so a re-registration or retirement waits for the claim), claims runs with `SKIP
+    /// LOCKED`, and lists the claimable runs it skipped because a write held them. Only when
+    /// that left the claim short are the skipped ones locked (waiting for those writes) and
+    /// re-checked, in a transaction of their own, so a claim never misses a run that was
+    /// claimable before the write that held it, and claimers never queue behind each other.
     pub(crate) async fn claim(
         &self,
         lease: &Lease,
         max: usize,
         now: Timestamp,
     ) -> Result<Vec<RunRecord>, StoreError> {
+        let rows = sqlx::query(self.sql(&format!(
+            "WITH me AS ( \
+               SELECT 1 FROM {{s}}.workers WHERE worker_id = $4 AND epoch = $5 AND NOT retired \
+                 AND expires_at > $2 FOR SHARE), \
+             cand AS ( \
+               SELECT r.run_id FROM {{s}}.runs r \
+                 LEFT JOIN {{s}}.workers w ON w.worker_id = r.owner_worker \
+               WHERE {CLAIMABLE} AND EXISTS (SELECT 1 FROM me) \
+               ORDER BY {CLAIM_KEY}, r.ord LIMIT $3), \
+             c AS ( \
+               SELECT r.run_id, r.ord, {CLAIM_KEY} AS claim_key FROM {{s}}.runs r \
+                 LEFT JOIN {{s}}.workers w ON w.worker_id = r.owner_worker \
+               WHERE {CLAIMABLE} AND EXISTS (SELECT 1 FROM me) \
+               ORDER BY claim_key, r.ord LIMIT $3 FOR UPDATE OF r SKIP LOCKED), \
+             upd AS ( \
+               UPDATE {{s}}.runs r SET owner_worker = $4, owner_epoch = $5, \
+                 activations = r.activations + 1, updated_at = $2 \
+               FROM c WHERE r.run_id = c.run_id \
+               RETURNING {RUN_COLS}, c.claim_key AS claim_key, c.ord AS c_ord) \
+             SELECT EXISTS (SELECT 1 FROM me) AS valid, \
+               ARRAY(SELECT run_id FROM cand WHERE run_id NOT IN (SELECT run_id FROM c)) AS skipped, \
+               upd.* \
+             FROM (SELECT 1) one LEFT JOIN upd ON TRUE"
+        )))
+        .bind(lease.deployment.as_str())
+        .bind(now.0)
+        .bind(i64::try_from(max).unwrap_or(i64::MAX))
+        .bind(lease.worker.as_str())
+        .bind(i64_of(lease.epoch, "epoch")?)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_err)?;
+        let Some(first) = rows.first() else {
+            return Err(bad_row("claim", "no row"));
+        };
+        if !first.try_get::<bool, _>("valid").map_err(map_err)? {
+            return Err(fenced(lease, ""));
+        }
+        let skipped: Vec<String> = first.try_get("skipped").map_err(map_err)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            if row
+                .try_get::<Option<String>, _>("run_id")
+                .map_err(map_err)?
+                .is_some()
+            {
+                out.push(claimed(row)?);
+            }
+        }
+        if out.len() < max && !skipped.is_empty() {
+            let more = self
+                .claim_skipped(lease, max - out.len(), now, &skipped)
+                .await?;
+            out.extend(more);
+        }
+        out.sort_by_key(|(k, _)| *k);
+        Ok(out.into_iter().map(|(_, r)| r).collect())
+    }
+
+    /// The rare second part of [`Db::claim`]: locks the `skipped` runs (waiting for the writes
+    /// that held them) and claims those still claimable, under the lease if it is still valid.
+    async fn claim_skipped(
+        &self,
+        lease: &Lease,
+        max: usize,
+        now: Timestamp,
+        skipped: &[String],
+    ) -> Result<Vec<((i64, i64), RunRecord)>, StoreError> {
         let mut tx = self.begin().await?;
-        let w: Option<(i64, bool, i64)> = sqlx::query_as(self.sql(
-            "SELECT epoch, retired, expires_at FROM {s}.workers WHERE worker_id = $1 FOR SHARE",
+        let valid: Option<i32> = sqlx::query_scalar(self.sql(
+            "SELECT 1 FROM {s}.workers WHERE worker_id = $1 AND epoch = $2 AND NOT retired \
+             AND expires_at > $3 FOR SHARE",
         ))
         .bind(lease.worker.as_str())
+        .bind(i64_of(lease.epoch, "epoch")?)
+        .bind(now.0)
         .fetch_optional(&mut *tx)
         .await
         .map_err(map_err)?;
-        match w {
-            Some((epoch, false, expires)) if epoch as u64 == lease.epoch && expires > now.0 => {}
-            _ => return Err(fenced(lease, "")),
-        }
-        if max == 0 {
+        if valid.is_none() {
             return Ok(Vec::new());
         }
-        // Runs locked by a write in flight are skipped (SKIP LOCKED) so claimers never queue
-        // behind each other; if that left the claim short, the skipped candidates are locked
-        // (waiting for those writes) and re-checked with a fresh snapshot, so a claim never
-        // misses a run that was claimable before the write that held it.
-        let mut out = self.claim_rows(&mut tx, lease, max, now, None, &[]).await?;
-        if out.len() < max {
-            let taken: Vec<String> = out.iter().map(|(_, r)| r.run_id.to_string()).collect();
-            let skipped: Vec<String> = sqlx::query_scalar(self.sql(&format!(
-                "SELECT r.run_id FROM {{s}}.runs r LEFT JOIN {{s}}.workers w ON w.worker_id = r.owner_worker \
-                 WHERE {CLAIMABLE} AND NOT (r.run_id = ANY($4)) \
-                 ORDER BY {CLAIM_KEY}, r.ord LIMIT $3"
-            )))
-            .bind(lease.deployment.as_str())
-            .bind(now.0)
-            .bind(i64::try_from(max - out.len()).unwrap_or(i64::MAX))
-            .bind(&taken)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(map_err)?;
-            if !skipped.is_empty() {
-                sqlx::query(self.sql(
-                    "SELECT 1 FROM {s}.runs WHERE run_id = ANY($1) ORDER BY run_id FOR UPDATE",
-                ))
-                .bind(&skipped)
-                .execute(&mut *tx)
-                .await
-                .map_err(map_err)?;
-                let more = self
-                    .claim_rows(&mut tx, lease, max - out.len(), now, Some(&skipped), &taken)
-                    .await?;
-                out.extend(more);
-            }
-        }
+        sqlx::query(
+            self.sql("SELECT 1 FROM {s}.runs WHERE run_id = ANY($1) ORDER BY run_id FOR UPDATE"),
+        )
+        .bind(skipped)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_err)?;
+        let out = self.claim_rows(&mut tx, lease, max, now, skipped).await?;
         tx.commit().await.map_err(map_err)?;
-        out.sort_by_key(|(k, _)| *k);
-        Ok(out.into_iter().map(|(_, r)| r).collect())
+        Ok(out)
     }
 
     pub(crate) async fn release(
@@ -268,26 +316,23 @@ impl Db {
         Ok(at.map(Timestamp))
     }
 
-    /// Claims up to `max` claimable runs (`only`: among these ids; `skip`: not these) in the
-    /// caller's transaction; `only = None` skips rows locked by others.
-    pub(crate) async fn claim_rows(
+    /// Claims up to `max` claimable runs among `only` (rows the caller locked) in the caller's
+    /// transaction, with their claim keys and creation order.
+    async fn claim_rows(
         &self,
         conn: &mut PgConnection,
         lease: &Lease,
         max: usize,
         now: Timestamp,
-        only: Option<&[String]>,
-        skip: &[String],
+        only: &[String],
     ) -> Result<Vec<((i64, i64), RunRecord)>, StoreError> {
-        let lock = if only.is_some() { "" } else { "SKIP LOCKED" };
         let rows = sqlx::query(self.sql(&format!(
             "WITH c AS ( \
                SELECT r.run_id, r.ord, {CLAIM_KEY} AS claim_key \
                FROM {{s}}.runs r LEFT JOIN {{s}}.workers w ON w.worker_id = r.owner_worker \
-               WHERE {CLAIMABLE} AND NOT (r.run_id = ANY($7)) \
-                 AND ($6::text[] IS NULL OR r.run_id = ANY($6)) \
+               WHERE {CLAIMABLE} AND r.run_id = ANY($6) \
                ORDER BY claim_key, r.ord LIMIT $3 \
-               FOR UPDATE OF r {lock}) \
+               FOR UPDATE OF r) \
              UPDATE {{s}}.runs r SET owner_worker = $4, owner_epoch = $5, \
                activations = r.activations + 1, updated_at = $2 \
              FROM c WHERE r.run_id = c.run_id \
@@ -299,17 +344,10 @@ impl Db {
         .bind(lease.worker.as_str())
         .bind(i64_of(lease.epoch, "epoch")?)
         .bind(only)
-        .bind(skip)
         .fetch_all(&mut *conn)
         .await
         .map_err(map_err)?;
-        rows.iter()
-            .map(|row| {
-                let at: i64 = row.try_get("claim_key").map_err(map_err)?;
-                let ord: i64 = row.try_get("c_ord").map_err(map_err)?;
-                Ok(((at, ord), run_from_row(row)?))
-            })
-            .collect()
+        rows.iter().map(claimed).collect()
     }
 
     /// Whether the run has work now or later (pending events or a timer) and is running.
@@ -328,4 +366,11 @@ impl Db {
         .await
         .map_err(map_err)
     }
+}
+
+/// A claimed run with its claim key and creation order (the order claims return runs in).
+fn claimed(row: &PgRow) -> Result<((i64, i64), RunRecord), StoreError> {
+    let at: i64 = row.try_get("claim_key").map_err(map_err)?;
+    let ord: i64 = row.try_get("c_ord").map_err(map_err)?;
+    Ok(((at, ord), run_from_row(row)?))
 }

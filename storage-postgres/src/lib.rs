@@ -91,10 +91,13 @@
 //! order (`ord`); [`JournalStore::next_wake`] is the smallest claim key of the deployment's
 //! running runs that no valid lease holds.
 //!
-//! Claims lock candidate runs with `FOR UPDATE SKIP LOCKED`, so claimers never queue behind each
-//! other. When that leaves a claim short, the candidates it skipped (runs locked by a delivery
-//! or append in flight) are locked, waiting for that write, and re-checked, so a claim never
-//! misses a run that was claimable before the write began (the conformance model checks this).
+//! A claim is one statement in the common case: it checks the lease (locking the worker row `FOR
+//! SHARE`, so a re-registration or retirement waits for it), locks candidate runs with `FOR
+//! UPDATE SKIP LOCKED` (claimers never queue behind each other) and lists the claimable runs it
+//! skipped. Only when that left the claim short are the skipped ones (runs locked by a delivery
+//! or append in flight) locked in a second transaction, waiting for that write, and re-checked,
+//! so a claim never misses a run that was claimable before the write began (a Postgres test
+//! holds a run's row to check this).
 //!
 //! Errors: connection loss, pool timeouts, serialization failures (40001), deadlocks (40P01),
 //! server shutdown (57P…) are [`StoreError::Unavailable`] (retryable); concurrent starts with one

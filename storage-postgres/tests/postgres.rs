@@ -8,7 +8,7 @@ mod common;
 use common::{options, random_schema, url_or_skip, PgFactory};
 use eve_conformance::fixtures::{
     append, ask, completed, hook, journal, json, must_append, new_run, record, started, step,
-    unique, DEPLOYMENT, TTL,
+    unique, worker, DEPLOYMENT, TTL,
 };
 use eve_core::{
     DeploymentId, Event, InputResponse, JournalStore, Lease, RunId, SessionId, StoreError,
@@ -844,4 +844,69 @@ async fn watches_fire_on_writes_from_another_instance() {
         .await
         .expect("cancel");
     fired(&mut rrx, "a cancel request").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_waits_for_a_write_holding_a_claimable_run() {
+    let Some(url) = url_or_skip("a_claim_waits_for_a_write_holding_a_claimable_run") else {
+        return;
+    };
+    let f = PgFactory::from_env().expect("url");
+    let store = f.store().await;
+    let created = store
+        .create_run(new_run("held-by-write"), at(0))
+        .await
+        .expect("create_run");
+    let run = created.run.run_id;
+    let lease = worker(&store, at(0)).await;
+    // Another transaction holds the claimable run's row, as a delivery in flight does.
+    let mut conn = raw(&url).await;
+    exec(&mut conn, "BEGIN".into()).await;
+    exec(
+        &mut conn,
+        format!(
+            "SELECT 1 FROM \"{}\".runs WHERE run_id = '{run}' FOR UPDATE",
+            store.schema()
+        ),
+    )
+    .await;
+    let claimer = {
+        let store = store.clone();
+        let lease = lease.clone();
+        tokio::spawn(async move { claim_ids(&store, &lease, 8, at(1)).await })
+    };
+    // The claim skipped the row, found itself short, and now waits for the row's lock.
+    let holder: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut conn)
+        .await
+        .expect("pid");
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let blocked: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))",
+        )
+        .bind(holder)
+        .fetch_one(&mut conn)
+        .await
+        .expect("pg_blocking_pids");
+        if blocked > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline && !claimer.is_finished(),
+            "the claim never waited for the held row (finished: {})",
+            claimer.is_finished()
+        );
+        tokio::task::yield_now().await;
+    }
+    exec(&mut conn, "COMMIT".into()).await;
+    let claimed = tokio::time::timeout(LIMIT, claimer)
+        .await
+        .expect("the claim finishes once the write commits")
+        .expect("claim task");
+    assert_eq!(
+        claimed,
+        vec![run],
+        "a run claimable before the write that held it is claimed, not missed"
+    );
 }
