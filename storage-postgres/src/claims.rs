@@ -237,39 +237,23 @@ impl Db {
         processed_seq: u64,
         now: Timestamp,
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin().await?;
-        let locked = self
-            .lock_run(&mut tx, run)
-            .await?
-            .ok_or_else(|| StoreError::not_found("run", run))?;
-        let r = &locked.run;
-        if r.owner.as_ref() != Some(&(lease.worker.clone(), lease.epoch))
-            || locked.owner_lease != Some((lease.epoch, false))
-        {
-            return Err(fenced(lease, run.as_str()));
+        let outcome: String =
+            sqlx::query_scalar(self.sql("SELECT {s}.eve_release($1, $2, $3, $4, $5, $6)"))
+                .bind(run.as_str())
+                .bind(lease.worker.as_str())
+                .bind(i64_of(lease.epoch, "epoch")?)
+                .bind(processed_seq.min(i64::MAX as u64) as i64)
+                .bind(now.0)
+                .bind(&self.channel)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(map_err)?;
+        match outcome.as_str() {
+            "ok" => Ok(()),
+            "not_found" => Err(StoreError::not_found("run", run)),
+            "fenced" => Err(fenced(lease, run.as_str())),
+            other => Err(bad_row("release outcome", other)),
         }
-        let processed = r.processed_seq.max(processed_seq.min(r.next_seq));
-        let set_pending = processed != r.processed_seq;
-        sqlx::query(self.sql(
-            "UPDATE {s}.runs SET owner_worker = NULL, owner_epoch = NULL, updated_at = $2, \
-               processed_seq = $3, \
-               pending_at = CASE WHEN NOT $4 THEN pending_at WHEN $3 >= next_seq THEN NULL \
-                 ELSE (SELECT e.at FROM {s}.events e WHERE e.run_id = $1 AND e.first_seq <= $3 \
-                       ORDER BY e.first_seq DESC LIMIT 1) END \
-             WHERE run_id = $1",
-        ))
-        .bind(run.as_str())
-        .bind(now.0)
-        .bind(processed as i64)
-        .bind(set_pending)
-        .execute(&mut *tx)
-        .await
-        .map_err(map_err)?;
-        if self.has_work(&mut tx, run).await? {
-            self.notify(&mut tx, &r.deployment_id).await?;
-        }
-        tx.commit().await.map_err(map_err)?;
-        Ok(())
     }
 
     pub(crate) async fn retire_worker(&self, lease: &Lease) -> Result<(), StoreError> {
@@ -348,23 +332,6 @@ impl Db {
         .await
         .map_err(map_err)?;
         rows.iter().map(claimed).collect()
-    }
-
-    /// Whether the run has work now or later (pending events or a timer) and is running.
-    pub(crate) async fn has_work(
-        &self,
-        conn: &mut PgConnection,
-        run: &RunId,
-    ) -> Result<bool, StoreError> {
-        sqlx::query_scalar(self.sql(
-            "SELECT r.status = 'running' AND (r.pending_at IS NOT NULL \
-               OR EXISTS (SELECT 1 FROM {s}.timers t WHERE t.run_id = r.run_id)) \
-             FROM {s}.runs r WHERE r.run_id = $1",
-        ))
-        .bind(run.as_str())
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(map_err)
     }
 }
 

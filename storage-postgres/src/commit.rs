@@ -11,7 +11,7 @@ use eve_core::{
     check_limits, Append, Appended, CreatedRun, Effects, Event, Execution, Lease, NewRun,
     RequestId, RunId, RunRecord, RunStatus, SessionEvent, StoreError, Timestamp, WatchKey,
 };
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, Mutex};
@@ -48,13 +48,6 @@ fn execution_str(e: Execution) -> &'static str {
         Execution::Default => "default",
         Execution::Background => "background",
     }
-}
-
-/// A run row locked for a write, with its owner worker's lease state.
-pub(crate) struct Locked {
-    pub(crate) run: RunRecord,
-    /// `(epoch, retired)` of the owner worker's current registration.
-    pub(crate) owner_lease: Option<(u64, bool)>,
 }
 
 /// Starts, run row locks and the append protocol (`JournalStore::create_run` delegates here;
@@ -159,15 +152,15 @@ impl Db {
         })
     }
 
-    /// Locks the run row (`FOR UPDATE`) and reads it with its owner's lease.
+    /// Locks the run row (`FOR UPDATE`) and reads it.
     pub(crate) async fn lock_run(
         &self,
         conn: &mut PgConnection,
         run: &RunId,
-    ) -> Result<Option<Locked>, StoreError> {
+    ) -> Result<Option<RunRecord>, StoreError> {
         // Lock first, then read in a new statement: under read committed a statement that waited
-        // for a row lock re-checks only the locked row, so joined rows (the owner's lease, a
-        // landed append) must be read by a statement that starts after the lock is held.
+        // for a row lock re-checks only the locked row, so the read must start after the lock
+        // is held to see the rows written by the transaction it waited for.
         let found: Option<i32> =
             sqlx::query_scalar(self.sql("SELECT 1 FROM {s}.runs WHERE run_id = $1 FOR UPDATE"))
                 .bind(run.as_str())
@@ -178,21 +171,13 @@ impl Db {
             return Ok(None);
         }
         let row = sqlx::query(self.sql(&format!(
-            "SELECT {RUN_COLS}, w.epoch AS w_epoch, w.retired AS w_retired \
-             FROM {{s}}.runs r LEFT JOIN {{s}}.workers w ON w.worker_id = r.owner_worker \
-             WHERE r.run_id = $1"
+            "SELECT {RUN_COLS} FROM {{s}}.runs r WHERE r.run_id = $1"
         )))
         .bind(run.as_str())
         .fetch_optional(&mut *conn)
         .await
         .map_err(map_err)?;
-        let Some(row) = row else { return Ok(None) };
-        let w_epoch: Option<i64> = row.try_get("w_epoch").map_err(map_err)?;
-        let w_retired: Option<bool> = row.try_get("w_retired").map_err(map_err)?;
-        Ok(Some(Locked {
-            run: run_from_row(&row)?,
-            owner_lease: w_epoch.map(|e| (e as u64, w_retired.unwrap_or(true))),
-        }))
+        row.as_ref().map(run_from_row).transpose()
     }
 
     /// Writes a delivery's `events` at the run's next seq with their [`Effects`] (the

@@ -203,19 +203,19 @@ impl Db {
             .lock_run(&mut tx, run)
             .await?
             .ok_or_else(|| StoreError::not_found("run", run))?;
-        if locked.run.status.is_terminal() {
+        if locked.status.is_terminal() {
             return Ok(CancelOutcome::AlreadyEnded {
-                status: locked.run.status,
+                status: locked.status,
             });
         }
-        if locked.run.cancel_requested {
+        if locked.cancel_requested {
             return Ok(CancelOutcome::AlreadyRequested);
         }
         let pending = self.pending_of(&mut tx, run).await?;
-        let blocked = locked.run.status == RunStatus::Blocked;
+        let blocked = locked.status == RunStatus::Blocked;
         let events = cancel_events(reason, blocked, pending);
         check_limits(&events[..1])?;
-        let (seq, _) = self.write(&mut tx, &locked.run, events, now).await?;
+        let (seq, _) = self.write(&mut tx, &locked, events, now).await?;
         tx.commit().await.map_err(map_err)?;
         Ok(CancelOutcome::Requested { seq })
     }
@@ -231,7 +231,7 @@ impl Db {
             .lock_run(&mut tx, run)
             .await?
             .ok_or_else(|| StoreError::not_found("run", run))?;
-        let status = locked.run.status;
+        let status = locked.status;
         if status != RunStatus::Blocked {
             return Err(StoreError::InvalidInput(format!(
                 "run {run} is {}, not blocked; only a blocked run can be resumed or failed this way",
@@ -251,7 +251,7 @@ impl Db {
                 events
             }
         };
-        let (seq, _) = self.write(&mut tx, &locked.run, events, now).await?;
+        let (seq, _) = self.write(&mut tx, &locked, events, now).await?;
         tx.commit().await.map_err(map_err)?;
         Ok(seq)
     }

@@ -441,6 +441,49 @@ BEGIN
     o_response := NULL;
 END
 $fn$;
+
+-- A release by the run's owner: locks the run row, checks the lease as eve_append does, clears
+-- the owner, raises processed_seq to p_processed (at most the journal's end; pending_at then
+-- becomes the time of the first event left unprocessed) and wakes idle workers if the run still
+-- has work (unprocessed events or a timer). Returns ok | not_found | fenced.
+CREATE FUNCTION {s}.eve_release(
+    p_run text, p_worker text, p_epoch bigint, p_processed bigint, p_now bigint,
+    p_channel text)
+RETURNS text LANGUAGE plpgsql AS $fn$
+DECLARE
+    r           {s}.runs%ROWTYPE;
+    w_epoch     bigint;
+    w_retired   boolean;
+    v_processed bigint;
+    v_pending   bigint;
+BEGIN
+    PERFORM 1 FROM {s}.runs WHERE run_id = p_run FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN 'not_found';
+    END IF;
+    SELECT * INTO r FROM {s}.runs WHERE run_id = p_run;
+    SELECT w.epoch, w.retired INTO w_epoch, w_retired
+    FROM {s}.workers w WHERE w.worker_id = r.owner_worker;
+    IF r.owner_worker IS DISTINCT FROM p_worker OR r.owner_epoch IS DISTINCT FROM p_epoch
+       OR w_epoch IS DISTINCT FROM p_epoch OR w_retired IS NOT FALSE THEN
+        RETURN 'fenced';
+    END IF;
+    v_processed := greatest(r.processed_seq, least(p_processed, r.next_seq));
+    v_pending := CASE
+        WHEN v_processed = r.processed_seq THEN r.pending_at
+        WHEN v_processed >= r.next_seq THEN NULL
+        ELSE (SELECT e.at FROM {s}.events e WHERE e.run_id = p_run AND e.first_seq <= v_processed
+              ORDER BY e.first_seq DESC LIMIT 1) END;
+    UPDATE {s}.runs SET owner_worker = NULL, owner_epoch = NULL, updated_at = p_now,
+        processed_seq = v_processed, pending_at = v_pending
+    WHERE run_id = p_run;
+    IF r.status = 'running' AND (v_pending IS NOT NULL
+        OR EXISTS (SELECT 1 FROM {s}.timers t WHERE t.run_id = p_run)) THEN
+        PERFORM pg_notify(p_channel, {s}.eve_payload('d:' || r.deployment_id));
+    END IF;
+    RETURN 'ok';
+END
+$fn$;
 "#,
     ),
 ];

@@ -875,18 +875,20 @@ async fn a_claim_waits_for_a_write_holding_a_claimable_run() {
         let lease = lease.clone();
         tokio::spawn(async move { claim_ids(&store, &lease, 8, at(1)).await })
     };
-    // The claim skipped the row, found itself short, and now waits for the row's lock.
+    // The claim skipped the row, found itself short, and now waits for the row's lock. (Watched
+    // from another connection: inside a transaction pg_stat_activity is a frozen snapshot.)
     let holder: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
         .fetch_one(&mut conn)
         .await
         .expect("pid");
+    let mut watcher = raw(&url).await;
     let deadline = Instant::now() + LIMIT;
     loop {
         let blocked: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))",
         )
         .bind(holder)
-        .fetch_one(&mut conn)
+        .fetch_one(&mut watcher)
         .await
         .expect("pg_blocking_pids");
         if blocked > 0 {
