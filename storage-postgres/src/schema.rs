@@ -184,6 +184,36 @@ CREATE TABLE {s}.session_messages (
 CREATE FUNCTION {s}.eve_payload(p text) RETURNS text IMMUTABLE LANGUAGE sql AS
 $fn$ SELECT CASE WHEN octet_length(p) < 8000 THEN p ELSE '*' END $fn$;
 
+-- Locks a run's row, then reads it with a fresh snapshot (a statement that waited for the lock
+-- would keep the other rows of its old one); all NULL when there is no such run.
+CREATE FUNCTION {s}.eve_lock_run(p_run text) RETURNS {s}.runs LANGUAGE plpgsql AS $fn$
+DECLARE
+    r {s}.runs%ROWTYPE;
+BEGIN
+    PERFORM 1 FROM {s}.runs WHERE run_id = p_run FOR UPDATE;
+    SELECT * INTO r FROM {s}.runs WHERE run_id = p_run;
+    RETURN r;
+END
+$fn$;
+
+-- Whether the lease (p_worker, p_epoch) owns run r: r names it, at the worker's current epoch,
+-- and the worker is not retired.
+CREATE FUNCTION {s}.eve_owns(r {s}.runs, p_worker text, p_epoch bigint) RETURNS boolean
+LANGUAGE sql AS $fn$
+    SELECT coalesce(r.owner_worker = p_worker AND r.owner_epoch = p_epoch, FALSE)
+       AND EXISTS (SELECT 1 FROM {s}.workers w
+                   WHERE w.worker_id = p_worker AND w.epoch = p_epoch AND NOT w.retired)
+$fn$;
+
+-- The NOTIFY payloads of a delivery to run r: its watchers, and idle workers when it is running
+-- with nothing unprocessed (no worker is busy with it).
+CREATE FUNCTION {s}.eve_delivery_notify(r {s}.runs) RETURNS jsonb LANGUAGE sql AS $fn$
+    SELECT jsonb_build_array({s}.eve_payload('r:' || r.run_id))
+        || CASE WHEN r.status = 'running' AND r.processed_seq >= r.next_seq
+                THEN jsonb_build_array({s}.eve_payload('d:' || r.deployment_id))
+                ELSE '[]'::jsonb END
+$fn$;
+
 -- Writes events at p_first with the index changes they imply (commit.rs `effects_json` builds
 -- p_fx from eve_core::Effects): the caller locked the run row and checked its preconditions.
 -- p_append_id marks a worker append (sets processed_seq, resets activations); NULL a delivery.
@@ -297,12 +327,9 @@ CREATE FUNCTION {s}.eve_append(
     OUT outcome text, OUT o_first bigint, OUT o_next bigint, OUT o_detail text)
 LANGUAGE plpgsql AS $fn$
 DECLARE
-    r         {s}.runs%ROWTYPE;
-    w_epoch   bigint;
-    w_retired boolean;
+    r {s}.runs%ROWTYPE := {s}.eve_lock_run(p_run);
 BEGIN
-    PERFORM 1 FROM {s}.runs WHERE run_id = p_run FOR UPDATE;
-    IF NOT FOUND THEN
+    IF r.run_id IS NULL THEN
         outcome := 'not_found';
         RETURN;
     END IF;
@@ -312,15 +339,11 @@ BEGIN
         outcome := 'duplicate';
         RETURN;
     END IF;
-    SELECT * INTO r FROM {s}.runs WHERE run_id = p_run;
     IF r.status IN ('completed', 'failed', 'cancelled') THEN
         outcome := 'ended';
         RETURN;
     END IF;
-    SELECT w.epoch, w.retired INTO w_epoch, w_retired
-    FROM {s}.workers w WHERE w.worker_id = r.owner_worker;
-    IF r.owner_worker IS DISTINCT FROM p_worker OR r.owner_epoch IS DISTINCT FROM p_epoch
-       OR w_epoch IS DISTINCT FROM p_epoch OR w_retired IS NOT FALSE THEN
+    IF NOT {s}.eve_owns(r, p_worker, p_epoch) THEN
         outcome := 'fenced';
         RETURN;
     END IF;
@@ -352,11 +375,9 @@ CREATE FUNCTION {s}.eve_deliver_hook(
     p_body bytea, p_channel text, OUT outcome text, OUT o_seq bigint)
 LANGUAGE plpgsql AS $fn$
 DECLARE
-    r        {s}.runs%ROWTYPE;
-    v_notify jsonb;
+    r {s}.runs%ROWTYPE := {s}.eve_lock_run(p_run);
 BEGIN
-    PERFORM 1 FROM {s}.runs WHERE run_id = p_run FOR UPDATE;
-    IF NOT FOUND THEN
+    IF r.run_id IS NULL THEN
         outcome := 'not_found';
         RETURN;
     END IF;
@@ -373,14 +394,10 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    SELECT * INTO r FROM {s}.runs WHERE run_id = p_run;
-    v_notify := jsonb_build_array({s}.eve_payload('r:' || p_run));
-    IF r.status = 'running' AND r.processed_seq >= r.next_seq THEN
-        v_notify := v_notify || jsonb_build_array({s}.eve_payload('d:' || r.deployment_id));
-    END IF;
     PERFORM {s}.eve_write(p_run, r.session_id, r.call_id, r.execution = 'background',
         r.next_seq, p_now, p_version, p_body, NULL,
-        jsonb_build_object('count', 1, 'ended', false, 'cancel', false, 'notify', v_notify),
+        jsonb_build_object('count', 1, 'ended', false, 'cancel', false,
+                           'notify', {s}.eve_delivery_notify(r)),
         p_channel);
     IF p_key IS NOT NULL THEN
         INSERT INTO {s}.hook_dedupe (run_id, cmd, key, seq, token)
@@ -403,12 +420,10 @@ CREATE FUNCTION {s}.eve_answer(
     OUT outcome text, OUT o_seq bigint, OUT o_response bytea)
 LANGUAGE plpgsql AS $fn$
 DECLARE
-    r        {s}.runs%ROWTYPE;
-    v_state  text;
-    v_notify jsonb;
+    r       {s}.runs%ROWTYPE := {s}.eve_lock_run(p_run);
+    v_state text;
 BEGIN
-    PERFORM 1 FROM {s}.runs WHERE run_id = p_run FOR UPDATE;
-    IF NOT FOUND THEN
+    IF r.run_id IS NULL THEN
         outcome := 'not_found';
         RETURN;
     END IF;
@@ -422,18 +437,13 @@ BEGIN
         outcome := v_state;
         RETURN;
     END IF;
-    SELECT * INTO r FROM {s}.runs WHERE run_id = p_run;
     IF r.status IN ('completed', 'failed', 'cancelled') THEN
         outcome := 'withdrawn';
         RETURN;
     END IF;
-    v_notify := jsonb_build_array({s}.eve_payload('r:' || p_run));
-    IF r.status = 'running' AND r.processed_seq >= r.next_seq THEN
-        v_notify := v_notify || jsonb_build_array({s}.eve_payload('d:' || r.deployment_id));
-    END IF;
     PERFORM {s}.eve_write(p_run, r.session_id, r.call_id, r.execution = 'background',
         r.next_seq, p_now, p_version, p_body, NULL,
-        p_fx || jsonb_build_object('notify', v_notify), p_channel);
+        p_fx || jsonb_build_object('notify', {s}.eve_delivery_notify(r)), p_channel);
     UPDATE {s}.requests SET state = 'answered', response = p_response, answer_seq = r.next_seq
     WHERE request_id = p_request;
     outcome := 'ok';
@@ -442,7 +452,7 @@ BEGIN
 END
 $fn$;
 
--- A release by the run's owner: locks the run row, checks the lease as eve_append does, clears
+-- A release by the run's owner: locks the run row, checks the lease (eve_owns), clears
 -- the owner, raises processed_seq to p_processed (at most the journal's end; pending_at then
 -- becomes the time of the first event left unprocessed) and wakes idle workers if the run still
 -- has work (unprocessed events or a timer). Returns ok | not_found | fenced.
@@ -451,21 +461,14 @@ CREATE FUNCTION {s}.eve_release(
     p_channel text)
 RETURNS text LANGUAGE plpgsql AS $fn$
 DECLARE
-    r           {s}.runs%ROWTYPE;
-    w_epoch     bigint;
-    w_retired   boolean;
+    r           {s}.runs%ROWTYPE := {s}.eve_lock_run(p_run);
     v_processed bigint;
     v_pending   bigint;
 BEGIN
-    PERFORM 1 FROM {s}.runs WHERE run_id = p_run FOR UPDATE;
-    IF NOT FOUND THEN
+    IF r.run_id IS NULL THEN
         RETURN 'not_found';
     END IF;
-    SELECT * INTO r FROM {s}.runs WHERE run_id = p_run;
-    SELECT w.epoch, w.retired INTO w_epoch, w_retired
-    FROM {s}.workers w WHERE w.worker_id = r.owner_worker;
-    IF r.owner_worker IS DISTINCT FROM p_worker OR r.owner_epoch IS DISTINCT FROM p_epoch
-       OR w_epoch IS DISTINCT FROM p_epoch OR w_retired IS NOT FALSE THEN
+    IF NOT {s}.eve_owns(r, p_worker, p_epoch) THEN
         RETURN 'fenced';
     END IF;
     v_processed := greatest(r.processed_seq, least(p_processed, r.next_seq));
