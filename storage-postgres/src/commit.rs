@@ -365,13 +365,21 @@ fn append_outcome(
 /// only where a background run's differ) and NOTIFY payloads to send.
 ///
 /// # Errors
-/// `AlreadyExists` when two events of the append create one hook token.
+/// `AlreadyExists` when two events of the append create one hook token; `InvalidInput` for a
+/// command id above `i64::MAX`.
 pub(crate) fn effects_json(events: &[Event], notify: &[String]) -> Result<String, StoreError> {
     let fx = Effects::of(Execution::Default, events);
     for (i, (token, _, _)) in fx.hooks_created.iter().enumerate() {
         if fx.hooks_created[..i].iter().any(|(t, _, _)| t == token) {
             return Err(token_taken(token));
         }
+    }
+    // Commands are stored as BIGINT: refuse what would not fit before any SQL runs.
+    let cmds = fx.hooks_created.iter().map(|h| h.1);
+    let cmds = cmds.chain(fx.timers_set.iter().map(|t| t.0));
+    let cmds = cmds.chain(fx.timers_cleared.iter().copied());
+    for cmd in cmds.chain(fx.requests_opened.iter().map(|r| r.1)) {
+        i64_of(cmd, "command id")?;
     }
     let to_text = |v: Result<String, serde_json::Error>, what: &str| {
         v.map_err(|e| StoreError::InvalidInput(format!("{what} does not serialize: {e}")))

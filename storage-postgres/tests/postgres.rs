@@ -436,6 +436,21 @@ async fn group_commit_gives_each_append_its_own_outcome() {
         }
     }
     assert_eq!(token_winners, 1, "one run gets the token");
+    // A command id a BIGINT cannot hold is refused before any SQL, and writes nothing.
+    let (run, lease) = &runs[1];
+    let too_big = Event::SleepScheduled {
+        cmd: u64::MAX,
+        wake_at: at(5),
+    };
+    assert!(
+        matches!(
+            store
+                .append(append(&run.run_id, 1, lease, vec![too_big], at(2)))
+                .await,
+            Err(StoreError::InvalidInput(_))
+        ),
+        "a command id above i64::MAX is InvalidInput"
+    );
     for (i, (run, _)) in runs.iter().enumerate() {
         let len = journal(&*store, &run.run_id).await.len();
         let want = match i {
