@@ -239,7 +239,9 @@ impl Db {
                 let mut results = Vec::with_capacity(batch.len());
                 for a in appends {
                     results.push(match self.append_all(&[a]).await {
-                        Ok(mut r) => r.pop().expect("one result per append"),
+                        Ok(mut r) => r
+                            .pop()
+                            .unwrap_or_else(|| Err(bad_row("append outcome", "missing row"))),
                         Err(e) => Err(e),
                     });
                 }
@@ -264,19 +266,28 @@ impl Db {
         let mut nows = Vec::with_capacity(n);
         let mut bodies = Vec::with_capacity(n);
         let mut fxs = Vec::with_capacity(n);
-        // An append that fails before any SQL (its hook tokens repeat) answers on its own.
+        // An append refused before any SQL (a repeated hook token, a value too large) answers
+        // on its own.
         let mut refused: Vec<Option<StoreError>> = Vec::with_capacity(n);
         for a in appends {
-            match effects_json(&a.events, &[]) {
-                Ok(fx) => {
+            let prepared = (|| {
+                Ok::<_, StoreError>((
+                    effects_json(&a.events, &[])?,
+                    encode_batch(&a.events)?,
+                    i64_of(a.expected_seq, "expected seq")?,
+                    i64_of(a.lease.epoch, "epoch")?,
+                ))
+            })();
+            match prepared {
+                Ok((fx, body, expected_seq, epoch)) => {
                     refused.push(None);
                     runs.push(a.run.as_str());
                     ids.push(a.append_id.as_str());
-                    expected.push(i64_of(a.expected_seq, "expected seq")?);
+                    expected.push(expected_seq);
                     workers.push(a.lease.worker.as_str());
-                    epochs.push(i64_of(a.lease.epoch, "epoch")?);
+                    epochs.push(epoch);
                     nows.push(a.now.0);
-                    bodies.push(encode_batch(&a.events)?);
+                    bodies.push(body);
                     fxs.push(fx);
                 }
                 Err(e) => refused.push(Some(e)),
@@ -314,11 +325,12 @@ impl Db {
             .zip(refused)
             .map(|(a, refused)| match refused {
                 Some(e) => Err(e),
-                None => {
-                    let (outcome, first, next, detail) =
-                        rows.next().expect("one row per append sent");
-                    append_outcome(a, &outcome, first, next, detail)
-                }
+                None => match rows.next() {
+                    Some((outcome, first, next, detail)) => {
+                        append_outcome(a, &outcome, first, next, detail)
+                    }
+                    None => Err(bad_row("append outcome", "missing row")),
+                },
             })
             .collect();
         Ok(results)
