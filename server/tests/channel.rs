@@ -278,13 +278,26 @@ async fn answers_tasks_and_runs_over_http() {
 
     // The runs API.
     let (_, runs) = get(&server, "/v1/runs?session=s2").await;
-    let ids: Vec<&str> = runs["runs"]
+    // Oldest first, ties (two starts in one millisecond) by run id.
+    let listed: Vec<(i64, &str)> = runs["runs"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|r| r["run_id"].as_str().unwrap())
+        .map(|r| {
+            (
+                r["created_at"].as_i64().unwrap(),
+                r["run_id"].as_str().unwrap(),
+            )
+        })
         .collect();
-    assert_eq!(ids, vec![deploy.as_str(), refund.as_str()]);
+    let mut in_order = listed.clone();
+    in_order.sort();
+    assert_eq!(listed, in_order, "runs list by creation time, then id");
+    let mut ids: Vec<&str> = listed.iter().map(|(_, id)| *id).collect();
+    ids.sort();
+    let mut started = vec![deploy.as_str(), refund.as_str()];
+    started.sort();
+    assert_eq!(ids, started);
     let (_, runs) = get(&server, "/v1/runs?session=s2&status=cancelled").await;
     assert_eq!(runs["runs"].as_array().unwrap().len(), 1);
     assert_eq!(runs["runs"][0]["run_id"], refund.as_str());
