@@ -219,14 +219,7 @@ impl Inner {
         events: Vec<Event>,
     ) -> Result<Result<Appendix, Stop>, StoreError> {
         let now = self.clock.now();
-        let a = Append {
-            run: run.clone(),
-            expected_seq: exec.next_seq,
-            lease: self.lease(),
-            append_id: AppendId::random(),
-            events,
-            now,
-        };
+        let a = self.new_append(run, exec.next_seq, events, now);
         match self.retrying(|| self.store.append(a.clone())).await {
             Ok(done) => {
                 for (i, event) in a.events.into_iter().enumerate() {
@@ -245,6 +238,24 @@ impl Inner {
                 Ok(self.catch_up(run, exec).await?.map(|()| Appendix::Conflict))
             }
             Err(e) => Err(e),
+        }
+    }
+
+    /// An append of `events` at `expected_seq` under this worker's lease, with a fresh append id.
+    fn new_append(
+        &self,
+        run: &RunId,
+        expected_seq: u64,
+        events: Vec<Event>,
+        now: Timestamp,
+    ) -> Append {
+        Append {
+            run: run.clone(),
+            expected_seq,
+            lease: self.lease(),
+            append_id: AppendId::random(),
+            events,
+            now,
         }
     }
 
@@ -289,14 +300,7 @@ impl Inner {
                 }
             }
         }
-        let a = Append {
-            run: run.clone(),
-            expected_seq,
-            lease: self.lease(),
-            append_id: AppendId::random(),
-            events,
-            now,
-        };
+        let a = self.new_append(run, expected_seq, events, now);
         self.retrying(|| self.store.append(a.clone())).await?;
         if let Some(stop) = stop {
             return Ok(Err(stop));
@@ -332,14 +336,7 @@ impl Inner {
         event: Event,
     ) -> Result<(), StoreError> {
         loop {
-            let a = Append {
-                run: run.clone(),
-                expected_seq,
-                lease: self.lease(),
-                append_id: AppendId::random(),
-                events: vec![event.clone()],
-                now: self.clock.now(),
-            };
+            let a = self.new_append(run, expected_seq, vec![event.clone()], self.clock.now());
             match self.retrying(|| self.store.append(a.clone())).await {
                 Ok(_) => return Ok(()),
                 Err(StoreError::Conflict { actual, .. }) => expected_seq = actual,
@@ -371,14 +368,7 @@ impl Inner {
                     reason: reason.clone(),
                 }
             };
-            let a = Append {
-                run: run.clone(),
-                expected_seq: expected,
-                lease: self.lease(),
-                append_id: AppendId::random(),
-                events: vec![event],
-                now: self.clock.now(),
-            };
+            let a = self.new_append(run, expected, vec![event], self.clock.now());
             match self.retrying(|| self.store.append(a.clone())).await {
                 Ok(_) => break cancelled,
                 Err(StoreError::Conflict { actual, .. }) => expected = actual,
