@@ -157,6 +157,16 @@ pub enum Synchronous {
     Normal,
 }
 
+impl Synchronous {
+    /// The value of `PRAGMA synchronous`.
+    fn pragma(self) -> &'static str {
+        match self {
+            Synchronous::Full => "FULL",
+            Synchronous::Normal => "NORMAL",
+        }
+    }
+}
+
 /// How [`SqliteStore::open_with`] opens a file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SqliteOptions {
@@ -245,16 +255,7 @@ impl SqliteStore {
             .busy_timeout(options.busy_timeout)
             .foreign_keys(false)
             .statement_cache_capacity(512);
-        let writer = writer::WriterConfig {
-            filename: path.to_string_lossy().into_owned(),
-            in_memory: false,
-            synchronous: match options.synchronous {
-                Synchronous::Full => "FULL",
-                Synchronous::Normal => "NORMAL",
-            },
-            busy_timeout: options.busy_timeout,
-        };
-        Self::start(connect, writer, &options, id, true).await
+        Self::start(connect, &options, id, true).await
     }
 
     /// A private in-memory database, gone when the store is dropped: for quick tests. (The
@@ -264,25 +265,20 @@ impl SqliteStore {
     /// `Other` if SQLite cannot be initialised.
     pub async fn in_memory() -> Result<Self, StoreError> {
         // A uniquely named shared-cache memory database, so the read pool sees the writer's.
+        let options = SqliteOptions::default();
         let connect = SqliteConnectOptions::from_str("sqlite::memory:")
             .map_err(map_sqlx)?
-            .busy_timeout(Duration::from_secs(5))
+            .busy_timeout(options.busy_timeout)
             .foreign_keys(false)
             .statement_cache_capacity(512);
         let id = format!("sqlite::memory:{}", eve_core::AppendId::random());
-        let writer = writer::WriterConfig {
-            // sqlx names the shared-cache database `file:sqlx-in-memory-N`.
-            filename: connect.get_filename().to_string_lossy().into_owned(),
-            in_memory: true,
-            synchronous: "FULL",
-            busy_timeout: Duration::from_secs(5),
-        };
-        Self::start(connect, writer, &SqliteOptions::default(), id, false).await
+        Self::start(connect, &options, id, false).await
     }
 
+    /// Opens the store on `connect` (a file when `file`, else the in-memory database): the
+    /// migrations, the read pool, the writer thread on the same database, the data watch.
     async fn start(
         connect: SqliteConnectOptions,
-        writer: writer::WriterConfig,
         options: &SqliteOptions,
         id: String,
         file: bool,
@@ -307,6 +303,14 @@ impl SqliteStore {
             Some(Arc::new(w))
         } else {
             None
+        };
+        let writer = writer::WriterConfig {
+            // The path, or the shared-cache name sqlx gave the in-memory database
+            // (`file:sqlx-in-memory-N`).
+            filename: connect.get_filename().to_string_lossy().into_owned(),
+            in_memory: !file,
+            synchronous: options.synchronous.pragma(),
+            busy_timeout: options.busy_timeout,
         };
         writer::spawn(&writer, rx, max_batch, hub.clone(), commits)?;
         // The migrating connection closes only now: an in-memory database lives while a
