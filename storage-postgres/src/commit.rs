@@ -4,12 +4,12 @@
 
 use crate::error::{bad_row, fenced, i64_of, map_err, unavailable};
 use crate::reads::{run_from_row, RUN_COLS};
-use crate::wake::{deployment_payload, key_payload};
+use crate::wake::deployment_payload;
 use crate::Db;
 use eve_core::codec::{encode_batch, FORMAT_VERSION};
 use eve_core::{
     check_limits, Append, Appended, CreatedRun, Effects, Event, Execution, Lease, NewRun,
-    RequestId, RunId, RunRecord, RunStatus, SessionEvent, StoreError, Timestamp, WatchKey,
+    RequestId, RunId, RunRecord, RunStatus, SessionEvent, StoreError, Timestamp,
 };
 use sqlx::PgConnection;
 use std::collections::BTreeMap;
@@ -180,10 +180,9 @@ impl Db {
         row.as_ref().map(run_from_row).transpose()
     }
 
-    /// Writes a delivery's `events` at the run's next seq with their [`Effects`] (the
-    /// `eve_write` function of migration 5, one statement), and notifies the run's watchers, idle
-    /// workers when the run was idle, and the session's watchers when the session log grows. The
-    /// caller locked the run and checked preconditions; its transaction is rolled back on error.
+    /// Writes a delivery's `events` at the run's next seq with their [`Effects`] and wake-ups
+    /// (the `eve_write` function of migration 5, one statement). The caller locked the run and
+    /// checked preconditions; its transaction is rolled back on error.
     pub(crate) async fn write(
         &self,
         conn: &mut PgConnection,
@@ -193,15 +192,7 @@ impl Db {
     ) -> Result<(u64, u64), StoreError> {
         let first = run.next_seq;
         let next = first + events.len() as u64;
-        // Wake the run's watchers (the worker holding it), and idle workers if the run was idle.
-        let mut notify = vec![key_payload(&WatchKey::Run(run.run_id.clone()))];
-        let status = Effects::of(run.execution, &events)
-            .status
-            .unwrap_or(run.status);
-        if status == RunStatus::Running && run.processed_seq >= first {
-            notify.push(deployment_payload(&run.deployment_id));
-        }
-        let fx = effects_json(&events, &notify)?;
+        let fx = effects_json(&events)?;
         let taken: Option<String> = sqlx::query_scalar(
             self.sql("SELECT {s}.eve_write($1, $2, $3, $4, $5, $6, $7, $8, NULL, $9::jsonb, $10)"),
         )
@@ -272,7 +263,7 @@ impl Db {
         for a in appends {
             let prepared = (|| {
                 Ok::<_, StoreError>((
-                    effects_json(&a.events, &[])?,
+                    effects_json(&a.events)?,
                     encode_batch(&a.events)?,
                     i64_of(a.expected_seq, "expected seq")?,
                     i64_of(a.lease.epoch, "epoch")?,
@@ -373,13 +364,13 @@ fn append_outcome(
 }
 
 /// The effects of `events` as `eve_write`'s `p_fx` argument: the counts and flags, hooks,
-/// timers (one set per cmd, the last), requests, session events (with `session_background`
-/// only where a background run's differ) and NOTIFY payloads to send.
+/// timers (one set per cmd, the last), requests and session events (with `session_background`
+/// only where a background run's differ).
 ///
 /// # Errors
 /// `AlreadyExists` when two events of the append create one hook token; `InvalidInput` for a
 /// command id above `i64::MAX`.
-pub(crate) fn effects_json(events: &[Event], notify: &[String]) -> Result<String, StoreError> {
+pub(crate) fn effects_json(events: &[Event]) -> Result<String, StoreError> {
     let fx = Effects::of(Execution::Default, events);
     for (i, (token, _, _)) in fx.hooks_created.iter().enumerate() {
         if fx.hooks_created[..i].iter().any(|(t, _, _)| t == token) {
@@ -419,7 +410,6 @@ pub(crate) fn effects_json(events: &[Event], notify: &[String]) -> Result<String
         "requests_opened": requests,
         "requests_closed": fx.requests_closed.iter().map(RequestId::as_str).collect::<Vec<_>>(),
         "session": session(&fx.session_events)?,
-        "notify": notify,
     });
     let background = Effects::of(Execution::Background, events).session_events;
     if background != fx.session_events {

@@ -53,7 +53,8 @@
 //! costs one round trip instead of one per statement:
 //!
 //! - `eve_write(run, …, fx jsonb, channel)` writes events with their effects (the client
-//!   encodes the [`eve_core::Effects`] as `fx`) and sends their NOTIFYs. Cancels and
+//!   encodes the [`eve_core::Effects`] as `fx`) and sends their NOTIFYs (a delivery's too:
+//!   see "Wake-ups"). Cancels and
 //!   resolutions call it inside their own transaction, after their own locks and checks.
 //! - `eve_deliver_hook` and `eve_answer` are a hook delivery and an answer after the one read
 //!   that finds the token's run (or the request, whose answer is checked in the client): they

@@ -205,19 +205,11 @@ LANGUAGE sql AS $fn$
                    WHERE w.worker_id = p_worker AND w.epoch = p_epoch AND NOT w.retired)
 $fn$;
 
--- The NOTIFY payloads of a delivery to run r: its watchers, and idle workers when it is running
--- with nothing unprocessed (no worker is busy with it).
-CREATE FUNCTION {s}.eve_delivery_notify(r {s}.runs) RETURNS jsonb LANGUAGE sql AS $fn$
-    SELECT jsonb_build_array({s}.eve_payload('r:' || r.run_id))
-        || CASE WHEN r.status = 'running' AND r.processed_seq >= r.next_seq
-                THEN jsonb_build_array({s}.eve_payload('d:' || r.deployment_id))
-                ELSE '[]'::jsonb END
-$fn$;
-
 -- Writes events at p_first with the index changes they imply (commit.rs `effects_json` builds
 -- p_fx from eve_core::Effects): the caller locked the run row and checked its preconditions.
--- p_append_id marks a worker append (sets processed_seq, resets activations); NULL a delivery.
--- Returns NULL, or the first hook token that another hook holds, after undoing the hooks it
+-- p_append_id marks a worker append (sets processed_seq, resets activations); NULL a delivery,
+-- which wakes the run's watchers, and idle workers when it leaves the run running with work no
+-- worker has seen (nothing was unprocessed before it). Returns NULL, or the first hook token that another hook holds, after undoing the hooks it
 -- inserted (nothing else is written before the hooks).
 CREATE FUNCTION {s}.eve_write(
     p_run text, p_session text, p_call text, p_background boolean, p_first bigint,
@@ -233,6 +225,9 @@ DECLARE
     v_taken    text;
     v_req      jsonb;
     v_session  jsonb;
+    v_status   text;
+    v_processed bigint;
+    v_deployment text;
     v_n        bigint;
     v_end      bigint;
 BEGIN
@@ -265,7 +260,8 @@ BEGIN
         activations = CASE WHEN v_worker THEN 0 ELSE activations END,
         pending_at = CASE WHEN v_worker THEN NULL
                           WHEN processed_seq < p_first THEN pending_at ELSE p_now END
-    WHERE run_id = p_run;
+    WHERE run_id = p_run
+    RETURNING status, processed_seq, deployment_id INTO v_status, v_processed, v_deployment;
     IF v_ended THEN
         DELETE FROM {s}.timers WHERE run_id = p_run;
     ELSE
@@ -311,7 +307,12 @@ BEGIN
         FROM jsonb_array_elements_text(v_session) WITH ORDINALITY AS u(b, i);
         PERFORM pg_notify(p_channel, {s}.eve_payload('s:' || p_session));
     END IF;
-    PERFORM pg_notify(p_channel, n) FROM jsonb_array_elements_text(p_fx->'notify') AS u(n);
+    IF NOT v_worker THEN
+        PERFORM pg_notify(p_channel, {s}.eve_payload('r:' || p_run));
+        IF v_status = 'running' AND v_processed >= p_first THEN
+            PERFORM pg_notify(p_channel, {s}.eve_payload('d:' || v_deployment));
+        END IF;
+    END IF;
     RETURN NULL;
 END
 $fn$;
@@ -367,7 +368,6 @@ $fn$;
 -- A hook delivery, p_body being HookReceived for (p_run, p_cmd), which the caller read from the
 -- token: locks the run row, then re-checks that the token is still the run's hook (a run that
 -- ended released it meanwhile) and the dedupe key, writes through eve_write and records the key.
--- Wakes the run's watchers, and idle workers when the run was running with nothing unprocessed.
 -- outcome: ok | duplicate (o_seq of the accepted delivery) | not_found (no such run) | released
 -- (the token is no longer this run's hook).
 CREATE FUNCTION {s}.eve_deliver_hook(
@@ -396,9 +396,7 @@ BEGIN
     END IF;
     PERFORM {s}.eve_write(p_run, r.session_id, r.call_id, r.execution = 'background',
         r.next_seq, p_now, p_version, p_body, NULL,
-        jsonb_build_object('count', 1, 'ended', false, 'cancel', false,
-                           'notify', {s}.eve_delivery_notify(r)),
-        p_channel);
+        jsonb_build_object('count', 1, 'ended', false, 'cancel', false), p_channel);
     IF p_key IS NOT NULL THEN
         INSERT INTO {s}.hook_dedupe (run_id, cmd, key, seq, token)
         VALUES (p_run, p_cmd, p_key, r.next_seq, p_token);
@@ -408,11 +406,10 @@ BEGIN
 END
 $fn$;
 
--- An answer, p_body being its InputAnswered and p_fx its effects (without NOTIFYs), which the
+-- An answer, p_body being its InputAnswered and p_fx its effects, which the
 -- caller checked against the request it read: locks the run row, then the request row, re-checks
 -- the request's state and the run's status, writes through eve_write and marks the request
--- answered. Wakes the run's watchers, and idle workers when the run was running with nothing
--- unprocessed. outcome: ok (o_seq) | answered (o_seq, o_response: the answer accepted before) |
+-- answered. outcome: ok (o_seq) | answered (o_seq, o_response: the answer accepted before) |
 -- withdrawn (the request, or the run ended) | not_found (no such run or request).
 CREATE FUNCTION {s}.eve_answer(
     p_request text, p_run text, p_response bytea, p_now bigint, p_version smallint,
@@ -443,7 +440,7 @@ BEGIN
     END IF;
     PERFORM {s}.eve_write(p_run, r.session_id, r.call_id, r.execution = 'background',
         r.next_seq, p_now, p_version, p_body, NULL,
-        p_fx || jsonb_build_object('notify', {s}.eve_delivery_notify(r)), p_channel);
+        p_fx, p_channel);
     UPDATE {s}.requests SET state = 'answered', response = p_response, answer_seq = r.next_seq
     WHERE request_id = p_request;
     outcome := 'ok';

@@ -140,7 +140,8 @@ impl Wake {
     }
 }
 
-/// `payload`, or [`WAKE_ALL`] when it is too long for a NOTIFY (ids are unbounded).
+/// `payload`, or [`WAKE_ALL`] when it is too long for a NOTIFY (ids are unbounded). The
+/// server-side functions apply the same rule (`eve_payload`, migration 5).
 fn fit(payload: String) -> String {
     if payload.len() < MAX_PAYLOAD {
         payload
@@ -152,11 +153,6 @@ fn fit(payload: String) -> String {
 /// The NOTIFY payload that wakes idle workers of `deployment`.
 pub(crate) fn deployment_payload(deployment: &DeploymentId) -> String {
     fit(format!("d:{deployment}"))
-}
-
-/// The NOTIFY payload that wakes the watchers of `key`.
-pub(crate) fn key_payload(key: &WatchKey) -> String {
-    fit(key.encode())
 }
 
 impl Db {
@@ -196,13 +192,13 @@ mod tests {
         let run = WatchKey::Run(RunId::new("d:x"));
         let session = WatchKey::Session(SessionId::new("r:y"));
         let dep = DeploymentId::new("s:z");
-        assert_eq!(Wake::parse(&key_payload(&run)), Wake::Key(run));
-        assert_eq!(Wake::parse(&key_payload(&session)), Wake::Key(session));
+        assert_eq!(Wake::parse(&fit(run.encode())), Wake::Key(run));
+        assert_eq!(Wake::parse(&fit(session.encode())), Wake::Key(session));
         assert_eq!(Wake::parse(&deployment_payload(&dep)), Wake::Workers);
         // An older version's bare deployment id, and ids too long for a NOTIFY: everyone.
         assert_eq!(Wake::parse("my-deployment"), Wake::All);
         let long = WatchKey::Session(SessionId::new("x".repeat(MAX_PAYLOAD)));
-        assert_eq!(key_payload(&long), WAKE_ALL);
+        assert_eq!(fit(long.encode()), WAKE_ALL);
         assert_eq!(Wake::parse(WAKE_ALL), Wake::All);
     }
 }
