@@ -533,6 +533,7 @@ macro_rules! __store_cases {
             leases::orphaned_runs_are_claimable_at_once,
             leases::orphans_and_due_work_in_claim_key_order,
             leases::eager_start_claims_the_new_run,
+            leases::one_live_holder_per_worker_id,
             wakeups::due_order_and_not_yet_due,
             wakeups::nothing_due_left_unclaimed,
             wakeups::processed_seq_and_release,

@@ -18,6 +18,7 @@ pub mod store;
 pub mod testing;
 pub mod time;
 pub mod wake;
+pub mod worker_lock;
 
 pub use error::StoreError;
 pub use event::{
@@ -37,3 +38,4 @@ pub use store::{
 };
 pub use time::Timestamp;
 pub use wake::{WakeSignal, WatchHub, WatchKey};
+pub use worker_lock::WorkerLock;

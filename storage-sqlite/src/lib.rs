@@ -117,6 +117,7 @@
 
 mod error;
 mod keys;
+mod lock;
 mod retention;
 mod rows;
 mod schema;
@@ -210,6 +211,8 @@ pub struct SqliteStore {
     hub: WatchHub,
     /// [`JournalStore::store_id`]: the file's canonical path.
     id: Arc<str>,
+    /// The database file's canonical path (`None` in memory): worker lock files go beside it.
+    path: Option<Arc<Path>>,
     /// Sees other processes' writes (files only); see the `watch` module.
     _data_watch: Option<Arc<watch::DataWatch>>,
 }
@@ -243,6 +246,7 @@ impl SqliteStore {
                     .map(|d| d.join(path.file_name().unwrap_or_default()))
             })
             .unwrap_or_else(|_| path.to_path_buf());
+        let file = Arc::<Path>::from(id.as_path());
         let id = format!("sqlite://{}", id.display());
         let connect = SqliteConnectOptions::new()
             .filename(path)
@@ -255,7 +259,7 @@ impl SqliteStore {
             .busy_timeout(options.busy_timeout)
             .foreign_keys(false)
             .statement_cache_capacity(512);
-        Self::start(connect, &options, id, true).await
+        Self::start(connect, &options, id, Some(file)).await
     }
 
     /// A private in-memory database, gone when the store is dropped: for quick tests. (The
@@ -272,17 +276,18 @@ impl SqliteStore {
             .foreign_keys(false)
             .statement_cache_capacity(512);
         let id = format!("sqlite::memory:{}", eve_core::AppendId::random());
-        Self::start(connect, &options, id, false).await
+        Self::start(connect, &options, id, None).await
     }
 
-    /// Opens the store on `connect` (a file when `file`, else the in-memory database): the
+    /// Opens the store on `connect` (the file at `path`, else the in-memory database): the
     /// migrations, the read pool, the writer thread on the same database, the data watch.
     async fn start(
         connect: SqliteConnectOptions,
         options: &SqliteOptions,
         id: String,
-        file: bool,
+        path: Option<Arc<Path>>,
     ) -> Result<Self, StoreError> {
+        let file = path.is_some();
         let mut conn = SqliteConnection::connect_with(&connect)
             .await
             .map_err(map_sqlx)?;
@@ -322,6 +327,7 @@ impl SqliteStore {
             wake,
             hub,
             id: id.into(),
+            path,
             _data_watch: data_watch,
         })
     }
@@ -440,6 +446,10 @@ impl JournalStore for SqliteStore {
 
     fn store_id(&self) -> String {
         self.id.to_string()
+    }
+
+    async fn lock_worker(&self, worker: &WorkerId) -> Result<eve_core::WorkerLock, StoreError> {
+        lock::lock_worker(self.path.as_deref(), &self.id, worker)
     }
 
     async fn create_key(&self, key: ApiKey) -> Result<(), StoreError> {
