@@ -185,6 +185,7 @@ mod retention;
 mod schema;
 mod sessions;
 mod wake;
+mod worker_lock;
 
 use commit::Job;
 pub use config::PostgresOptions;
@@ -277,6 +278,10 @@ impl JournalStore for PostgresStore {
     /// `postgres://host:port/database#schema`, as the URL names the host.
     fn store_id(&self) -> String {
         self.inner.db.id.clone()
+    }
+
+    async fn lock_worker(&self, worker: &WorkerId) -> Result<eve_core::WorkerLock, StoreError> {
+        self.db().lock_worker(worker).await
     }
 
     async fn create_key(&self, key: ApiKey) -> Result<(), StoreError> {
