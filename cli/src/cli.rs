@@ -142,7 +142,8 @@ pub struct ServeArgs {
     pub keep_serving: bool,
     /// The worker's id. Default: {host}/{deployment}, stable across restarts, so a restarted
     /// process takes its predecessor's runs back at once. Give each process of one deployment
-    /// on one host its own: a second process with the same id fences the first, which stops.
+    /// on one host its own: a second live process with the same id refuses to start and names
+    /// the first (pid, host, since when); the first keeps serving.
     #[arg(long, env = "EVE_WORKER_ID", value_name = "ID")]
     pub worker_id: Option<String>,
     /// Serve every route without an API key. For tests only: anyone who reaches the server

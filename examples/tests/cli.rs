@@ -559,9 +559,15 @@ async fn serve_runs_the_tools_and_answers_over_http() {
     assert_eq!(status, 200);
     assert!(body.contains("RunCompleted"), "{body}");
 
-    // A second server on the same address is refused with one line.
+    // A second server on the same address is refused with one line (with its own worker id:
+    // the default one is this server's, see `a_second_serve_with_the_same_worker_id_refuses`).
     let addr = base.trim_start_matches("http://").to_owned();
-    fails(d, &["serve", "--listen", &addr], 1, "cannot listen on");
+    fails(
+        d,
+        &["serve", "--listen", &addr, "--worker-id", "second"],
+        1,
+        "cannot listen on",
+    );
 
     // Keys from the command line: created (shown once), listed (never shown), revoked.
     let listed = ok(d, &["keys", "list"]);
@@ -586,6 +592,85 @@ async fn serve_runs_the_tools_and_answers_over_http() {
     assert!(ok(d, &["keys", "revoke", id]).contains("revoked"));
     let (status, _) = http(&base, &read_key, "GET", "/v1/runs", "");
     assert_eq!(status, 401, "a revoked key opens nothing");
+}
+
+/// The first pending request of session `s1`, within a minute.
+async fn first_request(store: &dyn JournalStore) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let pending = store.pending_requests(&SessionId::new("s1")).await.unwrap();
+        if let Some(p) = pending.first() {
+            return p.request_id.to_string();
+        }
+        assert!(Instant::now() < deadline, "no request was asked");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// One live process per worker id (contract clause 11): a second `eve serve` on the same store
+/// with the same (default) worker id refuses to start, with one line naming the first process,
+/// and the first keeps serving. Killed (SIGKILL) with a run parked on an ask, the first leaves
+/// the id free at once: a restart starts, and runs the answered run to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_serve_with_the_same_worker_id_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut first = Served::start(d, &["--insecure-no-auth"]);
+    let base = first.base();
+    first.wait_for("runs deployment");
+    let pid = first.child.id();
+    // Without the lock the second would serve on (fencing the first): give it a minute.
+    let mut second = Command::new(EVE)
+        .args(["serve", "--listen", "127.0.0.1:0", "--insecure-no-auth"])
+        .current_dir(d)
+        .env_remove("EVE_STORE_URL")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the second eve serve");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let code = loop {
+        if let Some(status) = second.try_wait().unwrap() {
+            break status.code();
+        }
+        if Instant::now() > deadline {
+            let _ = second.kill();
+            panic!("the second eve serve with the same worker id did not refuse to start");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    second.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+    assert!(
+        err.starts_with("error: cannot start the worker: worker id ")
+            && err.contains("is in use by another live process")
+            && err.contains(&format!("pid {pid} on host"))
+            && err.contains("--worker-id"),
+        "{err}"
+    );
+
+    // The first keeps serving: its worker runs a new call up to the ask, its HTTP answers.
+    let store: Arc<dyn JournalStore> = Arc::new(SqliteStore::open(d.join("eve.db")).await.unwrap());
+    let run = start(
+        &*store,
+        "c1",
+        "deploy_approval",
+        serde_json::json!({"service": "web"}),
+    )
+    .await;
+    let request = first_request(&*store).await;
+    assert!(first.child.try_wait().unwrap().is_none(), "the first runs on");
+    let (status, body) = http(&base, "", "GET", &format!("/v1/runs/{run}"), "");
+    assert_eq!(status, 200, "{body}");
+
+    drop(first);
+    let mut restarted = Served::start(d, &["--insecure-no-auth"]);
+    restarted.wait_for("runs deployment");
+    assert!(ok(d, &["answer", &request, "approve"]).contains("answered"));
+    assert_eq!(until_ended(&*store, &run).await, RunStatus::Completed);
+    assert!(restarted.child.try_wait().unwrap().is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
