@@ -607,21 +607,43 @@ async fn first_request(store: &dyn JournalStore) -> String {
     }
 }
 
-/// One live process per worker id (contract clause 11): a second `eve serve` on the same store
-/// with the same (default) worker id refuses to start, with one line naming the first process,
-/// and the first keeps serving. Killed (SIGKILL) with a run parked on an ask, the first leaves
-/// the id free at once: a restart starts, and runs the answered run to its end.
+/// One live process per worker id (contract clause 11), on SQLite: see
+/// [`second_serve_refuses`].
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_serve_with_the_same_worker_id_refuses() {
     let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let mut first = Served::start(d, &["--insecure-no-auth"]);
+    let url = format!("sqlite://{}", dir.path().join("eve.db").display());
+    second_serve_refuses(dir.path(), &url).await;
+}
+
+/// The same on Postgres (a fresh schema at `EVE_TEST_POSTGRES_URL`); skipped loudly when the
+/// variable is unset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_serve_with_the_same_worker_id_refuses_on_postgres() {
+    let Ok(base) = std::env::var("EVE_TEST_POSTGRES_URL") else {
+        eprintln!("skipped: EVE_TEST_POSTGRES_URL is unset; set it to run this test against a real server");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let schema = format!("lock_{}", &RunId::random().as_str()[4..16]);
+    let sep = if base.contains('?') { '&' } else { '?' };
+    second_serve_refuses(dir.path(), &format!("{base}{sep}schema={schema}")).await;
+}
+
+/// A second `eve serve` on the store at `url` with the same (default) worker id refuses to
+/// start, with one line naming the first process, and the first keeps serving. Killed
+/// (SIGKILL) with a run parked on an ask, the first leaves the id free at once: a restart
+/// starts, and runs the answered run to its end.
+async fn second_serve_refuses(d: &Path, url: &str) {
+    let serve = ["--store", url, "--insecure-no-auth"];
+    let mut first = Served::start(d, &serve);
     let base = first.base();
     first.wait_for("runs deployment");
     let pid = first.child.id();
     // Without the lock the second would serve on (fencing the first): give it a minute.
     let mut second = Command::new(EVE)
-        .args(["serve", "--listen", "127.0.0.1:0", "--insecure-no-auth"])
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(serve)
         .current_dir(d)
         .env_remove("EVE_STORE_URL")
         .stdout(Stdio::null())
@@ -652,7 +674,7 @@ async fn a_second_serve_with_the_same_worker_id_refuses() {
     );
 
     // The first keeps serving: its worker runs a new call up to the ask, its HTTP answers.
-    let store: Arc<dyn JournalStore> = Arc::new(SqliteStore::open(d.join("eve.db")).await.unwrap());
+    let store = eve_cli::store_url::open_store(url).await.unwrap();
     let run = start(
         &*store,
         "c1",
@@ -666,9 +688,9 @@ async fn a_second_serve_with_the_same_worker_id_refuses() {
     assert_eq!(status, 200, "{body}");
 
     drop(first);
-    let mut restarted = Served::start(d, &["--insecure-no-auth"]);
+    let mut restarted = Served::start(d, &serve);
     restarted.wait_for("runs deployment");
-    assert!(ok(d, &["answer", &request, "approve"]).contains("answered"));
+    assert!(ok(d, &["answer", &request, "approve", "--store", url]).contains("answered"));
     assert_eq!(until_ended(&*store, &run).await, RunStatus::Completed);
     assert!(restarted.child.try_wait().unwrap().is_none());
 }
