@@ -24,7 +24,7 @@ pub async fn run(url: &StoreUrl, args: &McpArgs, registry: &Registry) -> Result<
         .map(WorkerId::new)
         .unwrap_or_else(|| {
             // Agent hosts may launch several of these at once: each gets its own worker id (a
-            // shared one would fence the other process).
+            // shared one would make all but the first refuse to start).
             let base = default_worker_id(registry.deployment().as_str(), 1);
             WorkerId::new(format!("{base}/mcp-{}", std::process::id()))
         });

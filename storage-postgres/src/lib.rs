@@ -161,6 +161,11 @@
 //!   ([`JournalStore::watch`]), with a wake-everything signal after a reconnect
 //! - [x] a stable [`JournalStore::store_id`]: `postgres://host:port/database#schema`
 //! - [x] multi-process safe: every check runs in the database
+//! - [x] one live holder per worker id (clause 11): `pg_try_advisory_lock` of a hash of schema
+//!   and id, on a connection of its own per worker (its `application_name` names the process:
+//!   pid, host), checked every 5 s and taken again after a lost connection; the server frees it
+//!   when the process dies, so a restart after a crash gets it at once. A refusal reads the
+//!   holder from `pg_locks` and `pg_stat_activity`. One more connection per worker.
 
 use async_trait::async_trait;
 use eve_core::{

@@ -113,6 +113,11 @@
 //! - [x] byte-for-byte paged reads, 4 MiB payloads (6)
 //! - [x] queries by id, session, status, deployment; pending requests; session log (7)
 //! - [x] several handles / processes on one file
+//! - [x] one live holder per worker id (clause 11): an exclusive `flock` on
+//!   `<db>.worker-<hash of the id>.lock` beside the file, holding the id and its holder (pid,
+//!   host, since when) for a refused process to name; the OS frees it when the process dies,
+//!   so a restart after a crash gets it at once; the holder deletes the file when it lets go.
+//!   An in-memory database (one process) and non-Unix systems hold ids within the process.
 //! - [x] notifications of other processes' writes (`PRAGMA data_version` read every 100 ms)
 
 mod error;

@@ -467,8 +467,10 @@ impl WorkerHandle {
         }
     }
 
-    /// Waits until the worker stops by itself, which it does only when it is fenced: another
-    /// process registered the same worker id. Returns that `Fenced` error.
+    /// Waits until the worker stops by itself, which it does only when it is fenced: its id was
+    /// registered again despite its lock (see [`JournalStore::lock_worker`]: a direct
+    /// `register_worker`, or a DynamoDB lock that lapsed while the process stalled). Returns
+    /// that `Fenced` error.
     ///
     /// # Errors
     /// `Fenced`; `Other` if the worker task panicked.
