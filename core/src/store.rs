@@ -583,7 +583,9 @@ pub fn check_worker_ids(worker: &WorkerId, deployment: &DeploymentId) -> Result<
 /// `InvalidInput`.
 pub fn check_worker_id(worker: &WorkerId) -> Result<(), StoreError> {
     if worker.as_str().is_empty() {
-        return Err(StoreError::InvalidInput("worker id must not be empty".into()));
+        return Err(StoreError::InvalidInput(
+            "worker id must not be empty".into(),
+        ));
     }
     Ok(())
 }

@@ -662,7 +662,12 @@ async fn second_serve_refuses(d: &Path, url: &str) {
         std::thread::sleep(Duration::from_millis(50));
     };
     let mut err = String::new();
-    second.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    second
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     assert_eq!(code, Some(1), "{err}");
     assert_eq!(err.lines().count(), 1, "one line: {err:?}");
     assert!(
@@ -683,7 +688,10 @@ async fn second_serve_refuses(d: &Path, url: &str) {
     )
     .await;
     let request = first_request(&*store).await;
-    assert!(first.child.try_wait().unwrap().is_none(), "the first runs on");
+    assert!(
+        first.child.try_wait().unwrap().is_none(),
+        "the first runs on"
+    );
     let (status, body) = http(&base, "", "GET", &format!("/v1/runs/{run}"), "");
     assert_eq!(status, 200, "{body}");
 

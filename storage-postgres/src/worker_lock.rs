@@ -84,9 +84,7 @@ async fn holder(db: &Db, key: i64) -> String {
                 .as_deref()
                 .and_then(|a| a.strip_prefix("eve: "))
                 .unwrap_or("a process that is not eve");
-            let since = start
-                .map(|s| format!(", since {s}"))
-                .unwrap_or_default();
+            let since = start.map(|s| format!(", since {s}")).unwrap_or_default();
             format!("{who}; Postgres session {pid}{since}")
         }
         _ => "another Postgres session (it could not be looked up)".into(),

@@ -498,7 +498,10 @@ pub async fn one_live_holder_per_worker_id(factory: &dyn StoreFactory) {
         }
         other => panic!("{what}: expected WorkerIdInUse, got {other:?}"),
     };
-    refused("a second lock from the same handle", s.store.lock_worker(&id).await);
+    refused(
+        "a second lock from the same handle",
+        s.store.lock_worker(&id).await,
+    );
     let second = factory
         .open(&s.location)
         .await
@@ -532,6 +535,9 @@ pub async fn one_live_holder_per_worker_id(factory: &dyn StoreFactory) {
         .lock_worker(&id)
         .await
         .expect("a dropped holder's id is free again");
-    refused("a lock while the new holder lives", s.store.lock_worker(&id).await);
+    refused(
+        "a lock while the new holder lives",
+        s.store.lock_worker(&id).await,
+    );
     drop((again, other, apart));
 }

@@ -75,9 +75,7 @@ impl DynamoStore {
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
                     }
-                    let it = self
-                        .get(format!("WLOCK#{}", worker.as_str()), ONE)
-                        .await?;
+                    let it = self.get(format!("WLOCK#{}", worker.as_str()), ONE).await?;
                     let who = it
                         .as_ref()
                         .and_then(|i| get_s(i, "who"))
