@@ -65,9 +65,12 @@ async fn try_lock(opts: &PgConnectOptions, key: i64) -> Result<Option<PgConnecti
     Ok(None)
 }
 
+/// A holder's session: backend pid, `application_name`, `backend_start`.
+type HolderRow = (i32, Option<String>, Option<String>);
+
 /// Who holds the advisory lock `key`, as `pg_stat_activity` tells.
 async fn holder(db: &Db, key: i64) -> String {
-    let row: Result<Option<(i32, Option<String>, Option<String>)>, _> = sqlx::query_as(
+    let row: Result<Option<HolderRow>, _> = sqlx::query_as(
         "SELECT a.pid, a.application_name, a.backend_start::text \
          FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
          WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
