@@ -1086,7 +1086,8 @@ pub trait JournalStore: Debug + Send + Sync + 'static {
     ///
     /// The default holds the id within this process only ([`lock_in_process`] on
     /// [`store_id`](Self::store_id)); a backend shared by several processes overrides it with
-    /// a lock its processes share and that is freed when the holder dies.
+    /// a lock its processes share and that is freed when the holder dies. A wrapper store
+    /// forwards both this and `store_id`, else all its instances share one set of ids.
     ///
     /// # Errors
     /// `WorkerIdInUse` while another live lock holds the id; `InvalidInput` (empty id);
