@@ -129,8 +129,9 @@ pub struct ServeArgs {
     /// The address to listen on (port 0 picks a free one, printed at start).
     #[arg(long, default_value = "127.0.0.1:8787")]
     pub listen: SocketAddr,
-    /// The URL the server is reached at from outside (for webhook URLs); default
-    /// http://ADDRESS of --listen.
+    /// The URL the server is reached at from outside (for webhook URLs and the Host check:
+    /// requests naming another host than this or a loopback name get 421); default
+    /// http://ADDRESS of --listen. Give it with --listen 0.0.0.0:PORT.
     #[arg(long, value_name = "URL")]
     pub base_url: Option<String>,
     /// Also run the demo: a scripted agent calls `deploy`, which asks for approval; prints the
@@ -154,6 +155,26 @@ pub struct ServeArgs {
     /// every hour, logging how many. Live runs are never purged. Default: keep everything.
     #[arg(long, value_name = "AGE", value_parser = humantime::parse_duration)]
     pub retain: Option<Duration>,
+    /// A webhook request header to leave out of the journal (case-insensitive; repeatable),
+    /// beside the built-in rule: authorization, proxy-authorization, cookie, x-api-key and
+    /// names ending in -token, -secret, -password, -passwd, -api-key, -apikey, -credential(s).
+    #[arg(long = "webhook-drop-header", value_name = "NAME", value_parser = header_name)]
+    pub webhook_drop_headers: Vec<String>,
+    /// A header the rule leaves out, journaled anyway for a tool that checks it, e.g.
+    /// x-gitlab-token (repeatable). Anyone with a read key then sees its value.
+    #[arg(long = "webhook-keep-header", value_name = "NAME", value_parser = header_name)]
+    pub webhook_keep_headers: Vec<String>,
+}
+
+/// An HTTP header name, lower-cased: 1 or more token characters (RFC 9110).
+fn header_name(s: &str) -> Result<String, String> {
+    let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if s.is_empty() || !s.bytes().all(tchar) {
+        return Err(format!(
+            "{s:?} is not an HTTP header name (letters, digits and -, e.g. x-vendor-token)"
+        ));
+    }
+    Ok(s.to_ascii_lowercase())
 }
 
 /// `eve call` options.
