@@ -46,13 +46,17 @@ pub enum Command {
     /// Inspect runs, decide on a blocked one, or purge ended ones.
     #[command(subcommand)]
     Runs(RunsCommand),
-    /// Print a run's journal, one event per line.
+    /// Print a run's journal, one event per line, webhook tokens masked (`wh_1a2b…`).
     Journal {
         /// The run id.
         run: String,
-        /// One JSON object per line instead of the readable form.
+        /// One JSON object per line instead of the readable form (what `eve replay` reads; a
+        /// masked export replays as well).
         #[arg(long)]
         json: bool,
+        /// Show webhook tokens whole. Whoever has one can deliver to its run.
+        #[arg(long)]
+        reveal: bool,
     },
     /// List pending input requests (of one session, or of every live run's session).
     Requests {
@@ -410,8 +414,8 @@ async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<
             };
             inspect::resolve(&*open(&cli).await?, run, resolution, now(), out).await
         }
-        Command::Journal { run, json } => {
-            inspect::journal(&*open(&cli).await?, run, *json, out).await
+        Command::Journal { run, json, reveal } => {
+            inspect::journal(&*open(&cli).await?, run, *json, *reveal, out).await
         }
         Command::Requests { session, json } => {
             inspect::requests(&*open(&cli).await?, session.clone(), *json, out).await

@@ -158,7 +158,9 @@ pub async fn runs_show(
     Ok(())
 }
 
-/// `eve journal <run>`: every event of the run, one line each, in seq order.
+/// `eve journal <run>`: every event of the run, one line each, in seq order. Webhook tokens are
+/// masked ([`Event::mask_webhook_token`]) unless `reveal`: they are capabilities, and a journal
+/// is pasted into tickets and exported for `eve replay`, which passes on a masked export.
 ///
 /// # Errors
 /// `NotFound` for an unknown run; the store's error.
@@ -166,14 +168,20 @@ pub async fn journal(
     store: &dyn JournalStore,
     run: &str,
     json: bool,
+    reveal: bool,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let events = store
+    let mut events = store
         .read_all(&RunId::new(run), 0)
         .await
         .map_err(CliError::store(format!(
             "cannot read the journal of run {run}"
         )))?;
+    if !reveal {
+        for e in &mut events {
+            e.event.mask_webhook_token();
+        }
+    }
     for e in &events {
         let line = if json {
             serde_json::to_string(e).unwrap_or_else(|err| format!("(unserializable: {err})"))
