@@ -240,7 +240,7 @@ pub struct BenchArgs {
 /// `eve runs …`.
 #[derive(Debug, Subcommand)]
 pub enum RunsCommand {
-    /// List runs, oldest first.
+    /// List runs, newest first (--oldest-first for the other way), one page at a time.
     List {
         /// Only this session's runs.
         #[arg(long)]
@@ -257,12 +257,17 @@ pub enum RunsCommand {
         /// Only runs created more than this long before now.
         #[arg(long, value_name = "DURATION")]
         until: Option<String>,
-        /// Oldest first (default: newest first).
+        /// Oldest first (default: newest first); page on with --after.
         #[arg(long)]
         oldest_first: bool,
-        /// The page after this run (printed at the end of the previous page).
-        #[arg(long, value_name = "RUN")]
+        /// Newest first: the page of runs older than this one (printed at the end of the
+        /// previous page).
+        #[arg(long, value_name = "RUN", conflicts_with = "oldest_first")]
         before: Option<String>,
+        /// With --oldest-first: the page of runs newer than this one (printed at the end of the
+        /// previous page).
+        #[arg(long, value_name = "RUN", requires = "oldest_first")]
+        after: Option<String>,
         /// At most this many (0: all).
         #[arg(long, default_value_t = 100)]
         limit: usize,
@@ -377,6 +382,7 @@ async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<
             until,
             oldest_first,
             before,
+            after,
             limit,
             json,
         }) => {
@@ -396,7 +402,8 @@ async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<
                 since: ago(since, "--since")?,
                 until: ago(until, "--until")?,
                 newest_first: !oldest_first,
-                before: before.clone().map(eve_core::RunId::new),
+                // One cursor in the filter, named on the command line for its direction.
+                before: before.clone().or(after.clone()).map(eve_core::RunId::new),
                 limit: *limit,
             };
             let store = open(&cli).await?;
@@ -478,5 +485,34 @@ async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<
             };
             bench::run(&cli.store_url()?, config, out).await.map(drop)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn webhook_header_flags_repeat_and_check_names() {
+        let cli = Cli::try_parse_from([
+            "eve",
+            "serve",
+            "--webhook-drop-header",
+            "X-Vendor-Sig",
+            "--webhook-drop-header",
+            "x-other",
+            "--webhook-keep-header",
+            "X-Gitlab-Token",
+        ])
+        .expect("parses");
+        let Command::Serve(args) = cli.command else {
+            panic!("not serve")
+        };
+        assert_eq!(args.webhook_drop_headers, ["x-vendor-sig", "x-other"]);
+        assert_eq!(args.webhook_keep_headers, ["x-gitlab-token"]);
+        let err = Cli::try_parse_from(["eve", "serve", "--webhook-drop-header", "x bad:"])
+            .expect_err("not a header name");
+        assert!(err.to_string().contains("not an HTTP header name"), "{err}");
     }
 }

@@ -22,7 +22,9 @@ pub fn parse_status(s: &str) -> Result<RunStatus, CliError> {
     })
 }
 
-/// `eve runs list`: the runs matching the filters, oldest first, one row each.
+/// `eve runs list`: the runs matching the filters in the filter's order (newest first unless
+/// `--oldest-first`), one row each, and the flag that gives the next page: `--before RUN`
+/// newest first, `--after RUN` oldest first.
 ///
 /// # Errors
 /// The store's error.
@@ -41,9 +43,14 @@ pub async fn runs_list(
         .list_runs(&query)
         .await
         .map_err(CliError::store("cannot list runs"))?;
+    let cursor = if filter.newest_first {
+        "--before"
+    } else {
+        "--after"
+    };
     let page = filter
         .page(runs)
-        .map_err(|e| CliError::Usage(format!("--before: {e}")))?;
+        .map_err(|e| CliError::Usage(format!("{cursor}: {e}")))?;
     if json {
         let _ = writeln!(
             out,
@@ -60,7 +67,7 @@ pub async fn runs_list(
         Some(next) => {
             let _ = writeln!(
                 out,
-                "{} run(s) shown; the next page: --before {next}",
+                "{} run(s) shown; the next page: {cursor} {next}",
                 page.runs.len()
             );
         }

@@ -2,6 +2,7 @@
 //! store directly (no server needed). A key's text is printed once, at creation.
 
 use crate::error::CliError;
+use crate::format::utc;
 use clap::Subcommand;
 use eve_core::{ApiKey, JournalStore, KeyScope, Timestamp};
 use std::io::Write;
@@ -39,17 +40,18 @@ fn parse_scope(s: &str) -> Result<KeyScope, String> {
         .ok_or_else(|| format!("unknown scope {s:?}; use read, answer, operate or admin"))
 }
 
+/// One key: id, scope, name, and its state and times in UTC (ISO 8601).
 fn line(k: &ApiKey) -> String {
     let state = match k.revoked_at {
-        Some(t) => format!("revoked at {}", t.millis()),
+        Some(t) => format!("revoked {}", utc(t)),
         None => "active".into(),
     };
     format!(
-        "{}  {:<7}  {}  ({state}, created at {})",
+        "{}  {:<7}  {}  ({state}, created {})",
         k.id,
         k.scope,
         k.name,
-        k.created_at.millis()
+        utc(k.created_at)
     )
 }
 

@@ -134,7 +134,7 @@ async fn deliver(
         body: &body,
     };
     let payload = Payload::from_value(&request)
-    .map_err(|e| ApiError::malformed(format!("the request cannot be recorded as JSON: {e}")))?;
+        .map_err(|e| ApiError::malformed(format!("the request cannot be recorded as JSON: {e}")))?;
 
     let delivered = match inner
         .store
@@ -179,18 +179,15 @@ async fn check_same_request(
     request: &WireRequest<'_>,
 ) -> Result<(), ApiError> {
     let page = inner.store.read(&delivered.run, delivered.seq, 1).await?;
-    let Some(Event::HookReceived { payload, .. }) = page.into_iter().next().map(|e| e.event)
-    else {
+    let Some(Event::HookReceived { payload, .. }) = page.into_iter().next().map(|e| e.event) else {
         tracing::warn!(run = %delivered.run, seq = delivered.seq, "a duplicate webhook delivery names no HookReceived; not compared");
         return Ok(());
     };
-    let recorded: WebhookRequest = payload
-        .to_value()
-        .map_err(|e| StoreError::Corrupt {
-            run: delivered.run.clone(),
-            seq: delivered.seq,
-            reason: format!("a HookReceived payload that is no webhook request: {e}"),
-        })?;
+    let recorded: WebhookRequest = payload.to_value().map_err(|e| StoreError::Corrupt {
+        run: delivered.run.clone(),
+        seq: delivered.seq,
+        reason: format!("a HookReceived payload that is no webhook request: {e}"),
+    })?;
     let body: serde_json::Value = serde_json::from_str(request.body.get())
         .map_err(|e| ApiError::malformed(format!("the body is not JSON: {e}")))?;
     if recorded.method == request.method && recorded.body == body {

@@ -204,7 +204,10 @@ async fn retries_with_one_idempotency_key_are_delivered_once_and_get_respond_wit
                 .header("idempotency-key", key)
                 .header("content-type", "text/plain")
                 // A sender's retry may change its headers; only the method and body count.
-                .header("x-attempt", ATTEMPT.fetch_add(1, Ordering::Relaxed).to_string())
+                .header(
+                    "x-attempt",
+                    ATTEMPT.fetch_add(1, Ordering::Relaxed).to_string(),
+                )
                 .body(body)
                 .send()
                 .await
@@ -474,7 +477,10 @@ async fn credentials_in_webhook_headers_are_never_journaled() {
     let headers = &settled["event"]["data"]["result"]["data"]["output"][0]["headers"];
     assert_eq!(headers["x-request-id"], "req-77", "{headers}");
     assert_eq!(headers["x-hub-signature-256"], "sha256=abc", "{headers}");
-    assert_eq!(headers["x-checked-token"], "kept-1", "kept by the configuration");
+    assert_eq!(
+        headers["x-checked-token"], "kept-1",
+        "kept by the configuration"
+    );
     for name in [
         "authorization",
         "cookie",
