@@ -177,7 +177,7 @@ async fn first_key(
         .list_keys()
         .await
         .map_err(CliError::store("cannot read the API keys"))?;
-    if keys.iter().any(|k| k.revoked_at.is_none()) {
+    if keys.iter().any(|k| k.is_active(eve_core::Timestamp::now())) {
         let _ = writeln!(
             out,
             "eve serve: routes need an API key (`eve keys list`, `eve keys create`)"

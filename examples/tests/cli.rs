@@ -668,6 +668,45 @@ async fn serve_runs_the_tools_and_answers_over_http() {
     let id = read_key.split('_').nth(1).unwrap();
     let revoked = ok(d, &["keys", "revoke", id]);
     assert!(revoked.contains("(revoked 20"), "{revoked}");
+    // A key with an expiry: shown at creation and in the list, and it opens the routes.
+    let made = ok(
+        d,
+        &[
+            "keys",
+            "create",
+            "--name",
+            "temp",
+            "--scope",
+            "read",
+            "--expires-in",
+            "30d",
+        ],
+    );
+    assert!(made.contains(", expires 20"), "{made}");
+    let temp_key = made.lines().next().unwrap().to_owned();
+    let (status, _) = http(&base, &temp_key, "GET", "/v1/runs", "");
+    assert_eq!(status, 200, "a key before its expiry");
+    let listed = ok(d, &["keys", "list"]);
+    let temp = listed.lines().find(|l| l.contains("temp")).unwrap();
+    assert!(
+        temp.contains("(active, created 20") && temp.contains(", expires 20"),
+        "{temp}"
+    );
+    fails(
+        d,
+        &[
+            "keys",
+            "create",
+            "--name",
+            "n",
+            "--scope",
+            "read",
+            "--expires-in",
+            "0s",
+        ],
+        2,
+        "--expires-in",
+    );
     let (status, _) = http(&base, &read_key, "GET", "/v1/runs", "");
     assert_eq!(status, 401, "a revoked key opens nothing");
 }

@@ -74,7 +74,7 @@ mod runs;
 mod session;
 mod webhook;
 
-pub use auth::{create_key, key_hash, NewKey, COOKIE, KEY_PREFIX};
+pub use auth::{create_key, create_key_expiring, key_hash, NewKey, COOKIE, KEY_PREFIX};
 pub use calls::MAX_WAIT;
 pub use error::ApiError;
 pub use metrics::{Metrics, SpanMetrics};
