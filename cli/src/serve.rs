@@ -71,6 +71,15 @@ pub async fn run(
         "eve serve: worker {worker_id} runs deployment {deployment}: {}",
         tools.join(", ")
     );
+    if args.base_url.is_none() && args.listen.ip().is_unspecified() {
+        let warning = format!(
+            "eve serve: WARNING: --listen {} without --base-url: webhook URLs name {base}, and a request by this machine's own address or name is refused 421 (the server answers for its base URL's host and loopback names only). Give --base-url http://HOST:{} with the name or address clients use.",
+            args.listen,
+            addr.port()
+        );
+        let _ = writeln!(out, "{warning}");
+        eprintln!("{warning}");
+    }
     if args.insecure_no_auth {
         let warning = format!(
             "eve serve: WARNING: --insecure-no-auth: every route of {base}/ is open to anyone who reaches it, without a key (reading journals, answering, cancelling). For tests only."
@@ -90,6 +99,8 @@ pub async fn run(
         .with_config(ServerConfig {
             base_url: base.clone(),
             insecure_no_auth: args.insecure_no_auth,
+            webhook_drop_headers: args.webhook_drop_headers.clone(),
+            webhook_keep_headers: args.webhook_keep_headers.clone(),
             ..ServerConfig::default()
         })
         .with_metrics(crate::logging::metrics())
@@ -169,7 +180,7 @@ async fn first_key(
         .list_keys()
         .await
         .map_err(CliError::store("cannot read the API keys"))?;
-    if keys.iter().any(|k| k.revoked_at.is_none()) {
+    if keys.iter().any(|k| k.is_active(eve_core::Timestamp::now())) {
         let _ = writeln!(
             out,
             "eve serve: routes need an API key (`eve keys list`, `eve keys create`)"

@@ -23,7 +23,7 @@ pub mod worker_lock;
 pub use error::StoreError;
 pub use event::{
     Display, Event, Execution, InputOption, InputRequest, InputResponse, OptionStyle, Payload,
-    StoredEvent, WebhookRequest, WebhookResponse,
+    StoredEvent, WebhookRequest, WebhookResponse, MASKED_TOKEN_CHARS,
 };
 pub use ids::{AppendId, CallId, DeploymentId, RequestId, RunId, SessionId, WorkerId, WorkflowId};
 pub use keys::{ApiKey, KeyScope};

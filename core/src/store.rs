@@ -841,7 +841,8 @@ impl Effects {
 /// 7. **Queries.** Runs by id, by session, by status; pending requests by session; the session
 ///    log by seq.
 /// 8. **API keys.** [`create_key`](Self::create_key) stores an [`ApiKey`] (its hash, never its
-///    secret) whose id and hash are unique store-wide; [`key_by_hash`](Self::key_by_hash) finds
+///    secret, and its optional expiry, returned as stored) whose id and hash are unique
+///    store-wide; [`key_by_hash`](Self::key_by_hash) finds
 ///    it, revoked or not; [`revoke_key`](Self::revoke_key) marks it revoked once (the first
 ///    revocation time stays); [`list_keys`](Self::list_keys) lists every key, oldest first.
 ///

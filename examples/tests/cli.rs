@@ -174,6 +174,31 @@ async fn inspect_answer_hook_cancel_resolve_on_sqlite() {
         listed(&["--oldest-first", "--limit", "1"]),
         [newest[2].clone()]
     );
+    // Oldest first, the cursor is named for its direction.
+    let first = ok(d, &["runs", "list", "--oldest-first", "--limit", "1"]);
+    assert!(
+        first.contains(&format!("the next page: --after {}", newest[2])),
+        "{first}"
+    );
+    assert_eq!(
+        listed(&["--oldest-first", "--limit", "1", "--after", &newest[2]]),
+        [newest[1].clone()]
+    );
+    let o = eve(
+        d,
+        &["runs", "list", "--oldest-first", "--before", &newest[2]],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let o = eve(d, &["runs", "list", "--after", &newest[2]]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    fails(
+        d,
+        &["runs", "list", "--oldest-first", "--after", "run_nope"],
+        2,
+        "--after",
+    );
+    let help = ok(d, &["runs", "--help"]);
+    assert!(help.contains("List runs, newest first"), "{help}");
     assert_eq!(listed(&["--tool", "render_video"]), [render.to_string()]);
     assert_eq!(listed(&["--since", "1h"]).len(), 3);
     assert!(listed(&["--until", "1h"]).is_empty());
@@ -402,6 +427,50 @@ fn conformance_and_bench_on_sqlite() {
     assert!(left.is_empty(), "{left:?}");
 }
 
+#[test]
+fn logs_are_plain_off_a_terminal_and_serving_every_address_warns() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // stderr is a pipe here: log lines carry no ANSI colour codes.
+    ok(
+        d,
+        &["keys", "create", "--name", "first", "--scope", "admin"],
+    );
+    let o = Command::new(EVE)
+        .args(["runs", "list"])
+        .current_dir(d)
+        .env_remove("EVE_STORE_URL")
+        .env_remove("NO_COLOR")
+        .env("RUST_LOG", "debug")
+        .output()
+        .expect("run eve");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let logs = stderr(&o);
+    assert!(logs.contains("DEBUG"), "no log lines to check: {logs}");
+    assert!(!logs.contains('\x1b'), "ANSI codes in a pipe: {logs:?}");
+
+    // --listen 0.0.0.0 without --base-url: a warning on stdout and stderr naming the fix;
+    // the server serves all the same.
+    let mut served = Served::start_on(d, "0.0.0.0:0", &[]);
+    let base = served.base().replace("0.0.0.0", "127.0.0.1");
+    let warning = served.wait_for("WARNING: --listen 0.0.0.0:0 without --base-url");
+    assert!(
+        warning.contains("421") && warning.contains("Give --base-url http://HOST:"),
+        "{warning}"
+    );
+    let (status, _) = http(&base, "", "GET", "/healthz", "");
+    assert_eq!(status, 200, "loopback is served");
+    drop(served);
+    // With --base-url: no warning.
+    let mut served = Served::start_on(d, "0.0.0.0:0", &["--base-url", "http://eve.example:8787"]);
+    served.wait_for("routes need an API key");
+    assert!(
+        !served.seen.iter().any(|l| l.contains("WARNING")),
+        "{:#?}",
+        served.seen
+    );
+}
+
 /// A running `eve serve`, its stdout lines arriving on a channel; killed on drop.
 struct Served {
     child: Child,
@@ -411,8 +480,13 @@ struct Served {
 
 impl Served {
     fn start(dir: &Path, extra: &[&str]) -> Self {
+        Self::start_on(dir, "127.0.0.1:0", extra)
+    }
+
+    /// `eve serve --listen LISTEN extra…`.
+    fn start_on(dir: &Path, listen: &str, extra: &[&str]) -> Self {
         let mut child = Command::new(EVE)
-            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["serve", "--listen", listen])
             .args(extra)
             .current_dir(dir)
             .env_remove("EVE_STORE_URL")
@@ -575,6 +649,15 @@ async fn serve_runs_the_tools_and_answers_over_http() {
         listed.contains("admin") && !listed.contains(&key),
         "{listed}"
     );
+    let created = listed
+        .rsplit(", created ")
+        .next()
+        .and_then(|t| t.get(..24))
+        .unwrap_or_else(|| panic!("no creation time: {listed}"));
+    assert!(
+        created.as_bytes()[10] == b'T' && created.ends_with('Z') && created.starts_with("20"),
+        "an ISO time in UTC: {listed}"
+    );
     let made = ok(d, &["keys", "create", "--name", "ci", "--scope", "read"]);
     let read_key = made.lines().next().unwrap().to_owned();
     assert!(read_key.starts_with("eve_"), "{made}");
@@ -589,7 +672,47 @@ async fn serve_runs_the_tools_and_answers_over_http() {
     );
     assert_eq!(status, 403, "a read key cannot answer");
     let id = read_key.split('_').nth(1).unwrap();
-    assert!(ok(d, &["keys", "revoke", id]).contains("revoked"));
+    let revoked = ok(d, &["keys", "revoke", id]);
+    assert!(revoked.contains("(revoked 20"), "{revoked}");
+    // A key with an expiry: shown at creation and in the list, and it opens the routes.
+    let made = ok(
+        d,
+        &[
+            "keys",
+            "create",
+            "--name",
+            "temp",
+            "--scope",
+            "read",
+            "--expires-in",
+            "30d",
+        ],
+    );
+    assert!(made.contains(", expires 20"), "{made}");
+    let temp_key = made.lines().next().unwrap().to_owned();
+    let (status, _) = http(&base, &temp_key, "GET", "/v1/runs", "");
+    assert_eq!(status, 200, "a key before its expiry");
+    let listed = ok(d, &["keys", "list"]);
+    let temp = listed.lines().find(|l| l.contains("temp")).unwrap();
+    assert!(
+        temp.contains("(active, created 20") && temp.contains(", expires 20"),
+        "{temp}"
+    );
+    fails(
+        d,
+        &[
+            "keys",
+            "create",
+            "--name",
+            "n",
+            "--scope",
+            "read",
+            "--expires-in",
+            "0s",
+        ],
+        2,
+        "--expires-in",
+    );
     let (status, _) = http(&base, &read_key, "GET", "/v1/runs", "");
     assert_eq!(status, 401, "a revoked key opens nothing");
 }

@@ -67,7 +67,7 @@ fn key_id(text: &str) -> Option<&str> {
     (is_hex(id, 12) && is_hex(secret, 64)).then_some(id)
 }
 
-/// Mints a key named `name` with `scope` and stores it.
+/// Mints a key named `name` with `scope` and stores it; it never expires.
 ///
 /// # Errors
 /// `InvalidInput` for an empty name; the store's errors.
@@ -75,6 +75,21 @@ pub async fn create_key(
     store: &dyn JournalStore,
     name: &str,
     scope: KeyScope,
+    now: Timestamp,
+) -> Result<NewKey, StoreError> {
+    create_key_expiring(store, name, scope, None, now).await
+}
+
+/// Mints a key as [`create_key`] does that opens nothing from `expires_at` on (401 `unauthorized`
+/// saying it expired); `None` never expires.
+///
+/// # Errors
+/// `InvalidInput` for an empty name or an expiry not after `now`; the store's errors.
+pub async fn create_key_expiring(
+    store: &dyn JournalStore,
+    name: &str,
+    scope: KeyScope,
+    expires_at: Option<Timestamp>,
     now: Timestamp,
 ) -> Result<NewKey, StoreError> {
     let id = random_hex(6)?;
@@ -86,17 +101,22 @@ pub async fn create_key(
         hash: key_hash(&text),
         created_at: now,
         revoked_at: None,
+        expires_at,
     };
     store.create_key(record.clone()).await?;
     Ok(NewKey { text, record })
 }
 
-/// The key `text` names, if it is a live key of the store: found by hash, hashes compared in
-/// constant time, not revoked.
+/// The key `text` names, if it is a live key of the store at `now`: found by hash, hashes
+/// compared in constant time, not revoked, not expired.
 ///
 /// # Errors
-/// 401 `unauthorized` (malformed, unknown or revoked), or the store's error.
-pub(crate) async fn check_key(store: &dyn JournalStore, text: &str) -> Result<ApiKey, ApiError> {
+/// 401 `unauthorized` (malformed, unknown, revoked or expired), or the store's error.
+pub(crate) async fn check_key(
+    store: &dyn JournalStore,
+    text: &str,
+    now: Timestamp,
+) -> Result<ApiKey, ApiError> {
     let Some(id) = key_id(text) else {
         return Err(unauthorized(
             "the key is not an eve key (eve_<id>_<secret>); create one with `eve keys create`",
@@ -112,6 +132,10 @@ pub(crate) async fn check_key(store: &dyn JournalStore, text: &str) -> Result<Ap
             if k.revoked_at.is_some() {
                 Err(unauthorized(
                     "this key was revoked; ask an admin for a new one",
+                ))
+            } else if !k.is_active(now) {
+                Err(unauthorized(
+                    "this key has expired; ask an admin for a new one (`eve keys create --expires-in 30d`)",
                 ))
             } else {
                 Ok(k)
@@ -167,7 +191,7 @@ pub(crate) async fn require(
             "this route needs an API key: send `Authorization: Bearer <key>` (create one with `eve keys create`)",
         ));
     };
-    let key = check_key(&*inner.store, &text).await?;
+    let key = check_key(&*inner.store, &text, inner.clock.now()).await?;
     if !key.scope.allows(needed) {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
@@ -199,7 +223,7 @@ pub(crate) async fn sign_in(
 ) -> Result<Response, ApiError> {
     let body = crate::error::body(&inner, body)?;
     let SignIn { key } = crate::error::json_object(&body, "{\"key\": \"eve_…\"}")?;
-    let record = check_key(&*inner.store, key.trim()).await?;
+    let record = check_key(&*inner.store, key.trim(), inner.clock.now()).await?;
     let secure = if inner.config.base_url.starts_with("https://") {
         "; Secure"
     } else {

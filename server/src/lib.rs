@@ -74,13 +74,16 @@ mod runs;
 mod session;
 mod webhook;
 
-pub use auth::{create_key, key_hash, NewKey, COOKIE, KEY_PREFIX};
+pub use auth::{create_key, create_key_expiring, key_hash, NewKey, COOKIE, KEY_PREFIX};
 pub use calls::MAX_WAIT;
 pub use error::ApiError;
 pub use metrics::{Metrics, SpanMetrics};
 pub use requests::{DEFAULT_REQUESTS_PAGE, MAX_REQUESTS_PAGE};
 pub use session::MAX_STREAM_SESSIONS;
-pub use webhook::{is_webhook_token, IDEMPOTENCY_KEY_MAX, MAX_JSON_DEPTH, SENSITIVE_HEADERS};
+pub use webhook::{
+    is_sensitive_header, is_webhook_token, IDEMPOTENCY_KEY_MAX, MAX_JSON_DEPTH, SENSITIVE_HEADERS,
+    SENSITIVE_SUFFIXES,
+};
 
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
@@ -124,11 +127,12 @@ pub struct ServerConfig {
     /// the server then reads every journal, answers every request and cancels every task.
     /// Answers then record no `answered_by` (there is no key to name).
     pub insecure_no_auth: bool,
-    /// Webhook request headers left out of the journaled payload beside
-    /// [`SENSITIVE_HEADERS`] (case-insensitive names; default none).
+    /// Webhook request headers left out of the journaled payload beside those of the built-in
+    /// rule ([`SENSITIVE_HEADERS`], names ending in one of [`SENSITIVE_SUFFIXES`]);
+    /// case-insensitive names, default none.
     pub webhook_drop_headers: Vec<String>,
     /// Sensitive headers journaled anyway, for tools that must see them (e.g. a sender that
-    /// signs with `authorization`); default none.
+    /// signs with `authorization`, or `x-gitlab-token` checked by the tool); default none.
     pub webhook_keep_headers: Vec<String>,
 }
 

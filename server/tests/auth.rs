@@ -497,3 +497,66 @@ async fn the_journal_records_which_key_answered_and_another_keys_retry_is_a_dupl
     worker.shutdown().await;
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_key_opens_nothing_and_says_so() {
+    let (_dir, store) = sqlite().await;
+    let server = TestServer::start(store.clone(), |c| c.insecure_no_auth = false).await;
+    let now = Timestamp::now();
+    let hour = 3_600_000;
+    let live = eve_server::create_key_expiring(
+        &*store,
+        "for an hour",
+        KeyScope::Read,
+        Some(Timestamp(now.millis() + hour)),
+        now,
+    )
+    .await
+    .expect("create an expiring key");
+    let expired = eve_server::create_key_expiring(
+        &*store,
+        "yesterday's",
+        KeyScope::Admin,
+        Some(Timestamp(now.millis() - hour)),
+        Timestamp(now.millis() - 24 * hour),
+    )
+    .await
+    .expect("create a key that has expired since");
+    let keys_before = store.list_keys().await.unwrap();
+    let client = reqwest::Client::new();
+    let get = |key: String| {
+        let (client, url) = (client.clone(), server.url("/v1/runs"));
+        async move {
+            let resp = client.get(url).bearer_auth(key).send().await.unwrap();
+            let status = resp.status();
+            (status, resp.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, body) = get(live.text.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = get(expired.text.clone()).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert_eq!(body["code"], "unauthorized");
+    assert!(
+        body["message"].as_str().unwrap().contains("expired"),
+        "{body}"
+    );
+    // Nor does it sign in on the page.
+    let resp = client
+        .post(server.url("/v1/auth/session"))
+        .json(&json!({ "key": expired.text }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    // A key cannot be created expired.
+    let err = eve_server::create_key_expiring(&*store, "never", KeyScope::Read, Some(now), now)
+        .await
+        .expect_err("an expiry not after creation");
+    assert!(err.to_string().contains("expire"), "{err}");
+    // The refusals changed no key, and the server still serves.
+    assert_eq!(store.list_keys().await.unwrap(), keys_before);
+    let (status, _) = get(live.text).await;
+    assert_eq!(status, StatusCode::OK);
+    server.stop().await;
+}

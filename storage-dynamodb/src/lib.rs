@@ -73,7 +73,7 @@
 //! | session's run | `SESS#{session}` | `RUN#{run}` | `cat`: written with the run, so an end lists the session's runs with a consistent query (not the lagging `gsi2`) |
 //! | queued message | `SESS#{session}` | `MSG#{seq}` | `seq`, `at`, `b` (or chunks): a user message until a take deletes it |
 //! | worker | `WORKER#{worker}` | `-` | `epoch`, `dep`, `exp` (lease expiry), `ret` (retired), `rat` (when), `cln` (the epoch whose lapse entry was dropped); its lapse entry (`g4` keys) |
-//! | api key | `APIKEYS` | `KEY#{id}` | `id`, `name`, `scope`, `hash`, `cat`, `rat` (revoked at): contract clause 8 |
+//! | api key | `APIKEYS` | `KEY#{id}` | `id`, `name`, `scope`, `hash`, `cat`, `rat` (revoked at), `eat` (expires at, absent: never): contract clause 8 |
 //! | api key hash | `KEYHASH#{hash}` | `-` | `id`: finds a key by hash; written with the key, so hashes are unique |
 //! | worker lock | `WLOCK#{worker}` | `-` | `tok` (the holder's random token), `who` (pid, host, since when), `exp` (fresh until, wall-clock ms): contract clause 11 |
 //! | superseded epoch | `WORKER#{worker}` | `OLD#{epoch}#{superseded_at}` | only its lapse entry, until the runs that epoch held are taken |

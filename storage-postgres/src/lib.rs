@@ -33,7 +33,7 @@
 //! | `requests` | `request_id` | input requests: pending, answered (with the response), withdrawn |
 //! | `session_heads`, `session_log` | `session_id`; `(session_id, seq)` | the session log |
 //! | `workers` | `worker_id` | leases: deployment, epoch, expiry, retired |
-//! | `api_keys` | `id`; unique `hash` | API keys: name, scope, created_at, revoked_at (contract clause 8) |
+//! | `api_keys` | `id`; unique `hash` | API keys: name, scope, created_at, revoked_at, expires_at (contract clause 8) |
 //!
 //! Undecodable rows (unknown format version, truncated body, wrong count) read back as
 //! [`StoreError::Corrupt`] naming the run and the row's first seq.

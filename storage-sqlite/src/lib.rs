@@ -32,7 +32,7 @@
 //! | `session_log` | `(session_id, seq)` | session channel entries |
 //! | `session_heads` | `session_id` | `next_seq` floor of a log whose tail [`purge`](eve_core::JournalStore::purge) deleted |
 //! | `workers` | `worker_id` | `deployment`, `epoch`, `expires_at`, `retired` |
-//! | `api_keys` | `id`; unique `hash` | `name`, `scope`, `created_at`, `revoked_at` (contract clause 8) |
+//! | `api_keys` | `id`; unique `hash` | `name`, `scope`, `created_at`, `revoked_at`, `expires_at` (contract clause 8) |
 //!
 //! Every index change is derived from [`eve_core::Effects::of`], as `MemoryStore` does; when
 //! events end a run its hooks are released, its pending requests withdrawn, its timers dropped
