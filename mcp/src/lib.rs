@@ -47,7 +47,9 @@
 
 mod error;
 mod handler;
+mod stdio;
 mod task;
+mod wire;
 
 pub use error::McpServeError;
 
@@ -88,6 +90,10 @@ pub struct McpConfig {
     /// it (default 2 s; notifications wake it at once). On a store that cannot notify
     /// (DynamoDB) it re-reads every [`UNNOTIFIED_POLL`].
     pub fallback_poll: Duration,
+    /// The longest JSON-RPC message accepted, in bytes (default 4 MiB, room for
+    /// [`McpConfig::max_arguments_bytes`] of arguments): a longer stdio line is answered with
+    /// -32600 (its rest skipped), a longer HTTP body with 413 and a -32600 body.
+    pub max_message_bytes: usize,
 }
 
 impl Default for McpConfig {
@@ -96,6 +102,7 @@ impl Default for McpConfig {
             max_arguments_bytes: 1024 * 1024,
             task_poll_interval: Duration::from_millis(500),
             fallback_poll: Duration::from_secs(2),
+            max_message_bytes: 4 * 1024 * 1024,
         }
     }
 }
@@ -160,6 +167,7 @@ impl McpServer {
         handler::Connection {
             server: self.clone(),
             session: SessionId::new(format!("mcp_{}", uuid::Uuid::new_v4().simple())),
+            initialized: Default::default(),
         }
     }
 }
@@ -167,10 +175,24 @@ impl McpServer {
 /// Serves MCP over this process' stdin and stdout (what desktop agent hosts launch) until the
 /// client closes stdin.
 ///
+/// stdout belongs to the protocol from here on: on Unix the protocol writer takes a descriptor
+/// of its own for stdout and fd 1 is pointed at stderr, so whatever else the process prints (a
+/// step's `println!`, a dependency, a child process) goes to stderr and never corrupts the MCP
+/// stream. Every incoming line is checked before it is parsed (see the crate docs' *Errors*).
+///
 /// # Errors
-/// The MCP handshake fails, or the transport breaks.
+/// stdout cannot be taken over, the MCP handshake fails, or the transport breaks.
 pub async fn serve_stdio(server: McpServer) -> Result<(), McpServeError> {
-    serve_transport(server, rmcp::transport::stdio()).await
+    #[cfg(unix)]
+    let out = stdio::take_stdout().map_err(McpServeError::Stdout)?;
+    #[cfg(not(unix))]
+    let out = tokio::io::stdout();
+    let limit = server.config.max_message_bytes;
+    serve_transport(
+        server,
+        stdio::LineTransport::new(tokio::io::stdin(), out, limit),
+    )
+    .await
 }
 
 /// Serves MCP over any rmcp transport (a pair of async streams, a socket) until it closes.
@@ -219,11 +241,82 @@ pub fn router_for(server: McpServer, base_url: &str) -> axum::Router {
     http_router(server, config)
 }
 
-fn http_router(server: McpServer, config: StreamableHttpServerConfig) -> axum::Router {
+fn http_router(server: McpServer, mut config: StreamableHttpServerConfig) -> axum::Router {
+    let limit = server.config.max_message_bytes;
+    config.max_request_body_bytes = limit;
     let service = StreamableHttpService::new(
         move || Ok(server.connection()),
         Arc::new(LocalSessionManager::default()),
         config,
     );
-    axum::Router::new().fallback_service(service)
+    axum::Router::new()
+        .fallback_service(service)
+        .layer(axum::middleware::from_fn(move |req, next| {
+            http_checks(limit, req, next)
+        }))
+}
+
+/// In front of rmcp's HTTP transport: a JSON POST body is checked like a stdio line (invalid
+/// JSON: 400 with a -32700 body; an invalid request: 400 with -32600; params that do not fit a
+/// method eve serves: 200 with the -32602 error; too long: 413 with -32600), and a session
+/// closed by `DELETE` answers 204 (rmcp answers 202, which clients log as a failure).
+async fn http_checks(
+    limit: usize,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::http::{header, Method, StatusCode};
+    use axum::response::IntoResponse;
+    let reply = |status: StatusCode, r: wire::Rejection| {
+        tracing::info!(code = r.code.0, message = %r.message, "rejected an MCP message");
+        (
+            status,
+            [(header::CONTENT_TYPE, "application/json")],
+            r.to_bytes(),
+        )
+            .into_response()
+    };
+    let json_body = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    match req.method().clone() {
+        Method::POST if json_body => {
+            let (parts, body) = req.into_parts();
+            let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
+                return reply(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    wire::Rejection::too_long(limit),
+                );
+            };
+            match wire::check(&bytes, limit) {
+                wire::Checked::Reply(r) => {
+                    let status = if r.code == rmcp::model::ErrorCode::INVALID_PARAMS {
+                        StatusCode::OK
+                    } else {
+                        StatusCode::BAD_REQUEST
+                    };
+                    reply(status, r)
+                }
+                wire::Checked::Message(_) | wire::Checked::Ignore => {
+                    next.run(axum::extract::Request::from_parts(parts, bytes.into()))
+                        .await
+                }
+            }
+        }
+        Method::DELETE => {
+            let response = next.run(req).await;
+            if response.status() != StatusCode::ACCEPTED {
+                return response;
+            }
+            let (mut parts, _) = response.into_parts();
+            parts.status = StatusCode::NO_CONTENT;
+            parts.headers.remove(header::CONTENT_LENGTH);
+            parts.headers.remove(header::CONTENT_TYPE);
+            axum::response::Response::from_parts(parts, axum::body::Body::empty())
+        }
+        _ => next.run(req).await,
+    }
 }
