@@ -106,13 +106,15 @@ impl Connection {
             Some(Value::String(k)) if !k.is_empty() && k.chars().count() <= MAX_ID => {
                 Some(k.clone())
             }
-            Some(other) => return Err(invalid(
-                "invalid_input",
-                format!(
+            Some(other) => {
+                return Err(invalid(
+                    "invalid_input",
+                    format!(
                     "_meta[{META_CALL_KEY:?}] must be a string of 1 to {MAX_ID} characters, got {}",
                     clip(&other.to_string())
                 ),
-            )),
+                ))
+            }
         };
         let call = CallId::new(match &key {
             Some(k) => format!("mcp-key:{k}"),

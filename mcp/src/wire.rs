@@ -135,9 +135,11 @@ fn check_inner(raw: &[u8], limit: usize) -> Result<Checked, Rejection> {
         Some(Value::String(s)) if s.chars().count() <= MAX_ID => Some(value["id"].clone()),
         Some(Value::Number(n)) if n.is_i64() => Some(value["id"].clone()),
         Some(Value::Null) if obj.contains_key("error") => None,
-        Some(_) => return Err(Rejection::invalid_request(format!(
+        Some(_) => {
+            return Err(Rejection::invalid_request(format!(
             "Invalid Request: \"id\" must be an integer or a string of at most {MAX_ID} characters"
-        ))),
+        )))
+        }
     };
     let method = match obj.get("method") {
         None => None,
