@@ -78,7 +78,7 @@ fn routes() -> Vec<Route> {
             Method::POST,
             "/v1/tools/deploy/calls",
             KeyScope::Operate,
-            Some(json!({ "session": "s", "call_id": "c", "input": {} })),
+            Some(json!({ "session": "s", "callId": "c", "input": {} })),
             404,
         ),
         r(
@@ -324,7 +324,7 @@ async fn a_dns_rebinding_request_is_refused_and_answers_nothing() {
     )
     .await;
     let asked = events.until("input.requested").await.pop().unwrap().json();
-    let request = asked["event"]["data"]["request_id"]
+    let request = asked["event"]["data"]["requestId"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -375,7 +375,7 @@ async fn a_dns_rebinding_request_is_refused_and_answers_nothing() {
         .await
         .unwrap();
     assert_eq!(
-        pending["requests"][0]["request_id"], request,
+        pending["requests"][0]["requestId"], request,
         "the request is still pending"
     );
     worker.shutdown().await;
@@ -424,7 +424,7 @@ async fn the_journal_records_which_key_answered_and_another_keys_retry_is_a_dupl
     )
     .await;
     let asked = events.until("input.requested").await.pop().unwrap().json();
-    let request = asked["event"]["data"]["request_id"]
+    let request = asked["event"]["data"]["requestId"]
         .as_str()
         .unwrap()
         .to_owned();

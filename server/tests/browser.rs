@@ -1005,7 +1005,7 @@ async fn three_thousand_pending_requests_among_ten_thousand_runs_load_and_answer
         api_ms.push((path, t.elapsed().as_millis()));
         if path.starts_with("/v1/requests") {
             assert_eq!(body["requests"].as_array().unwrap().len(), 100);
-            assert_eq!(body["requests"][0]["run_id"], template.as_str());
+            assert_eq!(body["requests"][0]["runId"], template.as_str());
         }
     }
 
