@@ -173,12 +173,7 @@ async fn answers_tasks_and_runs_over_http() {
         asked
             .iter()
             .find(|e| e["runId"] == run.as_str())
-            .map(|e| {
-                e["event"]["data"]["requestId"]
-                    .as_str()
-                    .unwrap()
-                    .to_owned()
-            })
+            .map(|e| e["event"]["data"]["requestId"].as_str().unwrap().to_owned())
             .unwrap()
     };
     let (deploy_req, refund_req) = (request_of(&deploy), request_of(&refund));
