@@ -65,6 +65,9 @@ pub async fn run(
 ) -> Result<(), CliError> {
     match command {
         KeysCommand::Create { name, scope, json } => {
+            // The same limits as a key made over HTTP, refused as a usage error.
+            eve_core::check_client_id("--name", name)
+                .map_err(|e| CliError::Usage(e.to_string()))?;
             let new = eve_server::create_key(store, name, *scope, now)
                 .await
                 .map_err(CliError::store("cannot create the key"))?;
