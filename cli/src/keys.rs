@@ -81,6 +81,9 @@ pub async fn run(
             expires_in,
             json,
         } => {
+            // The same limits as a key made over HTTP, refused as a usage error.
+            eve_core::check_client_id("--name", name)
+                .map_err(|e| CliError::Usage(e.to_string()))?;
             let expires_at = expires_in
                 .map(|d| {
                     i64::try_from(d.as_millis())

@@ -25,7 +25,10 @@ pub use event::{
     Display, Event, Execution, InputOption, InputRequest, InputResponse, OptionStyle, Payload,
     StoredEvent, WebhookRequest, WebhookResponse, MASKED_TOKEN_CHARS,
 };
-pub use ids::{AppendId, CallId, DeploymentId, RequestId, RunId, SessionId, WorkerId, WorkflowId};
+pub use ids::{
+    check_client_id, AppendId, CallId, DeploymentId, InvalidId, RequestId, RunId, SessionId,
+    WorkerId, WorkflowId, MAX_CLIENT_ID_BYTES,
+};
 pub use keys::{ApiKey, KeyScope};
 pub use memory::MemoryStore;
 pub use session::{

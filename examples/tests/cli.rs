@@ -545,6 +545,12 @@ impl Drop for Served {
 
 /// A plain HTTP/1.1 request on loopback with an API key; returns (status, body).
 fn http(base: &str, key: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    let (status, _, body) = exchange(base, key, method, path, body);
+    (status, body)
+}
+
+/// [`http`] with the response's head (status line and headers) too.
+fn exchange(base: &str, key: &str, method: &str, path: &str, body: &str) -> (u16, String, String) {
     let host = base.trim_start_matches("http://");
     let mut s = std::net::TcpStream::connect(host).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -566,11 +572,8 @@ fn http(base: &str, key: &str, method: &str, path: &str, body: &str) -> (u16, St
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    let body = resp
-        .split_once("\r\n\r\n")
-        .map_or("", |(_, b)| b)
-        .to_owned();
-    (status, body)
+    let (head, body) = resp.split_once("\r\n\r\n").unwrap_or((&resp, ""));
+    (status, head.to_owned(), body.to_owned())
 }
 
 /// Waits (polling the shared file: the run is another process's) until `run` has ended.
@@ -658,6 +661,28 @@ async fn serve_runs_the_tools_and_answers_over_http() {
         created.as_bytes()[10] == b'T' && created.ends_with('Z') && created.starts_with("20"),
         "an ISO time in UTC: {listed}"
     );
+    // A name past the limits of every client-chosen id is a usage error; no key is made.
+    let long = "n".repeat(eve_core::MAX_CLIENT_ID_BYTES + 1);
+    fails(
+        d,
+        &["keys", "create", "--name", &long, "--scope", "read"],
+        2,
+        "--name is 257 bytes long; send at most 256 bytes",
+    );
+    fails(
+        d,
+        &[
+            "keys",
+            "create",
+            "--name",
+            "ci\u{1b}[31m",
+            "--scope",
+            "read",
+        ],
+        2,
+        "non-printable character",
+    );
+    assert_eq!(ok(d, &["keys", "list"]), listed, "no key was made");
     let made = ok(d, &["keys", "create", "--name", "ci", "--scope", "read"]);
     let read_key = made.lines().next().unwrap().to_owned();
     assert!(read_key.starts_with("eve_"), "{made}");
@@ -936,8 +961,16 @@ async fn mcp_on_stdio_and_at_serve_slash_mcp() {
     let line = served.wait_for("eve serve:   eve_");
     let key = line.trim_start_matches("eve serve:").trim().to_owned();
     let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
-    let (status, body) = http(&base, "", "POST", "/mcp", ping);
+    let (status, head, body) = exchange(&base, "", "POST", "/mcp", ping);
     assert_eq!(status, 401, "MCP over HTTP needs a key: {body}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("\r\nwww-authenticate: bearer realm=\"eve\""),
+        "a 401 names its challenge (RFC 6750): {head}"
+    );
+    let (status, head, _) = exchange(&base, "eve_wrong", "POST", "/mcp", ping);
+    assert_eq!(status, 401);
+    assert!(head.contains(r#"error="invalid_token""#), "{head}");
     let made = ok(
         d,
         &["keys", "create", "--name", "reader", "--scope", "read"],

@@ -8,6 +8,7 @@
 //! [`COOKIE`] set by `POST /v1/auth/session`. The looked-up hash is compared with the computed
 //! one in constant time.
 
+use crate::camel::Camel;
 use crate::error::ApiError;
 use crate::Inner;
 use axum::body::Bytes;
@@ -70,7 +71,8 @@ fn key_id(text: &str) -> Option<&str> {
 /// Mints a key named `name` with `scope` and stores it; it never expires.
 ///
 /// # Errors
-/// `InvalidInput` for an empty name; the store's errors.
+/// `InvalidInput` for a name that breaks [`eve_core::check_client_id`]'s limits (empty, longer
+/// than [`eve_core::MAX_CLIENT_ID_BYTES`] bytes, not printable); the store's errors.
 pub async fn create_key(
     store: &dyn JournalStore,
     name: &str,
@@ -92,6 +94,7 @@ pub async fn create_key_expiring(
     expires_at: Option<Timestamp>,
     now: Timestamp,
 ) -> Result<NewKey, StoreError> {
+    eve_core::check_client_id("key name", name)?;
     let id = random_hex(6)?;
     let text = format!("{KEY_PREFIX}{id}_{}", random_hex(32)?);
     let record = ApiKey {
@@ -118,7 +121,7 @@ pub(crate) async fn check_key(
     now: Timestamp,
 ) -> Result<ApiKey, ApiError> {
     let Some(id) = key_id(text) else {
-        return Err(unauthorized(
+        return Err(invalid_token(
             "the key is not an eve key (eve_<id>_<secret>); create one with `eve keys create`",
         ));
     };
@@ -130,7 +133,7 @@ pub(crate) async fn check_key(
                 && bool::from(k.id.as_bytes().ct_eq(id.as_bytes())) =>
         {
             if k.revoked_at.is_some() {
-                Err(unauthorized(
+                Err(invalid_token(
                     "this key was revoked; ask an admin for a new one",
                 ))
             } else if !k.is_active(now) {
@@ -141,14 +144,55 @@ pub(crate) async fn check_key(
                 Ok(k)
             }
         }
-        _ => Err(unauthorized(
+        _ => Err(invalid_token(
             "unknown key; check it, or create one with `eve keys create`",
         )),
     }
 }
 
+/// The realm every challenge names (RFC 6750 section 3).
+const REALM: &str = "eve";
+
+/// 401 for a request that sent no key (or not as a bearer token): `WWW-Authenticate: Bearer
+/// realm="eve"`, without an error code, as RFC 6750 section 3.1 asks when a request carries no
+/// credential.
 fn unauthorized(message: &str) -> ApiError {
     ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+        .with_challenge(format!("Bearer realm=\"{REALM}\""))
+}
+
+/// 401 for a key that was sent but opens nothing (malformed, unknown, revoked):
+/// `WWW-Authenticate: Bearer realm="eve", error="invalid_token", error_description="…"`.
+fn invalid_token(message: &str) -> ApiError {
+    ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message).with_challenge(format!(
+        "Bearer realm=\"{REALM}\", error=\"invalid_token\", error_description=\"{}\"",
+        description(message)
+    ))
+}
+
+/// 403 for a live key of too small a scope: `WWW-Authenticate: Bearer realm="eve",
+/// error="insufficient_scope", scope="<needed>"` (RFC 6750 section 3.1).
+fn insufficient_scope(key: &ApiKey, needed: KeyScope) -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "forbidden",
+        format!(
+            "key {} has scope {}; this route needs {needed} or higher",
+            key.id, key.scope
+        ),
+    )
+    .with_challenge(format!(
+        "Bearer realm=\"{REALM}\", error=\"insufficient_scope\", scope=\"{needed}\""
+    ))
+}
+
+/// `message` with only the characters RFC 6750 allows in `error_description` (printable ASCII
+/// but `"` and backslash).
+fn description(message: &str) -> String {
+    message
+        .chars()
+        .filter(|&c| matches!(c, ' '..='~') && c != '"' && c != '\\')
+        .collect()
 }
 
 /// The credential a request carries: `Authorization: Bearer`, else the page's cookie.
@@ -193,14 +237,7 @@ pub(crate) async fn require(
     };
     let key = check_key(&*inner.store, &text, inner.clock.now()).await?;
     if !key.scope.allows(needed) {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            format!(
-                "key {} has scope {}; this route needs {needed} or higher",
-                key.id, key.scope
-            ),
-        ));
+        return Err(insufficient_scope(&key, needed));
     }
     req.extensions_mut().insert(key);
     Ok(next.run(req).await)
@@ -238,7 +275,7 @@ pub(crate) async fn sign_in(
     Ok((
         StatusCode::OK,
         [(header::SET_COOKIE, cookie)],
-        Json(serde_json::json!({ "key": record })),
+        Json(serde_json::json!({ "key": Camel(&record) })),
     )
         .into_response())
 }
@@ -274,6 +311,7 @@ pub(crate) async fn create(
         &body,
         "{\"name\": …, \"scope\": \"read|answer|operate|admin\"}",
     )?;
+    eve_core::check_client_id("name", &req.name)?;
     let scope = KeyScope::parse(&req.scope).ok_or_else(|| {
         ApiError::malformed(format!(
             "unknown scope {:?}; use read, answer, operate or admin",
@@ -283,7 +321,7 @@ pub(crate) async fn create(
     let new = create_key(&*inner.store, &req.name, scope, inner.clock.now()).await?;
     Ok((
         StatusCode::CREATED,
-        Json(serde_json::json!({ "key": new.text, "record": new.record })),
+        Json(serde_json::json!({ "key": new.text, "record": Camel(&new.record) })),
     )
         .into_response())
 }
@@ -293,7 +331,7 @@ pub(crate) async fn list(
     State(inner): State<Arc<Inner>>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let keys = inner.store.list_keys().await?;
-    Ok(Json(serde_json::json!({ "keys": keys })))
+    Ok(Json(serde_json::json!({ "keys": Camel(&keys) })))
 }
 
 /// `POST /v1/keys/{id}/revoke` (admin): the revoked record; 404 for an unknown id.
@@ -302,7 +340,7 @@ pub(crate) async fn revoke(
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let key = inner.store.revoke_key(&id, inner.clock.now()).await?;
-    Ok(Json(serde_json::json!({ "key": key })))
+    Ok(Json(serde_json::json!({ "key": Camel(&key) })))
 }
 
 #[cfg(test)]

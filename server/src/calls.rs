@@ -3,6 +3,7 @@
 //! the session and call id as its idempotency key, and with `?wait=` long-polls until a
 //! default-execution call settles.
 
+use crate::camel::Camel;
 use crate::error::ApiError;
 use crate::Inner;
 use axum::body::Bytes;
@@ -14,7 +15,8 @@ use axum::Json;
 use eve_core::engine::{tool_call_run, EngineError};
 use eve_core::wake::until_ended;
 use eve_core::{
-    CallId, Event, Execution, JournalStore, JournalStoreExt, RunRecord, SessionId, StoreError,
+    check_client_id, CallId, Event, Execution, JournalStore, JournalStoreExt, RunRecord, SessionId,
+    StoreError,
 };
 use serde::Deserialize;
 use std::sync::Arc;
@@ -23,7 +25,7 @@ use std::time::Duration;
 /// The longest `?wait=` honoured; a longer one waits this long.
 pub const MAX_WAIT: Duration = Duration::from_secs(300);
 
-/// `GET /v1/tools` (read): `{"tools": [{name, description, execution, input_schema}]}`, by name.
+/// `GET /v1/tools` (read): `{"tools": [{name, description, execution, inputSchema}]}`, by name.
 pub(crate) async fn list(State(inner): State<Arc<Inner>>) -> Json<serde_json::Value> {
     let mut tools: Vec<serde_json::Value> = inner
         .registry
@@ -34,7 +36,7 @@ pub(crate) async fn list(State(inner): State<Arc<Inner>>) -> Json<serde_json::Va
                 "name": t.name(),
                 "description": t.description(),
                 "execution": t.execution(),
-                "input_schema": t.input_schema(),
+                "inputSchema": t.input_schema(),
             })
         })
         .collect();
@@ -42,11 +44,14 @@ pub(crate) async fn list(State(inner): State<Arc<Inner>>) -> Json<serde_json::Va
     Json(serde_json::json!({ "tools": tools }))
 }
 
-/// The body of `POST /v1/tools/{name}/calls`.
+/// The body of `POST /v1/tools/{name}/calls`: `{session, callId, input}`.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct StartCall {
     session: String,
+    /// Deprecated spelling `call_id`, accepted because it shipped (see
+    /// [`crate::DEPRECATED_REQUEST_FIELDS`]).
+    #[serde(alias = "call_id")]
     call_id: String,
     input: serde_json::Value,
 }
@@ -73,10 +78,12 @@ fn parse_wait(s: &str) -> Option<Duration> {
     })
 }
 
-/// `POST /v1/tools/{name}/calls` (operate) with `{session, call_id, input}`: 201 `{"run":
+/// `POST /v1/tools/{name}/calls` (operate) with `{session, callId, input}` (`call_id` is the
+/// deprecated spelling, still accepted): 201 `{"run":
 /// RunRecord, "settled": …}` when started, 200 with the same body when this session and call id
 /// started it before (a retry), 409 `idempotency_mismatch` when they did with another input;
-/// 404 unknown tool, 400 input that fails the tool's schema. With `?wait=30s` a default-execution
+/// 404 unknown tool, 400 input that fails the tool's schema, 400 `invalid_id` for a session or
+/// call id that breaks [`eve_core::check_client_id`]'s limits (nothing is created). With `?wait=30s` a default-execution
 /// call is awaited (woken by the store's notifications, not a tight poll) until it settles or
 /// the time is up: `settled` then holds `{"status", "output"}` or `{"status", "error"}`, else
 /// `null`. Background calls are never awaited: they settle as tasks.
@@ -97,7 +104,9 @@ pub(crate) async fn start(
     };
     let body = crate::error::body(&inner, body)?;
     let req: StartCall =
-        crate::error::json_object(&body, "{\"session\": …, \"call_id\": …, \"input\": {…}}")?;
+        crate::error::json_object(&body, "{\"session\": …, \"callId\": …, \"input\": {…}}")?;
+    check_client_id("session", &req.session)?;
+    check_client_id("callId", &req.call_id)?;
     let Some(registry) = &inner.registry else {
         return Err(ApiError::not_found(
             "this server was given no tools to start",
@@ -140,7 +149,7 @@ pub(crate) async fn start(
     };
     Ok((
         status,
-        Json(serde_json::json!({ "run": run, "settled": settled })),
+        Json(serde_json::json!({ "run": Camel(&run), "settled": settled })),
     )
         .into_response())
 }

@@ -8,13 +8,16 @@
 //! full: its cost grows with the page and the number of live runs, not with the number of
 //! sessions or of requests elsewhere.
 
+use crate::camel::Camel;
 use crate::error::ApiError;
 use crate::session::query;
 use crate::Inner;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::Json;
-use eve_core::{PendingRequest, RunQuery, RunRecord, RunStatus, SessionId, Timestamp};
+use eve_core::{
+    check_client_id, PendingRequest, RunQuery, RunRecord, RunStatus, SessionId, Timestamp,
+};
 use serde::Deserialize;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -89,7 +92,11 @@ pub(crate) async fn list(
         Some(0) => return Err(ApiError::malformed("limit must be at least 1")),
         Some(n) => n.min(MAX_REQUESTS_PAGE),
     };
-    let session = text(q.session).map(SessionId::new);
+    let session = text(q.session);
+    if let Some(s) = &session {
+        check_client_id("session", s)?;
+    }
+    let session = session.map(SessionId::new);
     let tool = text(q.tool);
     let needle = text(q.q).map(|s| s.to_lowercase());
 
@@ -160,7 +167,7 @@ pub(crate) async fn list(
                     continue;
                 }
             }
-            let mut json = serde_json::to_value(&p).expect("a request serializes");
+            let mut json = serde_json::to_value(Camel(&p)).expect("a request serializes");
             json["tool"] = serde_json::Value::String(r.tool.clone());
             page.push(json);
         }

@@ -1,5 +1,6 @@
 //! The runs API: list runs by session and status, one run with its journal.
 
+use crate::camel::Camel;
 use crate::error::ApiError;
 use crate::session::query;
 use crate::Inner;
@@ -9,8 +10,8 @@ use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use eve_core::{
-    Event, JournalStoreExt, Resolution, RunFilter, RunId, RunQuery, RunStatus, SessionId,
-    StoredEvent, Timestamp,
+    check_client_id, Event, JournalStoreExt, Resolution, RunFilter, RunId, RunQuery, RunStatus,
+    SessionId, StoredEvent, Timestamp,
 };
 use serde::Deserialize;
 use std::sync::Arc;
@@ -60,6 +61,9 @@ pub(crate) async fn list(
         }
     };
     let text = |v: Option<String>| v.filter(|s| !s.is_empty());
+    if let Some(s) = text(q.session.clone()) {
+        check_client_id("session", &s)?;
+    }
     let runs = inner
         .store
         .list_runs(&RunQuery {
@@ -82,7 +86,7 @@ pub(crate) async fn list(
     let page = filter
         .page(runs)
         .map_err(|e| ApiError::malformed(format!("before=: {e}")))?;
-    let mut body = serde_json::to_value(&page).expect("a page serializes");
+    let mut body = serde_json::to_value(Camel(&page)).expect("a page serializes");
     // A page (not a whole listing) says how each ended or blocked run came out: one read of
     // its last event each.
     if (1..=MAX_OUTCOMES).contains(&filter.limit) {
@@ -149,7 +153,9 @@ pub(crate) async fn show(
             e
         })
         .collect();
-    Ok(Json(serde_json::json!({ "run": run, "events": events })))
+    Ok(Json(
+        serde_json::json!({ "run": Camel(&run), "events": Camel(&events) }),
+    ))
 }
 
 /// The body of the operator routes: why (cancel, optional) or the error a failed run ends with

@@ -76,7 +76,7 @@ async fn render_farm_end_to_end_delivers_the_callback_once() {
 
     let frames = events.until("tool.settled").await;
     let settled = frames.last().unwrap().json();
-    assert_eq!(settled["run_id"], run.as_str());
+    assert_eq!(settled["runId"], run.as_str());
     let result = &settled["event"]["data"]["result"];
     assert_eq!(result["status"], "completed", "{settled}");
     assert_eq!(
