@@ -247,9 +247,14 @@ async fn worker(store: &Arc<dyn JournalStore>, id: Option<String>, lease: Option
     if let Some(s) = lease {
         config.lease_ttl = Duration::from_secs(s);
     }
-    Worker::new(store.clone(), registry(), Arc::new(SystemClock), config)
-        .await
-        .expect("register the worker")
+    match Worker::new(store.clone(), registry(), Arc::new(SystemClock), config).await {
+        Ok(worker) => worker,
+        Err(e) => {
+            // Another live process holds this worker id (or the store failed): say so, exit 4.
+            eprintln!("cannot start the worker: {e}");
+            std::process::exit(4);
+        }
+    }
 }
 
 fn session(store: &Arc<dyn JournalStore>, id: &str) -> Session {
