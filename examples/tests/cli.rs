@@ -988,14 +988,20 @@ async fn mcp_on_stdio_and_at_serve_slash_mcp() {
     // stdio: the client launches `eve mcp`, as an agent host does; a store of its own.
     let stdio_store = format!("sqlite://{}", d.join("mcp.db").display());
     python_mcp_session(&python, &[EVE, "mcp"], None, &stdio_store);
-    // Both calls are durable runs in their stores, completed.
+    // The client's calls (deploy_approval, and remind, whose steps print) are durable runs in
+    // their stores, completed.
     for db in ["eve.db", "mcp.db"] {
         let url = format!("sqlite://{}", d.join(db).display());
         let runs = ok(
             d,
             &["runs", "list", "--status", "completed", "--store", &url],
         );
-        assert!(runs.contains("1 run(s)"), "{db}: {runs}");
+        assert!(
+            runs.contains("2 run(s)")
+                && runs.contains("deploy_approval")
+                && runs.contains("remind"),
+            "{db}: {runs}"
+        );
     }
 }
 
