@@ -26,6 +26,7 @@ pub const MAX_APPEND_PAYLOAD_BYTES: usize = 4 * 1024 * 1024;
 pub const READ_PAGE: usize = 4096;
 
 /// Where a run stands.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RunStatus {
@@ -191,6 +192,7 @@ impl NewRun {
 }
 
 /// What a store knows of a run beside its journal.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunRecord {
     /// The run.
@@ -483,6 +485,7 @@ impl RunFilter {
 }
 
 /// An input request that can still be answered.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PendingRequest {
     /// The request.
