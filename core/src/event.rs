@@ -70,7 +70,9 @@ impl utoipa::PartialSchema for Payload {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
         utoipa::openapi::schema::ObjectBuilder::new()
             .schema_type(utoipa::openapi::schema::SchemaType::AnyValue)
-            .description(Some("Any JSON value, kept byte for byte as it was written."))
+            .description(Some(
+                "Any JSON value, kept byte for byte as it was written.",
+            ))
             .into()
     }
 }

@@ -228,9 +228,8 @@ async fn settled(store: &dyn JournalStore, run: &RunRecord) -> Result<Option<Set
     };
     match last.as_ref().map(|e| &e.event) {
         Some(Event::RunCompleted { output }) => {
-            settled.output = Some(
-                serde_json::from_str::<serde_json::Value>(output.get()).unwrap_or_default(),
-            );
+            settled.output =
+                Some(serde_json::from_str::<serde_json::Value>(output.get()).unwrap_or_default());
         }
         Some(Event::RunFailed { error }) => settled.error = Some(error.clone()),
         _ => {}

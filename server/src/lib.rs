@@ -40,7 +40,8 @@
 //! # Security
 //!
 //! - **Keys.** Every route but webhooks (their ≥128-bit token is the credential, which is why
-//!   the runs API shows tokens redacted), the page's HTML and the health routes needs an API key
+//!   the runs API shows tokens redacted), the page's HTML, the health routes and
+//!   `/v1/openapi.json` needs an API key
 //!   (`Authorization: Bearer eve_…`, or the page's cookie) of the route's scope; scopes are
 //!   ordered read < answer < operate < admin. Keys are minted by [`create_key`], stored as
 //!   SHA-256 hashes by the store (contract clause 8), compared in constant time, revocable.

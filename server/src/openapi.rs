@@ -62,7 +62,8 @@ const COOKIE: &str = "cookie";
         crate::health::ready,
         document,
     ),
-    components(schemas(crate::error::ErrorBody)),
+    // `SessionEntry` is the `data:` of each SSE event, which OpenAPI 3.1 cannot type in a response.
+    components(schemas(crate::error::ErrorBody, eve_core::SessionEntry)),
     modifiers(&Describe),
     tags(
         (name = "webhooks", description = "Deliveries to the webhooks workflows mint"),
@@ -207,7 +208,10 @@ fn describe(op: &mut Operation) {
             .or_insert_with(|| error(description));
     };
     if scope.is_some() {
-        add("401", "`unauthorized`: no key, or one that is unknown, revoked or malformed");
+        add(
+            "401",
+            "`unauthorized`: no key, or one that is unknown, revoked or malformed",
+        );
         add(
             "403",
             "`forbidden`: the key's scope is too small; `cross_origin`: a browser request from another origin",

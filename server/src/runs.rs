@@ -8,11 +8,11 @@ use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use eve_core::RunRecord;
 use eve_core::{
     Event, JournalStoreExt, Resolution, RunFilter, RunId, RunQuery, RunStatus, SessionId,
     StoredEvent, Timestamp,
 };
-use eve_core::RunRecord;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 

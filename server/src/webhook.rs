@@ -178,7 +178,11 @@ async fn deliver(
 }
 
 fn accepted() -> Response {
-    (StatusCode::ACCEPTED, axum::Json(Accepted { accepted: true })).into_response()
+    (
+        StatusCode::ACCEPTED,
+        axum::Json(Accepted { accepted: true }),
+    )
+        .into_response()
 }
 
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {

@@ -122,7 +122,12 @@ async fn the_document_describes_every_route_the_router_serves_and_no_other() {
     // And the router really answers each described (method, path): no fallback 404 or 405.
     let client = reqwest::Client::new();
     for (method, path) in &described {
-        let url = server.url(&path.replace("{token}", "wh_x").replace('{', "x").replace('}', ""));
+        let url = server.url(
+            &path
+                .replace("{token}", "wh_x")
+                .replace('{', "x")
+                .replace('}', ""),
+        );
         let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
         let resp = client.request(method.clone(), &url).send().await.unwrap();
         let status = resp.status();
@@ -132,7 +137,11 @@ async fn the_document_describes_every_route_the_router_serves_and_no_other() {
             }
             _ => Value::Null,
         };
-        assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}: {body}");
+        assert_ne!(
+            status,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "{method} {path}: {body}"
+        );
         assert!(
             !(status == StatusCode::NOT_FOUND
                 && body["message"]
@@ -147,7 +156,9 @@ async fn the_document_describes_every_route_the_router_serves_and_no_other() {
 /// The scope a documented operation needs: the role of its `bearer` requirement; `None` when its
 /// security is `[{}]` (no key).
 fn documented_scope(op: &Value) -> Option<KeyScope> {
-    let reqs = op["security"].as_array().expect("every operation states its security");
+    let reqs = op["security"]
+        .as_array()
+        .expect("every operation states its security");
     let role = reqs
         .iter()
         .find_map(|r| r.get("bearer").and_then(|roles| roles.get(0)))
@@ -155,7 +166,11 @@ fn documented_scope(op: &Value) -> Option<KeyScope> {
     match role {
         Some(r) => Some(KeyScope::parse(r).unwrap_or_else(|| panic!("unknown scope {r}"))),
         None => {
-            assert_eq!(reqs, &vec![json!({})], "a keyless route says so with [{{}}]");
+            assert_eq!(
+                reqs,
+                &vec![json!({})],
+                "a keyless route says so with [{{}}]"
+            );
             None
         }
     }
@@ -179,7 +194,12 @@ async fn each_documented_scope_is_the_one_the_router_enforces() {
     for (path, item) in doc["paths"].as_object().unwrap() {
         for m in METHODS {
             let Some(op) = item.get(m) else { continue };
-            let url = server.url(&path.replace("{token}", "wh_x").replace('{', "x").replace('}', ""));
+            let url = server.url(
+                &path
+                    .replace("{token}", "wh_x")
+                    .replace('{', "x")
+                    .replace('}', ""),
+            );
             let method = Method::from_bytes(m.to_uppercase().as_bytes()).unwrap();
             let send = |key: Option<&str>| {
                 let mut req = client
@@ -239,7 +259,11 @@ async fn each_documented_scope_is_the_one_the_router_enforces() {
 /// A server with the test tools and a worker beside it, keys on.
 async fn server_with_tools(
     store: Arc<dyn JournalStore>,
-) -> (String, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<()>>) {
+) -> (
+    String,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let config = ServerConfig {
