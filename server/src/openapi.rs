@@ -15,6 +15,7 @@
 use axum::Json;
 use std::sync::LazyLock;
 use utoipa::openapi::path::Operation;
+use utoipa::openapi::schema::{Schema, SchemaType, Type};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder};
 use utoipa::openapi::security::{SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
@@ -171,8 +172,26 @@ fn scope_of(op: &Operation) -> Option<String> {
     })
 }
 
-/// Adds the cookie alternative, the scope sentence and the shared error answers to `op`.
+/// Adds the cookie alternative, the scope sentence and the shared error answers to `op`, and
+/// makes its optional parameters non-nullable.
 fn describe(op: &mut Operation) {
+    // An optional parameter is absent or has a value, never null: utoipa types an `Option<T>`
+    // parameter as `[T, "null"]`, which tools that read a parameter's type as one name
+    // (openapi-core) cannot use.
+    for param in op.parameters.iter_mut().flatten() {
+        if let Some(RefOr::T(Schema::Object(obj))) = &mut param.schema {
+            if let SchemaType::Array(types) = &obj.schema_type {
+                let mut types: Vec<Type> = types
+                    .iter()
+                    .filter(|t| **t != Type::Null)
+                    .cloned()
+                    .collect();
+                if types.len() == 1 {
+                    obj.schema_type = SchemaType::Type(types.remove(0));
+                }
+            }
+        }
+    }
     let scope = scope_of(op);
     let sentence = match &scope {
         Some(s) => {

@@ -290,7 +290,7 @@ pub(crate) const REASON_OPERATOR_CANCEL: &str = "cancelled by an operator";
     operation_id = "cancelRun",
     tag = "runs",
     params(("id" = String, Path, description = "The run")),
-    request_body(content = Decision, description = "`{\"reason\": …}`, optional (an empty body is fine)"),
+    request_body(content = Option<Decision>, description = "`{\"reason\": …}`, optional (an empty body is fine)"),
     responses(
         (status = 202, description = "The cancel was written (`outcome: requested`)", body = crate::session::CancelAnswer),
         (status = 200, description = "Nothing written: `already_requested` or `already_ended`", body = crate::session::CancelAnswer),

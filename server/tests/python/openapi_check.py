@@ -7,7 +7,8 @@ webhook whose run collects three deliveries).
 2. Drives every route of the server (tools, calls, the session channel, requests and answers,
    tasks, runs and their operator actions, sessions, keys, the page's sign-in, webhooks,
    metrics, health, the page) through the successes and the typed errors, and validates each
-   answer (status, content type, body) against the description with openapi-core.
+   answer (status, content type, body) against the description with openapi-core, and each
+   request the server accepted (parameters, body, key) too.
 3. Fails unless every documented operation was called; prints one JSON summary line last.
 """
 
@@ -97,6 +98,12 @@ def call(method, path, body=None, key=KEY, headers=None, expect=None, raw=None, 
     if result.errors:
         why = "; ".join(f"{e!r} because {e.__cause__!r}" for e in result.errors)
         raise AssertionError(f"{method} {path} -> {status}: the answer does not match the description: {why}\n{payload[:2000]!r}")
+    if 200 <= status < 300:
+        # What was accepted was a request the description allows (parameters, body, key).
+        sent = openapi.unmarshal_request(Request(method, url, lower, data))
+        if sent.errors:
+            why = "; ".join(f"{e!r} because {e.__cause__!r}" for e in sent.errors)
+            raise AssertionError(f"{method} {path} was accepted but the description does not allow the request: {why}")
     template = find_template(method, urllib.parse.urlsplit(url).path)
     called.add((method.lower(), template))
     global answers
