@@ -100,7 +100,7 @@ pub async fn run(
         return Ok(());
     };
     let worker = if req.worker {
-        // Its own id: the stable default would fence an `eve serve` of this deployment.
+        // Its own id: the stable default is the one an `eve serve` of this deployment holds.
         let base = default_worker_id(registry.deployment().as_str(), 1);
         let id = WorkerId::new(format!("{base}/call-{}", std::process::id()));
         let w = Worker::new(

@@ -46,13 +46,17 @@ pub enum Command {
     /// Inspect runs, decide on a blocked one, or purge ended ones.
     #[command(subcommand)]
     Runs(RunsCommand),
-    /// Print a run's journal, one event per line.
+    /// Print a run's journal, one event per line, webhook tokens masked (`wh_1a2b…`).
     Journal {
         /// The run id.
         run: String,
-        /// One JSON object per line instead of the readable form.
+        /// One JSON object per line instead of the readable form (what `eve replay` reads; a
+        /// masked export replays as well).
         #[arg(long)]
         json: bool,
+        /// Show webhook tokens whole. Whoever has one can deliver to its run.
+        #[arg(long)]
+        reveal: bool,
     },
     /// List pending input requests (of one session, or of every live run's session).
     Requests {
@@ -129,8 +133,9 @@ pub struct ServeArgs {
     /// The address to listen on (port 0 picks a free one, printed at start).
     #[arg(long, default_value = "127.0.0.1:8787")]
     pub listen: SocketAddr,
-    /// The URL the server is reached at from outside (for webhook URLs); default
-    /// http://ADDRESS of --listen.
+    /// The URL the server is reached at from outside (for webhook URLs and the Host check:
+    /// requests naming another host than this or a loopback name get 421); default
+    /// http://ADDRESS of --listen. Give it with --listen 0.0.0.0:PORT.
     #[arg(long, value_name = "URL")]
     pub base_url: Option<String>,
     /// Also run the demo: a scripted agent calls `deploy`, which asks for approval; prints the
@@ -142,7 +147,8 @@ pub struct ServeArgs {
     pub keep_serving: bool,
     /// The worker's id. Default: {host}/{deployment}, stable across restarts, so a restarted
     /// process takes its predecessor's runs back at once. Give each process of one deployment
-    /// on one host its own: a second process with the same id fences the first, which stops.
+    /// on one host its own: a second live process with the same id refuses to start and names
+    /// the first (pid, host, since when); the first keeps serving.
     #[arg(long, env = "EVE_WORKER_ID", value_name = "ID")]
     pub worker_id: Option<String>,
     /// Serve every route without an API key. For tests only: anyone who reaches the server
@@ -154,6 +160,26 @@ pub struct ServeArgs {
     /// every hour, logging how many. Live runs are never purged. Default: keep everything.
     #[arg(long, value_name = "AGE", value_parser = humantime::parse_duration)]
     pub retain: Option<Duration>,
+    /// A webhook request header to leave out of the journal (case-insensitive; repeatable),
+    /// beside the built-in rule: authorization, proxy-authorization, cookie, x-api-key and
+    /// names ending in -token, -secret, -password, -passwd, -api-key, -apikey, -credential(s).
+    #[arg(long = "webhook-drop-header", value_name = "NAME", value_parser = header_name)]
+    pub webhook_drop_headers: Vec<String>,
+    /// A header the rule leaves out, journaled anyway for a tool that checks it, e.g.
+    /// x-gitlab-token (repeatable). Anyone with a read key then sees its value.
+    #[arg(long = "webhook-keep-header", value_name = "NAME", value_parser = header_name)]
+    pub webhook_keep_headers: Vec<String>,
+}
+
+/// An HTTP header name, lower-cased: 1 or more token characters (RFC 9110).
+fn header_name(s: &str) -> Result<String, String> {
+    let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if s.is_empty() || !s.bytes().all(tchar) {
+        return Err(format!(
+            "{s:?} is not an HTTP header name (letters, digits and -, e.g. x-vendor-token)"
+        ));
+    }
+    Ok(s.to_ascii_lowercase())
 }
 
 /// `eve call` options.
@@ -215,7 +241,7 @@ pub struct BenchArgs {
 /// `eve runs …`.
 #[derive(Debug, Subcommand)]
 pub enum RunsCommand {
-    /// List runs, oldest first.
+    /// List runs, newest first (--oldest-first for the other way), one page at a time.
     List {
         /// Only this session's runs.
         #[arg(long)]
@@ -232,12 +258,17 @@ pub enum RunsCommand {
         /// Only runs created more than this long before now.
         #[arg(long, value_name = "DURATION")]
         until: Option<String>,
-        /// Oldest first (default: newest first).
+        /// Oldest first (default: newest first); page on with --after.
         #[arg(long)]
         oldest_first: bool,
-        /// The page after this run (printed at the end of the previous page).
-        #[arg(long, value_name = "RUN")]
+        /// Newest first: the page of runs older than this one (printed at the end of the
+        /// previous page).
+        #[arg(long, value_name = "RUN", conflicts_with = "oldest_first")]
         before: Option<String>,
+        /// With --oldest-first: the page of runs newer than this one (printed at the end of the
+        /// previous page).
+        #[arg(long, value_name = "RUN", requires = "oldest_first")]
+        after: Option<String>,
         /// At most this many (0: all).
         #[arg(long, default_value_t = 100)]
         limit: usize,
@@ -352,6 +383,7 @@ async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<
             until,
             oldest_first,
             before,
+            after,
             limit,
             json,
         }) => {
@@ -371,7 +403,8 @@ async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<
                 since: ago(since, "--since")?,
                 until: ago(until, "--until")?,
                 newest_first: !oldest_first,
-                before: before.clone().map(eve_core::RunId::new),
+                // One cursor in the filter, named on the command line for its direction.
+                before: before.clone().or(after.clone()).map(eve_core::RunId::new),
                 limit: *limit,
             };
             let store = open(&cli).await?;
@@ -389,8 +422,8 @@ async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<
             };
             inspect::resolve(&*open(&cli).await?, run, resolution, now(), out).await
         }
-        Command::Journal { run, json } => {
-            inspect::journal(&*open(&cli).await?, run, *json, out).await
+        Command::Journal { run, json, reveal } => {
+            inspect::journal(&*open(&cli).await?, run, *json, *reveal, out).await
         }
         Command::Requests { session, json } => {
             inspect::requests(&*open(&cli).await?, session.clone(), *json, out).await
@@ -453,5 +486,34 @@ async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<
             };
             bench::run(&cli.store_url()?, config, out).await.map(drop)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn webhook_header_flags_repeat_and_check_names() {
+        let cli = Cli::try_parse_from([
+            "eve",
+            "serve",
+            "--webhook-drop-header",
+            "X-Vendor-Sig",
+            "--webhook-drop-header",
+            "x-other",
+            "--webhook-keep-header",
+            "X-Gitlab-Token",
+        ])
+        .expect("parses");
+        let Command::Serve(args) = cli.command else {
+            panic!("not serve")
+        };
+        assert_eq!(args.webhook_drop_headers, ["x-vendor-sig", "x-other"]);
+        assert_eq!(args.webhook_keep_headers, ["x-gitlab-token"]);
+        let err = Cli::try_parse_from(["eve", "serve", "--webhook-drop-header", "x bad:"])
+            .expect_err("not a header name");
+        assert!(err.to_string().contains("not an HTTP header name"), "{err}");
     }
 }

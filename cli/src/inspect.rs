@@ -22,7 +22,9 @@ pub fn parse_status(s: &str) -> Result<RunStatus, CliError> {
     })
 }
 
-/// `eve runs list`: the runs matching the filters, oldest first, one row each.
+/// `eve runs list`: the runs matching the filters in the filter's order (newest first unless
+/// `--oldest-first`), one row each, and the flag that gives the next page: `--before RUN`
+/// newest first, `--after RUN` oldest first.
 ///
 /// # Errors
 /// The store's error.
@@ -41,9 +43,14 @@ pub async fn runs_list(
         .list_runs(&query)
         .await
         .map_err(CliError::store("cannot list runs"))?;
+    let cursor = if filter.newest_first {
+        "--before"
+    } else {
+        "--after"
+    };
     let page = filter
         .page(runs)
-        .map_err(|e| CliError::Usage(format!("--before: {e}")))?;
+        .map_err(|e| CliError::Usage(format!("{cursor}: {e}")))?;
     if json {
         let _ = writeln!(
             out,
@@ -60,7 +67,7 @@ pub async fn runs_list(
         Some(next) => {
             let _ = writeln!(
                 out,
-                "{} run(s) shown; the next page: --before {next}",
+                "{} run(s) shown; the next page: {cursor} {next}",
                 page.runs.len()
             );
         }
@@ -158,7 +165,9 @@ pub async fn runs_show(
     Ok(())
 }
 
-/// `eve journal <run>`: every event of the run, one line each, in seq order.
+/// `eve journal <run>`: every event of the run, one line each, in seq order. Webhook tokens are
+/// masked ([`Event::mask_webhook_token`]) unless `reveal`: they are capabilities, and a journal
+/// is pasted into tickets and exported for `eve replay`, which passes on a masked export.
 ///
 /// # Errors
 /// `NotFound` for an unknown run; the store's error.
@@ -166,14 +175,20 @@ pub async fn journal(
     store: &dyn JournalStore,
     run: &str,
     json: bool,
+    reveal: bool,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let events = store
+    let mut events = store
         .read_all(&RunId::new(run), 0)
         .await
         .map_err(CliError::store(format!(
             "cannot read the journal of run {run}"
         )))?;
+    if !reveal {
+        for e in &mut events {
+            e.event.mask_webhook_token();
+        }
+    }
     for e in &events {
         let line = if json {
             serde_json::to_string(e).unwrap_or_else(|err| format!("(unserializable: {err})"))

@@ -2,6 +2,7 @@
 //! store directly (no server needed). A key's text is printed once, at creation.
 
 use crate::error::CliError;
+use crate::format::utc;
 use clap::Subcommand;
 use eve_core::{ApiKey, JournalStore, KeyScope, Timestamp};
 use std::io::Write;
@@ -17,6 +18,10 @@ pub enum KeysCommand {
         /// What it may do: read < answer < operate < admin (each includes the ones before).
         #[arg(long, value_parser = parse_scope)]
         scope: KeyScope,
+        /// Expire this long after creation, e.g. 30d, 12h (default: never). An expired key
+        /// opens nothing (401 saying it expired); create a new one.
+        #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+        expires_in: Option<std::time::Duration>,
         /// Print the key and its record as one JSON object.
         #[arg(long)]
         json: bool,
@@ -39,17 +44,23 @@ fn parse_scope(s: &str) -> Result<KeyScope, String> {
         .ok_or_else(|| format!("unknown scope {s:?}; use read, answer, operate or admin"))
 }
 
-fn line(k: &ApiKey) -> String {
-    let state = match k.revoked_at {
-        Some(t) => format!("revoked at {}", t.millis()),
-        None => "active".into(),
+/// One key: id, scope, name, and its state and times in UTC (ISO 8601) at `now`.
+fn line(k: &ApiKey, now: Timestamp) -> String {
+    let state = match (k.revoked_at, k.expires_at) {
+        (Some(t), _) => format!("revoked {}", utc(t)),
+        (None, Some(t)) if !k.is_active(now) => format!("expired {}", utc(t)),
+        (None, _) => "active".into(),
+    };
+    let expiry = match (k.revoked_at, k.expires_at) {
+        (None, Some(t)) if k.is_active(now) => format!(", expires {}", utc(t)),
+        _ => String::new(),
     };
     format!(
-        "{}  {:<7}  {}  ({state}, created at {})",
+        "{}  {:<7}  {}  ({state}, created {}{expiry})",
         k.id,
         k.scope,
         k.name,
-        k.created_at.millis()
+        utc(k.created_at)
     )
 }
 
@@ -64,8 +75,31 @@ pub async fn run(
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     match command {
-        KeysCommand::Create { name, scope, json } => {
-            let new = eve_server::create_key(store, name, *scope, now)
+        KeysCommand::Create {
+            name,
+            scope,
+            expires_in,
+            json,
+        } => {
+            // The same limits as a key made over HTTP, refused as a usage error.
+            eve_core::check_client_id("--name", name)
+                .map_err(|e| CliError::Usage(e.to_string()))?;
+            let expires_at = expires_in
+                .map(|d| {
+                    i64::try_from(d.as_millis())
+                        .ok()
+                        .and_then(|ms| now.millis().checked_add(ms))
+                        .filter(|_| !d.is_zero())
+                        .map(Timestamp)
+                        .ok_or_else(|| {
+                            CliError::Usage(format!(
+                                "--expires-in {}: give a duration from 1ms to a few centuries, e.g. 30d",
+                                humantime::format_duration(d)
+                            ))
+                        })
+                })
+                .transpose()?;
+            let new = eve_server::create_key_expiring(store, name, *scope, expires_at, now)
                 .await
                 .map_err(CliError::store("cannot create the key"))?;
             let _ = if *json {
@@ -75,9 +109,13 @@ pub async fn run(
                     serde_json::json!({ "key": new.text, "record": new.record })
                 )
             } else {
+                let expiry = new
+                    .record
+                    .expires_at
+                    .map_or(String::new(), |t| format!(", expires {}", utc(t)));
                 writeln!(
                     out,
-                    "{}\n(key {} with scope {scope}: shown once, store it now; send it as `Authorization: Bearer <key>`)",
+                    "{}\n(key {} with scope {scope}{expiry}: shown once, store it now; send it as `Authorization: Bearer <key>`)",
                     new.text, new.record.id
                 )
             };
@@ -98,7 +136,10 @@ pub async fn run(
                 writeln!(
                     out,
                     "{}",
-                    keys.iter().map(line).collect::<Vec<_>>().join("\n")
+                    keys.iter()
+                        .map(|k| line(k, now))
+                        .collect::<Vec<_>>()
+                        .join("\n")
                 )
             };
         }
@@ -107,7 +148,7 @@ pub async fn run(
                 .revoke_key(id, now)
                 .await
                 .map_err(CliError::store(format!("cannot revoke key {id}")))?;
-            let _ = writeln!(out, "{}", line(&key));
+            let _ = writeln!(out, "{}", line(&key, now));
         }
     }
     Ok(())

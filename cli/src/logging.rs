@@ -3,6 +3,7 @@
 //! fed by the engine's spans, which `eve serve` shows at `/metrics`.
 
 use eve_server::Metrics;
+use std::io::IsTerminal;
 use std::sync::{Arc, OnceLock};
 use tracing::Level;
 use tracing_subscriber::filter::Targets;
@@ -31,6 +32,13 @@ pub fn metrics() -> Arc<Metrics> {
     METRICS.get_or_init(Metrics::new).clone()
 }
 
+/// Whether log lines get ANSI colours: only on a terminal, and not when `NO_COLOR` is set to
+/// anything but the empty string (<https://no-color.org>). Redirected to a file or a pipe, or
+/// collected by a service manager, they are plain text.
+pub fn colour(terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
 /// Installs the subscriber (once per process; later calls do nothing).
 pub fn init(format: LogFormat) {
     let filter =
@@ -38,9 +46,27 @@ pub fn init(format: LogFormat) {
     // The metrics see the engine's info spans whatever RUST_LOG says.
     let spans = Targets::new().with_target("eve_core", Level::INFO);
     let registry = tracing_subscriber::registry().with(metrics().layer().with_filter(spans));
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(colour(
+            std::io::stderr().is_terminal(),
+            std::env::var_os("NO_COLOR"),
+        ));
     let _ = match format {
         LogFormat::Text => registry.with(fmt.with_filter(filter)).try_init(),
         LogFormat::Json => registry.with(fmt.json().with_filter(filter)).try_init(),
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::colour;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        assert!(colour(true, None));
+        assert!(colour(true, Some("".into())), "an empty NO_COLOR is unset");
+        assert!(!colour(true, Some("1".into())));
+        assert!(!colour(false, None));
+    }
 }

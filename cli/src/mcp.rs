@@ -1,6 +1,8 @@
 //! `eve mcp`: the app's tools over MCP on stdin/stdout, with a worker in the same process, on
 //! the store of `--store`. What an agent host launches (`"command": "eve", "args": ["mcp"]`).
-//! stdout carries only MCP messages; logs go to stderr. With `--retain AGE` it purges runs
+//! stdout carries only MCP messages: `eve_mcp::serve_stdio` gives the protocol its own descriptor
+//! for stdout and points fd 1 at stderr, so what tools, steps or dependencies print goes to
+//! stderr; logs go to stderr too. With `--retain AGE` it purges runs
 //! that ended more than AGE ago, like `eve serve --retain`.
 
 use crate::cli::McpArgs;
@@ -24,7 +26,7 @@ pub async fn run(url: &StoreUrl, args: &McpArgs, registry: &Registry) -> Result<
         .map(WorkerId::new)
         .unwrap_or_else(|| {
             // Agent hosts may launch several of these at once: each gets its own worker id (a
-            // shared one would fence the other process).
+            // shared one would make all but the first refuse to start).
             let base = default_worker_id(registry.deployment().as_str(), 1);
             WorkerId::new(format!("{base}/mcp-{}", std::process::id()))
         });

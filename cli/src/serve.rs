@@ -18,7 +18,8 @@ use std::sync::Arc;
 /// another process takes the runs over at once.
 ///
 /// # Errors
-/// The store cannot be opened, the address cannot be bound, the worker cannot register, or the
+/// The store cannot be opened, the worker cannot start (`WorkerIdInUse`: another live process
+/// serves with the same worker id, named in the message), the address cannot be bound, or the
 /// server fails; `--demo` on an app without the demo's tool.
 pub async fn run(
     url: &StoreUrl,
@@ -33,6 +34,21 @@ pub async fn run(
         )));
     }
     let store = url.open().await?;
+    let deployment = registry.deployment().clone();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    // First, so that a second process with this worker id is refused (naming the first)
+    // before it takes anything else, such as a port.
+    let worker = Worker::new(
+        store.clone(),
+        registry.clone(),
+        clock.clone(),
+        WorkerConfig {
+            id: args.worker_id.clone().map(eve_core::WorkerId::new),
+            ..WorkerConfig::default()
+        },
+    )
+    .await
+    .map_err(CliError::store("cannot start the worker"))?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| CliError::Serve(format!("cannot listen on {}: {e}", args.listen)))?;
@@ -44,19 +60,6 @@ pub async fn run(
         .clone()
         .unwrap_or_else(|| format!("http://{addr}"));
     let base = base.trim_end_matches('/').to_owned();
-    let deployment = registry.deployment().clone();
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let worker = Worker::new(
-        store.clone(),
-        registry.clone(),
-        clock.clone(),
-        WorkerConfig {
-            id: args.worker_id.clone().map(eve_core::WorkerId::new),
-            ..WorkerConfig::default()
-        },
-    )
-    .await
-    .map_err(CliError::store("cannot register the worker"))?;
     let worker_id = worker.lease().worker;
     let local_worker = worker.clone();
     let mut worker = worker.spawn();
@@ -68,6 +71,15 @@ pub async fn run(
         "eve serve: worker {worker_id} runs deployment {deployment}: {}",
         tools.join(", ")
     );
+    if args.base_url.is_none() && args.listen.ip().is_unspecified() {
+        let warning = format!(
+            "eve serve: WARNING: --listen {} without --base-url: webhook URLs name {base}, and a request by this machine's own address or name is refused 421 (the server answers for its base URL's host and loopback names only). Give --base-url http://HOST:{} with the name or address clients use.",
+            args.listen,
+            addr.port()
+        );
+        let _ = writeln!(out, "{warning}");
+        eprintln!("{warning}");
+    }
     if args.insecure_no_auth {
         let warning = format!(
             "eve serve: WARNING: --insecure-no-auth: every route of {base}/ is open to anyone who reaches it, without a key (reading journals, answering, cancelling). For tests only."
@@ -87,6 +99,8 @@ pub async fn run(
         .with_config(ServerConfig {
             base_url: base.clone(),
             insecure_no_auth: args.insecure_no_auth,
+            webhook_drop_headers: args.webhook_drop_headers.clone(),
+            webhook_keep_headers: args.webhook_keep_headers.clone(),
             ..ServerConfig::default()
         })
         .with_metrics(crate::logging::metrics())
@@ -133,7 +147,7 @@ pub async fn run(
                 "the worker {worker_id} stopped: {}",
                 match r {
                     Ok(()) => "it was shut down".into(),
-                    Err(e) => format!("{e}; another process registered the same worker id (give each process its own --worker-id)"),
+                    Err(e) => e.to_string(),
                 }
             ))),
             r = &mut server => Err(CliError::Serve(match r {
@@ -166,7 +180,7 @@ async fn first_key(
         .list_keys()
         .await
         .map_err(CliError::store("cannot read the API keys"))?;
-    if keys.iter().any(|k| k.revoked_at.is_none()) {
+    if keys.iter().any(|k| k.is_active(eve_core::Timestamp::now())) {
         let _ = writeln!(
             out,
             "eve serve: routes need an API key (`eve keys list`, `eve keys create`)"

@@ -113,6 +113,11 @@ impl JournalStore for Buggy {
     fn backend(&self) -> &'static str {
         "buggy"
     }
+    // Each store its own id (the default, the backend's name, would make every Buggy one
+    // store to the worker-id locks of clause 11).
+    fn store_id(&self) -> String {
+        self.inner.store_id()
+    }
     async fn create_run(&self, run: NewRun, now: Timestamp) -> Result<CreatedRun, StoreError> {
         match self.inner.create_run(run.clone(), now).await {
             Err(StoreError::IdempotencyMismatch { .. })

@@ -31,6 +31,9 @@ impl JournalStore for Buggy {
     fn backend(&self) -> &'static str {
         "buggy"
     }
+    fn store_id(&self) -> String {
+        self.inner.store_id()
+    }
     async fn create_run(&self, run: NewRun, now: Timestamp) -> Result<CreatedRun, StoreError> {
         self.inner.create_run(run, now).await
     }

@@ -39,8 +39,10 @@ pub enum StoreError {
         actual: u64,
     },
     /// The writer's lease was superseded (another worker claimed the run, or the worker
-    /// re-registered with a newer epoch). Drop the run: it is someone else's now.
-    #[error("lease fenced on run {run}: worker {worker} epoch {epoch} no longer holds it; drop the run from memory")]
+    /// re-registered with a newer epoch). Drop the run: it is someone else's now. With an empty
+    /// `run`, the worker itself was fenced (a heartbeat or a claim): its id was registered again
+    /// elsewhere or retired, and it must stop.
+    #[error("{}", fenced_message(run, worker, *epoch))]
     Fenced {
         /// The run (empty for a worker-level fence such as a heartbeat).
         run: String,
@@ -48,6 +50,16 @@ pub enum StoreError {
         worker: String,
         /// The epoch the call carried.
         epoch: u64,
+    },
+    /// Another live holder (another process, or another worker of this one) holds this worker
+    /// id (contract clause 11): two live processes with one id would fence each other's runs,
+    /// so the later one refuses to start.
+    #[error("worker id {worker:?} is in use by another live process ({holder}); stop that process first, or give this one its own worker id (WorkerConfig::id, `eve serve --worker-id`)")]
+    WorkerIdInUse {
+        /// The worker id.
+        worker: String,
+        /// Who holds it: pid, host and since when, as far as the backend knows.
+        holder: String,
     },
     /// The request was answered already with a different response. Ask again for a new answer.
     #[error("request {request} was already answered; a request is answered once, ask again for a new answer")]
@@ -149,5 +161,14 @@ impl StoreError {
             what,
             id: id.to_string(),
         }
+    }
+}
+
+/// The message of [`StoreError::Fenced`]: a run's lease, or (empty `run`) the worker's own.
+fn fenced_message(run: &str, worker: &str, epoch: u64) -> String {
+    if run.is_empty() {
+        format!("worker {worker} epoch {epoch} was fenced: the same worker id was registered again (by another process, or a restart) or retired; this worker stops and leaves its runs to the new registration")
+    } else {
+        format!("lease fenced on run {run}: worker {worker} epoch {epoch} no longer holds it; drop the run from memory")
     }
 }

@@ -554,7 +554,28 @@ pub enum Event {
     RunResumed,
 }
 
+/// How many leading characters of a webhook token [`Event::mask_webhook_token`] keeps: `wh_` and
+/// four hex digits, enough to tell a run's webhooks apart, far too few to deliver to one.
+pub const MASKED_TOKEN_CHARS: usize = 7;
+
 impl Event {
+    /// Hides a webhook's token (a `HookCreated` with `webhook: true`) but its first
+    /// [`MASKED_TOKEN_CHARS`] characters, followed by `…`: the token is a capability, whoever
+    /// has it can deliver to the run. Every other event, a plain hook's caller-chosen token
+    /// included, is left as it is. A masked journal still replays: the engine reads a
+    /// webhook's token back from the journal and never compares it with a fresh one.
+    pub fn mask_webhook_token(&mut self) {
+        if let Event::HookCreated {
+            token,
+            webhook: true,
+            ..
+        } = self
+        {
+            let shown: String = token.chars().take(MASKED_TOKEN_CHARS).collect();
+            *token = format!("{shown}…");
+        }
+    }
+
     /// The variant's name, as stored in the tag.
     pub fn kind(&self) -> &'static str {
         match self {

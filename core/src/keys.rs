@@ -1,7 +1,8 @@
 //! API key records: what a store keeps of the credentials that open the HTTP surface.
 //!
 //! A store never sees a key's secret, only its hash (the server hashes, see `eve-server`); it
-//! keeps one [`ApiKey`] per key, finds it by hash, and marks it revoked.
+//! keeps one [`ApiKey`] per key (with its optional expiry), finds it by hash, and marks it
+//! revoked.
 
 use crate::error::StoreError;
 use crate::time::Timestamp;
@@ -75,6 +76,9 @@ pub struct ApiKey {
     pub created_at: Timestamp,
     /// When it was revoked; a revoked key opens nothing.
     pub revoked_at: Option<Timestamp>,
+    /// When it expires (`None`: never); from then on it opens nothing, as if revoked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<Timestamp>,
 }
 
 impl ApiKey {
@@ -99,7 +103,17 @@ impl ApiKey {
                 "a new key cannot be revoked already; create it, then revoke it".into(),
             ));
         }
+        if self.expires_at.is_some_and(|t| t <= self.created_at) {
+            return Err(StoreError::InvalidInput(
+                "a new key cannot expire before it is created; give a later expiry".into(),
+            ));
+        }
         Ok(())
+    }
+
+    /// Whether it opens anything at `now`: neither revoked nor expired.
+    pub fn is_active(&self, now: Timestamp) -> bool {
+        self.revoked_at.is_none() && self.expires_at.is_none_or(|t| now < t)
     }
 
     /// The `AlreadyExists` answer for a key whose id or hash is taken.

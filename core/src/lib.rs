@@ -18,13 +18,17 @@ pub mod store;
 pub mod testing;
 pub mod time;
 pub mod wake;
+pub mod worker_lock;
 
 pub use error::StoreError;
 pub use event::{
     Display, Event, Execution, InputOption, InputRequest, InputResponse, OptionStyle, Payload,
-    StoredEvent, WebhookRequest, WebhookResponse,
+    StoredEvent, WebhookRequest, WebhookResponse, MASKED_TOKEN_CHARS,
 };
-pub use ids::{AppendId, CallId, DeploymentId, RequestId, RunId, SessionId, WorkerId, WorkflowId};
+pub use ids::{
+    check_client_id, AppendId, CallId, DeploymentId, InvalidId, RequestId, RunId, SessionId,
+    WorkerId, WorkflowId, MAX_CLIENT_ID_BYTES,
+};
 pub use keys::{ApiKey, KeyScope};
 pub use memory::MemoryStore;
 pub use session::{
@@ -37,3 +41,4 @@ pub use store::{
 };
 pub use time::Timestamp;
 pub use wake::{WakeSignal, WatchHub, WatchKey};
+pub use worker_lock::WorkerLock;

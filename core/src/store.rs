@@ -11,6 +11,7 @@ use crate::session::{
 };
 use crate::time::Timestamp;
 use crate::wake::WatchKey;
+use crate::worker_lock::WorkerLock;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::fmt::Debug;
@@ -603,6 +604,19 @@ pub fn check_worker_ids(worker: &WorkerId, deployment: &DeploymentId) -> Result<
     Ok(())
 }
 
+/// Checks the worker id given to [`JournalStore::lock_worker`]: not empty.
+///
+/// # Errors
+/// `InvalidInput`.
+pub fn check_worker_id(worker: &WorkerId) -> Result<(), StoreError> {
+    if worker.as_str().is_empty() {
+        return Err(StoreError::InvalidInput(
+            "worker id must not be empty".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a session id given to the session methods of contract clause 10: not empty.
 ///
 /// # Errors
@@ -854,7 +868,8 @@ impl Effects {
 /// 7. **Queries.** Runs by id, by session, by status; pending requests by session; the session
 ///    log by seq.
 /// 8. **API keys.** [`create_key`](Self::create_key) stores an [`ApiKey`] (its hash, never its
-///    secret) whose id and hash are unique store-wide; [`key_by_hash`](Self::key_by_hash) finds
+///    secret, and its optional expiry, returned as stored) whose id and hash are unique
+///    store-wide; [`key_by_hash`](Self::key_by_hash) finds
 ///    it, revoked or not; [`revoke_key`](Self::revoke_key) marks it revoked once (the first
 ///    revocation time stays); [`list_keys`](Self::list_keys) lists every key, oldest first.
 ///
@@ -876,6 +891,14 @@ impl Effects {
 ///    [`take_messages`](Self::take_messages) hands every queued message over exactly once,
 ///    oldest first: concurrent takers never both get one message.
 ///    [`get_session`](Self::get_session) reads both. Sessions outlive [`purge`](Self::purge).
+/// 11. **One live holder per worker id.** [`lock_worker`](Self::lock_worker) gives a
+///    [`WorkerLock`] on a worker id while no other live lock holds that id on the same
+///    storage, from any handle or process; otherwise it fails `WorkerIdInUse` naming the holder
+///    (pid, host, since when). The lock is freed when it is dropped and when its process dies,
+///    with no lease to wait out where the backend can tell (a file lock, a database session),
+///    so a process restarted after a crash gets it at once; where it cannot (DynamoDB) within a
+///    few seconds. The lock is separate from the lease: [`register_worker`](Self::register_worker)
+///    does not check it, so a restart still fences its dead predecessor's epoch.
 ///
 /// Time is always an argument (`now`), never the store's own clock, so tests can simulate it.
 /// Limits are the same on every backend: [`MAX_EVENTS_PER_APPEND`], [`MAX_PAYLOAD_BYTES`],
@@ -1083,6 +1106,26 @@ pub trait JournalStore: Debug + Send + Sync + 'static {
     /// # Errors
     /// `Fenced` when the epoch was superseded.
     async fn retire_worker(&self, lease: &Lease, now: Timestamp) -> Result<(), StoreError>;
+
+    /// Takes the process lock of `worker` (contract clause 11), which a worker holds for its
+    /// whole life so that an accidental second process with the same id refuses to start
+    /// instead of fencing the first. Uses the wall clock, not a `now` argument: it is about
+    /// live processes, not journal time.
+    ///
+    /// The default holds the id within this process only ([`lock_in_process`] on
+    /// [`store_id`](Self::store_id)); a backend shared by several processes overrides it with
+    /// a lock its processes share and that is freed when the holder dies. A wrapper store
+    /// forwards both this and `store_id`, else all its instances share one set of ids.
+    ///
+    /// # Errors
+    /// `WorkerIdInUse` while another live lock holds the id; `InvalidInput` (empty id);
+    /// backend faults.
+    ///
+    /// [`lock_in_process`]: crate::worker_lock::lock_in_process
+    async fn lock_worker(&self, worker: &WorkerId) -> Result<WorkerLock, StoreError> {
+        check_worker_id(worker)?;
+        crate::worker_lock::lock_in_process(&self.store_id(), worker)
+    }
 
     /// The earliest time a run of `deployment` that no valid lease holds will have work (now or
     /// later), so an idle worker knows how long it may sleep. `None`: nothing scheduled.

@@ -174,6 +174,31 @@ async fn inspect_answer_hook_cancel_resolve_on_sqlite() {
         listed(&["--oldest-first", "--limit", "1"]),
         [newest[2].clone()]
     );
+    // Oldest first, the cursor is named for its direction.
+    let first = ok(d, &["runs", "list", "--oldest-first", "--limit", "1"]);
+    assert!(
+        first.contains(&format!("the next page: --after {}", newest[2])),
+        "{first}"
+    );
+    assert_eq!(
+        listed(&["--oldest-first", "--limit", "1", "--after", &newest[2]]),
+        [newest[1].clone()]
+    );
+    let o = eve(
+        d,
+        &["runs", "list", "--oldest-first", "--before", &newest[2]],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let o = eve(d, &["runs", "list", "--after", &newest[2]]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    fails(
+        d,
+        &["runs", "list", "--oldest-first", "--after", "run_nope"],
+        2,
+        "--after",
+    );
+    let help = ok(d, &["runs", "--help"]);
+    assert!(help.contains("List runs, newest first"), "{help}");
     assert_eq!(listed(&["--tool", "render_video"]), [render.to_string()]);
     assert_eq!(listed(&["--since", "1h"]).len(), 3);
     assert!(listed(&["--until", "1h"]).is_empty());
@@ -402,6 +427,50 @@ fn conformance_and_bench_on_sqlite() {
     assert!(left.is_empty(), "{left:?}");
 }
 
+#[test]
+fn logs_are_plain_off_a_terminal_and_serving_every_address_warns() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // stderr is a pipe here: log lines carry no ANSI colour codes.
+    ok(
+        d,
+        &["keys", "create", "--name", "first", "--scope", "admin"],
+    );
+    let o = Command::new(EVE)
+        .args(["runs", "list"])
+        .current_dir(d)
+        .env_remove("EVE_STORE_URL")
+        .env_remove("NO_COLOR")
+        .env("RUST_LOG", "debug")
+        .output()
+        .expect("run eve");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let logs = stderr(&o);
+    assert!(logs.contains("DEBUG"), "no log lines to check: {logs}");
+    assert!(!logs.contains('\x1b'), "ANSI codes in a pipe: {logs:?}");
+
+    // --listen 0.0.0.0 without --base-url: a warning on stdout and stderr naming the fix;
+    // the server serves all the same.
+    let mut served = Served::start_on(d, "0.0.0.0:0", &[]);
+    let base = served.base().replace("0.0.0.0", "127.0.0.1");
+    let warning = served.wait_for("WARNING: --listen 0.0.0.0:0 without --base-url");
+    assert!(
+        warning.contains("421") && warning.contains("Give --base-url http://HOST:"),
+        "{warning}"
+    );
+    let (status, _) = http(&base, "", "GET", "/healthz", "");
+    assert_eq!(status, 200, "loopback is served");
+    drop(served);
+    // With --base-url: no warning.
+    let mut served = Served::start_on(d, "0.0.0.0:0", &["--base-url", "http://eve.example:8787"]);
+    served.wait_for("routes need an API key");
+    assert!(
+        !served.seen.iter().any(|l| l.contains("WARNING")),
+        "{:#?}",
+        served.seen
+    );
+}
+
 /// A running `eve serve`, its stdout lines arriving on a channel; killed on drop.
 struct Served {
     child: Child,
@@ -411,8 +480,13 @@ struct Served {
 
 impl Served {
     fn start(dir: &Path, extra: &[&str]) -> Self {
+        Self::start_on(dir, "127.0.0.1:0", extra)
+    }
+
+    /// `eve serve --listen LISTEN extra…`.
+    fn start_on(dir: &Path, listen: &str, extra: &[&str]) -> Self {
         let mut child = Command::new(EVE)
-            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["serve", "--listen", listen])
             .args(extra)
             .current_dir(dir)
             .env_remove("EVE_STORE_URL")
@@ -471,6 +545,12 @@ impl Drop for Served {
 
 /// A plain HTTP/1.1 request on loopback with an API key; returns (status, body).
 fn http(base: &str, key: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    let (status, _, body) = exchange(base, key, method, path, body);
+    (status, body)
+}
+
+/// [`http`] with the response's head (status line and headers) too.
+fn exchange(base: &str, key: &str, method: &str, path: &str, body: &str) -> (u16, String, String) {
     let host = base.trim_start_matches("http://");
     let mut s = std::net::TcpStream::connect(host).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -492,11 +572,8 @@ fn http(base: &str, key: &str, method: &str, path: &str, body: &str) -> (u16, St
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    let body = resp
-        .split_once("\r\n\r\n")
-        .map_or("", |(_, b)| b)
-        .to_owned();
-    (status, body)
+    let (head, body) = resp.split_once("\r\n\r\n").unwrap_or((&resp, ""));
+    (status, head.to_owned(), body.to_owned())
 }
 
 /// Waits (polling the shared file: the run is another process's) until `run` has ended.
@@ -559,9 +636,15 @@ async fn serve_runs_the_tools_and_answers_over_http() {
     assert_eq!(status, 200);
     assert!(body.contains("RunCompleted"), "{body}");
 
-    // A second server on the same address is refused with one line.
+    // A second server on the same address is refused with one line (with its own worker id:
+    // the default one is this server's, see `a_second_serve_with_the_same_worker_id_refuses`).
     let addr = base.trim_start_matches("http://").to_owned();
-    fails(d, &["serve", "--listen", &addr], 1, "cannot listen on");
+    fails(
+        d,
+        &["serve", "--listen", &addr, "--worker-id", "second"],
+        1,
+        "cannot listen on",
+    );
 
     // Keys from the command line: created (shown once), listed (never shown), revoked.
     let listed = ok(d, &["keys", "list"]);
@@ -569,6 +652,37 @@ async fn serve_runs_the_tools_and_answers_over_http() {
         listed.contains("admin") && !listed.contains(&key),
         "{listed}"
     );
+    let created = listed
+        .rsplit(", created ")
+        .next()
+        .and_then(|t| t.get(..24))
+        .unwrap_or_else(|| panic!("no creation time: {listed}"));
+    assert!(
+        created.as_bytes()[10] == b'T' && created.ends_with('Z') && created.starts_with("20"),
+        "an ISO time in UTC: {listed}"
+    );
+    // A name past the limits of every client-chosen id is a usage error; no key is made.
+    let long = "n".repeat(eve_core::MAX_CLIENT_ID_BYTES + 1);
+    fails(
+        d,
+        &["keys", "create", "--name", &long, "--scope", "read"],
+        2,
+        "--name is 257 bytes long; send at most 256 bytes",
+    );
+    fails(
+        d,
+        &[
+            "keys",
+            "create",
+            "--name",
+            "ci\u{1b}[31m",
+            "--scope",
+            "read",
+        ],
+        2,
+        "non-printable character",
+    );
+    assert_eq!(ok(d, &["keys", "list"]), listed, "no key was made");
     let made = ok(d, &["keys", "create", "--name", "ci", "--scope", "read"]);
     let read_key = made.lines().next().unwrap().to_owned();
     assert!(read_key.starts_with("eve_"), "{made}");
@@ -583,9 +697,158 @@ async fn serve_runs_the_tools_and_answers_over_http() {
     );
     assert_eq!(status, 403, "a read key cannot answer");
     let id = read_key.split('_').nth(1).unwrap();
-    assert!(ok(d, &["keys", "revoke", id]).contains("revoked"));
+    let revoked = ok(d, &["keys", "revoke", id]);
+    assert!(revoked.contains("(revoked 20"), "{revoked}");
+    // A key with an expiry: shown at creation and in the list, and it opens the routes.
+    let made = ok(
+        d,
+        &[
+            "keys",
+            "create",
+            "--name",
+            "temp",
+            "--scope",
+            "read",
+            "--expires-in",
+            "30d",
+        ],
+    );
+    assert!(made.contains(", expires 20"), "{made}");
+    let temp_key = made.lines().next().unwrap().to_owned();
+    let (status, _) = http(&base, &temp_key, "GET", "/v1/runs", "");
+    assert_eq!(status, 200, "a key before its expiry");
+    let listed = ok(d, &["keys", "list"]);
+    let temp = listed.lines().find(|l| l.contains("temp")).unwrap();
+    assert!(
+        temp.contains("(active, created 20") && temp.contains(", expires 20"),
+        "{temp}"
+    );
+    fails(
+        d,
+        &[
+            "keys",
+            "create",
+            "--name",
+            "n",
+            "--scope",
+            "read",
+            "--expires-in",
+            "0s",
+        ],
+        2,
+        "--expires-in",
+    );
     let (status, _) = http(&base, &read_key, "GET", "/v1/runs", "");
     assert_eq!(status, 401, "a revoked key opens nothing");
+}
+
+/// The first pending request of session `s1`, within a minute.
+async fn first_request(store: &dyn JournalStore) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let pending = store.pending_requests(&SessionId::new("s1")).await.unwrap();
+        if let Some(p) = pending.first() {
+            return p.request_id.to_string();
+        }
+        assert!(Instant::now() < deadline, "no request was asked");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// One live process per worker id (contract clause 11), on SQLite: see
+/// [`second_serve_refuses`].
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_serve_with_the_same_worker_id_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("eve.db").display());
+    second_serve_refuses(dir.path(), &url).await;
+}
+
+/// The same on Postgres (a fresh schema at `EVE_TEST_POSTGRES_URL`); skipped loudly when the
+/// variable is unset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_serve_with_the_same_worker_id_refuses_on_postgres() {
+    let Ok(base) = std::env::var("EVE_TEST_POSTGRES_URL") else {
+        eprintln!("skipped: EVE_TEST_POSTGRES_URL is unset; set it to run this test against a real server");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let schema = format!("lock_{}", &RunId::random().as_str()[4..16]);
+    let sep = if base.contains('?') { '&' } else { '?' };
+    second_serve_refuses(dir.path(), &format!("{base}{sep}schema={schema}")).await;
+}
+
+/// A second `eve serve` on the store at `url` with the same (default) worker id refuses to
+/// start, with one line naming the first process, and the first keeps serving. Killed
+/// (SIGKILL) with a run parked on an ask, the first leaves the id free at once: a restart
+/// starts, and runs the answered run to its end.
+async fn second_serve_refuses(d: &Path, url: &str) {
+    let serve = ["--store", url, "--insecure-no-auth"];
+    let mut first = Served::start(d, &serve);
+    let base = first.base();
+    first.wait_for("runs deployment");
+    let pid = first.child.id();
+    // Without the lock the second would serve on (fencing the first): give it a minute.
+    let mut second = Command::new(EVE)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(serve)
+        .current_dir(d)
+        .env_remove("EVE_STORE_URL")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the second eve serve");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let code = loop {
+        if let Some(status) = second.try_wait().unwrap() {
+            break status.code();
+        }
+        if Instant::now() > deadline {
+            let _ = second.kill();
+            panic!("the second eve serve with the same worker id did not refuse to start");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    second
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+    assert!(
+        err.starts_with("error: cannot start the worker: worker id ")
+            && err.contains("is in use by another live process")
+            && err.contains(&format!("pid {pid} on host"))
+            && err.contains("--worker-id"),
+        "{err}"
+    );
+
+    // The first keeps serving: its worker runs a new call up to the ask, its HTTP answers.
+    let store = eve_cli::store_url::open_store(url).await.unwrap();
+    let run = start(
+        &*store,
+        "c1",
+        "deploy_approval",
+        serde_json::json!({"service": "web"}),
+    )
+    .await;
+    let request = first_request(&*store).await;
+    assert!(
+        first.child.try_wait().unwrap().is_none(),
+        "the first runs on"
+    );
+    let (status, body) = http(&base, "", "GET", &format!("/v1/runs/{run}"), "");
+    assert_eq!(status, 200, "{body}");
+
+    drop(first);
+    let mut restarted = Served::start(d, &serve);
+    restarted.wait_for("runs deployment");
+    assert!(ok(d, &["answer", &request, "approve", "--store", url]).contains("answered"));
+    assert_eq!(until_ended(&*store, &run).await, RunStatus::Completed);
+    assert!(restarted.child.try_wait().unwrap().is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -698,8 +961,16 @@ async fn mcp_on_stdio_and_at_serve_slash_mcp() {
     let line = served.wait_for("eve serve:   eve_");
     let key = line.trim_start_matches("eve serve:").trim().to_owned();
     let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
-    let (status, body) = http(&base, "", "POST", "/mcp", ping);
+    let (status, head, body) = exchange(&base, "", "POST", "/mcp", ping);
     assert_eq!(status, 401, "MCP over HTTP needs a key: {body}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("\r\nwww-authenticate: bearer realm=\"eve\""),
+        "a 401 names its challenge (RFC 6750): {head}"
+    );
+    let (status, head, _) = exchange(&base, "eve_wrong", "POST", "/mcp", ping);
+    assert_eq!(status, 401);
+    assert!(head.contains(r#"error="invalid_token""#), "{head}");
     let made = ok(
         d,
         &["keys", "create", "--name", "reader", "--scope", "read"],

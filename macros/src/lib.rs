@@ -21,7 +21,12 @@ use syn::{Attribute, Error, FnArg, Ident, ItemFn, LitStr, Meta, Pat, Token, Type
 /// Options: `output_schema` (list the `Ok` type's schema as MCP's `outputSchema`; an object
 /// type), `name = ".."` (tool name), `description = ".."`, `id = ".."` (keep an old workflow
 /// id after moving or renaming the function), `background` (the call returns a task receipt at
-/// once; the body may take `(ctx: WorkflowCtx, task: TaskHandle, input: I)` to post messages).
+/// once; the body may take `(ctx: WorkflowCtx, task: TaskHandle, input: I)` to post messages),
+/// `waits_for_input` (the body waits for input in a helper function; see below).
+///
+/// The tool is declared to wait for input (`WorkflowTool::waits_for_input`, MCP's
+/// `_meta["eve/mayWaitForInput"]`) when the body calls a method named `ask` or `agent`
+/// (`ctx.ask(..)`, `ctx.agent(..)`), or with the `waits_for_input` option.
 #[proc_macro_attribute]
 pub fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
     expand(args, item, workflow_impl)
@@ -79,6 +84,7 @@ struct Options {
     retries: Option<syn::LitInt>,
     backoff: Option<LitStr>,
     output_schema: Option<Span>,
+    waits_for_input: Option<Span>,
 }
 
 impl Options {
@@ -88,6 +94,9 @@ impl Options {
             match &meta {
                 Meta::Path(p) if p.is_ident("background") => o.background = Some(p.span()),
                 Meta::Path(p) if p.is_ident("output_schema") => o.output_schema = Some(p.span()),
+                Meta::Path(p) if p.is_ident("waits_for_input") => {
+                    o.waits_for_input = Some(p.span())
+                }
                 Meta::NameValue(nv) => {
                     let key = nv.path.get_ident().map(Ident::to_string).unwrap_or_default();
                     let syn::Expr::Lit(syn::ExprLit { lit, .. }) = &nv.value else {
@@ -99,10 +108,10 @@ impl Options {
                         ("id", syn::Lit::Str(s)) => o.id = Some(s.clone()),
                         ("backoff", syn::Lit::Str(s)) => o.backoff = Some(s.clone()),
                         ("retries", syn::Lit::Int(i)) => o.retries = Some(i.clone()),
-                        _ => return Err(Error::new(meta.span(), "unknown option or wrong literal type: expected name = \"..\", description = \"..\", id = \"..\", background, output_schema, retries = N or backoff = \"2s\"")),
+                        _ => return Err(Error::new(meta.span(), "unknown option or wrong literal type: expected name = \"..\", description = \"..\", id = \"..\", background, output_schema, waits_for_input, retries = N or backoff = \"2s\"")),
                     }
                 }
-                _ => return Err(Error::new(meta.span(), "unknown option: expected name = \"..\", description = \"..\", id = \"..\", background, output_schema, retries = N or backoff = \"2s\"")),
+                _ => return Err(Error::new(meta.span(), "unknown option: expected name = \"..\", description = \"..\", id = \"..\", background, output_schema, waits_for_input, retries = N or backoff = \"2s\"")),
             }
         }
         Ok(o)
@@ -118,6 +127,7 @@ impl Options {
             ("retries", self.retries.as_ref().map(syn::LitInt::span)),
             ("backoff", self.backoff.as_ref().map(LitStr::span)),
             ("output_schema", self.output_schema),
+            ("waits_for_input", self.waits_for_input),
         ];
         for (key, span) in given {
             if let (Some(span), false) = (span, allowed.contains(&key)) {
@@ -267,7 +277,14 @@ fn split_docs(attrs: Vec<Attribute>) -> (Vec<Attribute>, Vec<Attribute>) {
 fn workflow_impl(o: Options, f: ItemFn) -> syn::Result<TokenStream2> {
     o.only(
         "workflow",
-        &["name", "description", "id", "background", "output_schema"],
+        &[
+            "name",
+            "description",
+            "id",
+            "background",
+            "output_schema",
+            "waits_for_input",
+        ],
     )?;
     check_fn("workflow", &f, "a workflow body awaits durable operations")?;
     let background = o.background.is_some();
@@ -335,6 +352,8 @@ fn workflow_impl(o: Options, f: ItemFn) -> syn::Result<TokenStream2> {
         }
         None => None,
     };
+    let waits = (o.waits_for_input.is_some() || calls_input_method(quote!(#f)))
+        .then(|| quote!(.waits_for_input()));
     let ItemFn {
         attrs,
         vis,
@@ -365,8 +384,25 @@ fn workflow_impl(o: Options, f: ItemFn) -> syn::Result<TokenStream2> {
                 .named(#tool_name)
                 #background
                 #output_schema
+                #waits
             }
         }
+    })
+}
+
+/// Whether `tokens` call a method that waits for input: `.ask(..)` or `.agent(..)` (the
+/// `WorkflowCtx` methods), at any depth.
+fn calls_input_method(tokens: TokenStream2) -> bool {
+    use proc_macro2::{Delimiter, TokenTree};
+    let tokens: Vec<TokenTree> = tokens.into_iter().collect();
+    tokens.iter().enumerate().any(|(i, t)| match t {
+        TokenTree::Group(g) => calls_input_method(g.stream()),
+        TokenTree::Ident(name) if name == "ask" || name == "agent" => {
+            let after_dot = i > 0 && matches!(&tokens[i - 1], TokenTree::Punct(p) if p.as_char() == '.');
+            let called = matches!(tokens.get(i + 1), Some(TokenTree::Group(g)) if g.delimiter() == Delimiter::Parenthesis);
+            after_dot && called
+        }
+        _ => false,
     })
 }
 

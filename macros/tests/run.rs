@@ -170,3 +170,39 @@ fn output_schema_lists_the_ok_type() {
     assert_eq!(schema["properties"]["cents"]["type"], "integer");
     assert!(refund.into_tool().output_schema().is_none());
 }
+
+/// Confirm a refund with a person.
+#[workflow]
+async fn confirm_refund(ctx: WorkflowCtx, input: Order) -> Result<bool, WorkflowError> {
+    let answer = ctx
+        .ask(eve_core::InputRequest::confirmation(format!(
+            "Refund {}?",
+            input.id
+        )))
+        .await;
+    Ok(answer.option_id.as_deref() == Some("approve"))
+}
+
+/// Asks in a helper, so the attribute cannot see it: declared.
+#[workflow(waits_for_input)]
+async fn refund_via_helper(ctx: WorkflowCtx, input: Order) -> Result<bool, WorkflowError> {
+    confirm(&ctx, input.id).await
+}
+
+async fn confirm(ctx: &WorkflowCtx, id: String) -> Result<bool, WorkflowError> {
+    let answer = ctx
+        .ask(eve_core::InputRequest::confirmation(format!(
+            "Refund {id}?"
+        )))
+        .await;
+    Ok(answer.option_id.is_some())
+}
+
+#[test]
+fn waiting_for_input_is_derived_from_the_body_or_declared() {
+    assert!(confirm_refund.into_tool().may_wait_for_input());
+    assert!(refund_via_helper.into_tool().may_wait_for_input());
+    // Steps and sleeps are not input: refund and remind never wait for a person.
+    assert!(!refund.into_tool().may_wait_for_input());
+    assert!(!remind.into_tool().may_wait_for_input());
+}

@@ -15,6 +15,10 @@ pub enum McpServeError {
     /// The transport broke while serving.
     #[error("MCP transport failed: {0}")]
     Transport(String),
+    /// `serve_stdio` could not give the protocol its own descriptor for stdout and point fd 1
+    /// at stderr.
+    #[error("cannot take over stdout for MCP (dup of fd 1, dup2 of fd 2 onto it): {0}")]
+    Stdout(#[source] std::io::Error),
 }
 
 /// -32602 with the HTTP API's error code in `data.code`.
@@ -51,7 +55,10 @@ pub(crate) fn from_engine(e: EngineError) -> ErrorData {
         EngineError::Store(s) => from_store(s),
         EngineError::UnknownTool { name } => invalid(
             "not_found",
-            format!("unknown tool {name:?}; tools/list names the tools this server has"),
+            format!(
+                "unknown tool {:?}; tools/list names the tools this server has",
+                crate::wire::clip(&name)
+            ),
         ),
         other => invalid("invalid_input", other.to_string()),
     }

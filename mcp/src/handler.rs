@@ -3,6 +3,7 @@
 
 use crate::error::{from_engine, from_store, invalid};
 use crate::task::{self, RunView};
+use crate::wire::{clip, MAX_ID};
 use crate::{McpServer, META_CALL_KEY, META_EXECUTION, META_MAY_ASK};
 use eve_core::engine::tool_call_run;
 use eve_core::wake::{Waiter, WatchKey};
@@ -18,6 +19,7 @@ use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
 use serde_json::{json, Value};
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// The handler of one MCP connection; its calls' runs belong to `session`.
@@ -25,6 +27,8 @@ use std::sync::Arc;
 pub(crate) struct Connection {
     pub(crate) server: McpServer,
     pub(crate) session: SessionId,
+    /// Set by the connection's `initialize`: a second one is refused.
+    pub(crate) initialized: Arc<AtomicBool>,
 }
 
 /// The reason written in `CancelRequested` by `tasks/cancel`.
@@ -37,7 +41,7 @@ impl Connection {
             _ => JsonObject::new(),
         };
         let mut meta = JsonObject::new();
-        meta.insert(META_MAY_ASK.into(), Value::Bool(true));
+        meta.insert(META_MAY_ASK.into(), Value::Bool(t.may_wait_for_input()));
         meta.insert(
             META_EXECUTION.into(),
             json!(match t.execution() {
@@ -87,7 +91,7 @@ impl Connection {
                 "too_large",
                 format!(
                     "the arguments of {:?} are {size} bytes of JSON, the limit is {}; pass large data by reference",
-                    request.name, config.max_arguments_bytes
+                    clip(&request.name), config.max_arguments_bytes
                 ),
             ));
         }
@@ -99,11 +103,16 @@ impl Connection {
             .or_else(|| ctx.meta.get(META_CALL_KEY))
         {
             None => None,
-            Some(Value::String(k)) if !k.is_empty() => Some(k.clone()),
+            Some(Value::String(k)) if !k.is_empty() && k.chars().count() <= MAX_ID => {
+                Some(k.clone())
+            }
             Some(other) => {
                 return Err(invalid(
                     "invalid_input",
-                    format!("_meta[{META_CALL_KEY:?}] must be a non-empty string, got {other}"),
+                    format!(
+                    "_meta[{META_CALL_KEY:?}] must be a string of 1 to {MAX_ID} characters, got {}",
+                    clip(&other.to_string())
+                ),
                 ))
             }
         };
@@ -130,46 +139,22 @@ impl Connection {
         Ok(created.map_err(from_store)?.run)
     }
 
-    /// Answers request `request_id` of `run` with an elicitation result: exactly once (the
-    /// store decides), with the HTTP API's errors. `Ok(false)`: declined, nothing written.
-    async fn answer(
+    /// Answers `responses` for the run `view` shows: every entry is checked first
+    /// ([`task::plan`]), so one bad entry rejects the whole update and writes nothing; then each
+    /// answer is written exactly once (the store decides; a concurrent answer to the same
+    /// request between the check and the write fails that entry alone).
+    async fn answer_all(
         &self,
         view: &RunView,
         run: &RunId,
-        request_id: &str,
-        result: &Value,
-    ) -> Result<bool, ErrorData> {
-        let id = RequestId::new(request_id);
-        if !view.asked.contains(&id) {
-            return Err(invalid(
-                "not_found",
-                format!("{request_id:?} is not an input request of task {run}; answer the keys of the task's inputRequests"),
-            ));
-        }
-        // A request answered or withdrawn already is no longer pending: the store says which
-        // (the same answer again is a duplicate success).
-        let options = view
-            .pending
-            .iter()
-            .find(|(r, _)| r == &id)
-            .map_or(&[][..], |(_, q)| &q.options[..]);
-        let Some(response) = task::response(options, result)? else {
-            return Ok(false);
-        };
-        self.server
-            .store
-            .answer(&id, response, self.server.clock.now())
-            .await
-            .map_err(from_store)?;
-        Ok(true)
-    }
-
-    /// Answers every response of `responses` for `run`, in key order, stopping at the first error.
-    async fn answer_all(&self, run: &RunId, responses: &InputResponses) -> Result<(), ErrorData> {
-        let mut view = RunView::default();
-        view.refresh(&*self.server.store, run).await?;
-        for (key, value) in responses {
-            self.answer(&view, run, key, value).await?;
+        responses: &InputResponses,
+    ) -> Result<(), ErrorData> {
+        for (id, response) in task::plan(view, run, responses)? {
+            self.server
+                .store
+                .answer(&id, response, self.server.clock.now())
+                .await
+                .map_err(from_store)?;
         }
         Ok(())
     }
@@ -282,12 +267,13 @@ impl Connection {
                 return;
             }
         };
-        let view = RunView {
-            asked: vec![id.clone()],
-            pending: vec![(id.clone(), request)],
-            ..RunView::default()
+        let mut view = RunView::default();
+        let responses: InputResponses = [(id.as_str().to_owned(), result)].into_iter().collect();
+        let answered = match view.refresh(&*self.server.store, &run).await {
+            Ok(()) => self.answer_all(&view, &run, &responses).await,
+            Err(e) => Err(e),
         };
-        if let Err(e) = self.answer(&view, &run, id.as_str(), &result).await {
+        if let Err(e) = answered {
             tracing::info!(request = %id, error = %e.message, "the elicitation's answer was not recorded");
         }
     }
@@ -305,6 +291,23 @@ impl ServerHandler for Connection {
         .with_instructions(
             "Workflow tools of eve: durable runs that may pause for a person's input. Declare the tasks extension to get a task per call; otherwise calls block until the run settles.",
         )
+    }
+
+    /// The connection's handshake, once: a second `initialize` on a live connection is an
+    /// error and changes nothing (the first one's client info and capabilities stay).
+    async fn initialize(
+        &self,
+        request: rmcp::model::InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::InitializeResult, ErrorData> {
+        if self.initialized.swap(true, Ordering::SeqCst) {
+            return Err(ErrorData::invalid_request(
+                "this connection is initialized already; a second initialize changes nothing (open a new connection to start over)",
+                None,
+            ));
+        }
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
     }
 
     async fn list_tools(
@@ -333,18 +336,32 @@ impl ServerHandler for Connection {
         let run = match &request.request_state {
             // A 2026-07-28 retry after input_required: the state names the run.
             Some(state) => {
-                let run = task::get_run(&*self.server.store, state).await?;
+                let store = &*self.server.store;
+                let run = task::get_run(store, state).await?;
                 if run.tool != request.name {
                     return Err(invalid(
                         "invalid_input",
                         format!(
                             "requestState names a call of {:?}, not of {:?}; echo the requestState of this call's input_required result",
-                            run.tool, request.name
+                            run.tool, clip(&request.name)
+                        ),
+                    ));
+                }
+                let mut view = RunView::default();
+                view.refresh(store, &run.run_id).await?;
+                let args = Value::Object(request.arguments.clone().unwrap_or_default());
+                let recorded = view.input.as_ref().and_then(|p| p.to_value::<Value>().ok());
+                if recorded.as_ref() != Some(&args) {
+                    return Err(invalid(
+                        "invalid_input",
+                        format!(
+                            "the arguments differ from those of the call requestState names (run {}); a retry repeats the original call's arguments",
+                            run.run_id
                         ),
                     ));
                 }
                 if let Some(responses) = &request.input_responses {
-                    self.answer_all(&run.run_id, responses).await?;
+                    self.answer_all(&view, &run.run_id, responses).await?;
                 }
                 run
             }
@@ -382,14 +399,18 @@ impl ServerHandler for Connection {
         request: UpdateTaskParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let run = task::get_run(&*self.server.store, &request.task_id).await?;
+        let store = &*self.server.store;
+        let run = task::get_run(store, &request.task_id).await?;
         if request.input_responses.is_empty() {
             return Err(invalid(
                 "invalid_input",
                 "tasks/update needs inputResponses: one elicitation result per key of the task's inputRequests",
             ));
         }
-        self.answer_all(&run.run_id, &request.input_responses).await
+        let mut view = RunView::default();
+        view.refresh(store, &run.run_id).await?;
+        self.answer_all(&view, &run.run_id, &request.input_responses)
+            .await
     }
 
     async fn cancel_task(

@@ -3,12 +3,12 @@
 //!
 //! | MCP | eve |
 //! | --- | --- |
-//! | `tools/list` | the [`Registry`]: name, description, `inputSchema` (schemars), `outputSchema` when the tool declares its output type (`WorkflowTool::output_schema_of`); `_meta` says the tool may wait for input ([`META_MAY_ASK`]) and how it executes ([`META_EXECUTION`]) |
+//! | `tools/list` | the [`Registry`]: name, description, `inputSchema` (schemars), `outputSchema` when the tool declares its output type (`WorkflowTool::output_schema_of`); `_meta` says whether the tool may wait for input ([`META_MAY_ASK`], `WorkflowTool::may_wait_for_input`) and how it executes ([`META_EXECUTION`]) |
 //! | `tools/call`, client declared tasks | a run; answered with a task whose `taskId` is the run id |
 //! | `tools/call`, no tasks | a run; the call blocks until the run settles. Progress goes out as `notifications/progress` (when a progress token was sent); a pending `ctx.ask` goes to the client as `elicitation/create` (when it declared elicitation, protocol ≤ 2025-11-25) or as an `input_required` result whose `requestState` is the run id (protocol 2026-07-28) |
 //! | `tasks/get` | the run read from the store: `working`, `input_required` (pending asks as elicitation forms), `completed`, `failed`, `cancelled`; `statusMessage` = the last progress value |
-//! | `tasks/update` | `JournalStore::answer`, exactly once, with the HTTP API's errors as JSON-RPC errors |
-//! | `tasks/cancel` | `JournalStore::request_cancel` (the tool's grace period and cleanup steps apply) |
+//! | `tasks/update` | `JournalStore::answer`, exactly once, with the HTTP API's errors as JSON-RPC errors; all or nothing: every response is checked before any is written |
+//! | `tasks/cancel` | `JournalStore::request_cancel` (the tool's grace period and cleanup steps apply); a finished task is acknowledged with the empty result and stays as it is (SEP-2663: cancellation is an acknowledged signal) |
 //!
 //! Nothing lives only in this process: a task is a run in the journal, so a restarted server, or
 //! another server on the same store, answers `tasks/get` for it.
@@ -20,16 +20,36 @@
 //! any connection or server process, returns the same run (with other arguments it is a -32602
 //! error). Without a key, the identity is the MCP connection's eve session + the JSON-RPC request
 //! id, so a request retried on the same connection does not start a second run. A 2026-07-28
-//! `input_required` retry names its run by the echoed `requestState`.
+//! `input_required` retry names its run by the echoed `requestState`, and must repeat that
+//! call's tool and arguments (other ones: -32602, nothing answered).
 //!
 //! # Errors
 //!
-//! Unknown tool, arguments that do not match the schema, arguments over
-//! [`McpConfig::max_arguments_bytes`], a malformed or unknown `taskId`, an answer whose option is
-//! not offered, an answer to a request already answered or withdrawn: JSON-RPC -32602 with a
-//! message saying what is wrong and `data.code` the HTTP API's code (`invalid_input`,
-//! `not_found`, `invalid_answer`, `already_answered`, `withdrawn`, `too_large`). No run is
-//! created or changed. Methods eve does not serve (prompts, resources, …): -32601.
+//! Every incoming message is checked before rmcp parses it, on stdio and on HTTP alike:
+//!
+//! | input | reply (stdio; HTTP status) |
+//! | --- | --- |
+//! | not JSON | -32700, `"id": null` (HTTP 400) |
+//! | not a JSON-RPC message eve reads: a batch, no `"jsonrpc": "2.0"`, an id that is neither an integer nor a string of at most 256 characters, a method that is not a string; nested deeper than 128 levels | -32600, `"id": null` (HTTP 400) |
+//! | longer than [`McpConfig::max_message_bytes`] | -32600, `"id": null` (HTTP 413) |
+//! | params of `initialize`, `tools/list`, `tools/call`, `tasks/get`, `tasks/update`, `tasks/cancel` that do not fit (`tasks/get {}`, non-object `arguments`, a non-string `name`, no `inputResponses`) | -32602 with the request's id, the message and `data.field` naming the field (HTTP 200) |
+//! | a second `initialize` on a live connection | -32600; the first one's capabilities stay |
+//!
+//! A notification that does not parse gets no reply, as JSON-RPC says. Unknown tool, arguments
+//! that do not match the schema, arguments over [`McpConfig::max_arguments_bytes`], a malformed or
+//! unknown `taskId`, an answer whose option is not offered, an answer to a request already
+//! answered or withdrawn: JSON-RPC -32602 with a message saying what is wrong and `data.code` the
+//! HTTP API's code (`invalid_input`, `not_found`, `invalid_answer`, `already_answered`,
+//! `withdrawn`, `too_large`). No run is created or changed, and a `tasks/update` with one bad
+//! entry writes none of the others. Methods eve does not serve (prompts, resources, …): -32601.
+//! Ids, names and keys echoed in errors and logs are cut to 200 characters; a call key
+//! ([`META_CALL_KEY`]) is at most 256.
+//!
+//! # stdout
+//!
+//! [`serve_stdio`] owns stdout: the protocol writes to a descriptor of its own and fd 1 is
+//! pointed at stderr (Unix), so a step's `println!`, a dependency's output or a child process
+//! never reach the MCP stream.
 //!
 //! # Serving
 //!
@@ -47,7 +67,9 @@
 
 mod error;
 mod handler;
+mod stdio;
 mod task;
+mod wire;
 
 pub use error::McpServeError;
 
@@ -63,8 +85,9 @@ use std::time::Duration;
 /// The `_meta` key of a tool call that carries the client's call key (its identity; see the
 /// crate docs).
 pub const META_CALL_KEY: &str = "eve/callKey";
-/// The `_meta` key of a listed tool saying that it may wait for a person's input (`ctx.ask`):
-/// always `true` for a workflow tool.
+/// The `_meta` key of a listed tool saying whether it may wait for input (`ctx.ask`,
+/// `ctx.agent`): `true` only for a tool that declares it (`WorkflowTool::waits_for_input`) or
+/// whose `#[workflow]` body calls `.ask(..)` or `.agent(..)`.
 pub const META_MAY_ASK: &str = "eve/mayWaitForInput";
 /// The `_meta` key of a listed tool saying how it executes: `"default"` or `"background"`.
 pub const META_EXECUTION: &str = "eve/execution";
@@ -88,6 +111,10 @@ pub struct McpConfig {
     /// it (default 2 s; notifications wake it at once). On a store that cannot notify
     /// (DynamoDB) it re-reads every [`UNNOTIFIED_POLL`].
     pub fallback_poll: Duration,
+    /// The longest JSON-RPC message accepted, in bytes (default 4 MiB, room for
+    /// [`McpConfig::max_arguments_bytes`] of arguments): a longer stdio line is answered with
+    /// -32600 (its rest skipped), a longer HTTP body with 413 and a -32600 body.
+    pub max_message_bytes: usize,
 }
 
 impl Default for McpConfig {
@@ -96,6 +123,7 @@ impl Default for McpConfig {
             max_arguments_bytes: 1024 * 1024,
             task_poll_interval: Duration::from_millis(500),
             fallback_poll: Duration::from_secs(2),
+            max_message_bytes: 4 * 1024 * 1024,
         }
     }
 }
@@ -160,6 +188,7 @@ impl McpServer {
         handler::Connection {
             server: self.clone(),
             session: SessionId::new(format!("mcp_{}", uuid::Uuid::new_v4().simple())),
+            initialized: Default::default(),
         }
     }
 }
@@ -167,10 +196,24 @@ impl McpServer {
 /// Serves MCP over this process' stdin and stdout (what desktop agent hosts launch) until the
 /// client closes stdin.
 ///
+/// stdout belongs to the protocol from here on: on Unix the protocol writer takes a descriptor
+/// of its own for stdout and fd 1 is pointed at stderr, so whatever else the process prints (a
+/// step's `println!`, a dependency, a child process) goes to stderr and never corrupts the MCP
+/// stream. Every incoming line is checked before it is parsed (see the crate docs' *Errors*).
+///
 /// # Errors
-/// The MCP handshake fails, or the transport breaks.
+/// stdout cannot be taken over, the MCP handshake fails, or the transport breaks.
 pub async fn serve_stdio(server: McpServer) -> Result<(), McpServeError> {
-    serve_transport(server, rmcp::transport::stdio()).await
+    #[cfg(unix)]
+    let out = stdio::take_stdout().map_err(McpServeError::Stdout)?;
+    #[cfg(not(unix))]
+    let out = tokio::io::stdout();
+    let limit = server.config.max_message_bytes;
+    serve_transport(
+        server,
+        stdio::LineTransport::new(tokio::io::stdin(), out, limit),
+    )
+    .await
 }
 
 /// Serves MCP over any rmcp transport (a pair of async streams, a socket) until it closes.
@@ -198,7 +241,8 @@ where
 /// `Router::nest_service("/mcp", eve_mcp::router(server))`. Each MCP session (`Mcp-Session-Id`)
 /// gets its own eve session; tasks outlive sessions and processes. Like rmcp's server, it only
 /// accepts loopback `Host` headers (DNS rebinding protection); [`router_for`] also accepts the
-/// host of a public URL.
+/// host of a public URL. A JSON POST body is checked before rmcp reads it (invalid JSON: 400
+/// with a -32700 body; see the crate docs' *Errors*), and `DELETE` of a session answers 204.
 pub fn router(server: McpServer) -> axum::Router {
     http_router(server, StreamableHttpServerConfig::default())
 }
@@ -219,11 +263,82 @@ pub fn router_for(server: McpServer, base_url: &str) -> axum::Router {
     http_router(server, config)
 }
 
-fn http_router(server: McpServer, config: StreamableHttpServerConfig) -> axum::Router {
+fn http_router(server: McpServer, mut config: StreamableHttpServerConfig) -> axum::Router {
+    let limit = server.config.max_message_bytes;
+    config.max_request_body_bytes = limit;
     let service = StreamableHttpService::new(
         move || Ok(server.connection()),
         Arc::new(LocalSessionManager::default()),
         config,
     );
-    axum::Router::new().fallback_service(service)
+    axum::Router::new()
+        .fallback_service(service)
+        .layer(axum::middleware::from_fn(move |req, next| {
+            http_checks(limit, req, next)
+        }))
+}
+
+/// In front of rmcp's HTTP transport: a JSON POST body is checked like a stdio line (invalid
+/// JSON: 400 with a -32700 body; an invalid request: 400 with -32600; params that do not fit a
+/// method eve serves: 200 with the -32602 error; too long: 413 with -32600), and a session
+/// closed by `DELETE` answers 204 (rmcp answers 202, which clients log as a failure).
+async fn http_checks(
+    limit: usize,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::http::{header, Method, StatusCode};
+    use axum::response::IntoResponse;
+    let reply = |status: StatusCode, r: wire::Rejection| {
+        tracing::info!(code = r.code.0, message = %r.message, "rejected an MCP message");
+        (
+            status,
+            [(header::CONTENT_TYPE, "application/json")],
+            r.to_bytes(),
+        )
+            .into_response()
+    };
+    let json_body = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    match req.method().clone() {
+        Method::POST if json_body => {
+            let (parts, body) = req.into_parts();
+            let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
+                return reply(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    wire::Rejection::too_long(limit),
+                );
+            };
+            match wire::check(&bytes, limit) {
+                wire::Checked::Reply(r) => {
+                    let status = if r.code == rmcp::model::ErrorCode::INVALID_PARAMS {
+                        StatusCode::OK
+                    } else {
+                        StatusCode::BAD_REQUEST
+                    };
+                    reply(status, r)
+                }
+                wire::Checked::Message(_) | wire::Checked::Ignore => {
+                    next.run(axum::extract::Request::from_parts(parts, bytes.into()))
+                        .await
+                }
+            }
+        }
+        Method::DELETE => {
+            let response = next.run(req).await;
+            if response.status() != StatusCode::ACCEPTED {
+                return response;
+            }
+            let (mut parts, _) = response.into_parts();
+            parts.status = StatusCode::NO_CONTENT;
+            parts.headers.remove(header::CONTENT_LENGTH);
+            parts.headers.remove(header::CONTENT_TYPE);
+            axum::response::Response::from_parts(parts, axum::body::Body::empty())
+        }
+        _ => next.run(req).await,
+    }
 }

@@ -2,6 +2,7 @@
 //! elicitation forms, and elicitation results as answers.
 
 use crate::error::{from_store, invalid};
+use crate::wire::clip;
 use crate::{FIELD_OPTION, FIELD_TEXT};
 use eve_core::{
     Event, InputOption, InputRequest, InputResponse, JournalStore, JournalStoreExt, Payload,
@@ -12,6 +13,7 @@ use rmcp::model::{
 };
 use rmcp::ErrorData;
 use serde_json::{json, Value};
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 /// The longest task id accepted (run ids are `run_` + 32 hex digits; ids given by hosts may be
@@ -23,8 +25,14 @@ const MAX_TASK_ID: usize = 256;
 pub(crate) struct RunView {
     /// Requests asked and neither answered nor withdrawn, in order.
     pub(crate) pending: Vec<(RequestId, InputRequest)>,
-    /// Every request the run asked.
-    pub(crate) asked: Vec<RequestId>,
+    /// Every request the run asked, in order.
+    pub(crate) asked: Vec<(RequestId, InputRequest)>,
+    /// The answers recorded, by request.
+    pub(crate) answered: HashMap<RequestId, InputResponse>,
+    /// The requests withdrawn unanswered.
+    pub(crate) withdrawn: HashSet<RequestId>,
+    /// The call's arguments, as recorded when the run started.
+    pub(crate) input: Option<Payload>,
     /// The last progress value.
     pub(crate) progress: Option<Payload>,
     /// How the run ended, if it did.
@@ -49,16 +57,25 @@ impl RunView {
         for (seq, e) in events {
             self.next_seq = seq + 1;
             match e {
+                Event::RunStarted { input, .. } => self.input = Some(input),
                 Event::InputRequested {
                     request_id,
                     request,
                     ..
                 } => {
-                    self.asked.push(request_id.clone());
+                    self.asked.push((request_id.clone(), request.clone()));
                     self.pending.push((request_id, request));
                 }
-                Event::InputAnswered { request_id, .. } | Event::InputWithdrawn { request_id } => {
-                    self.pending.retain(|(id, _)| id != &request_id)
+                Event::InputAnswered {
+                    request_id,
+                    response,
+                } => {
+                    self.pending.retain(|(id, _)| id != &request_id);
+                    self.answered.insert(request_id, response);
+                }
+                Event::InputWithdrawn { request_id } => {
+                    self.pending.retain(|(id, _)| id != &request_id);
+                    self.withdrawn.insert(request_id);
                 }
                 Event::Progress { value, .. } => self.progress = Some(value),
                 Event::RunCompleted { output } => self.end = Some(End::Completed(output)),
@@ -98,7 +115,7 @@ pub(crate) fn run_id(task_id: &str) -> Result<RunId, ErrorData> {
     } else {
         Err(invalid(
             "malformed",
-            format!("malformed taskId {task_id:?}: a task id is the taskId a tools/call returned (1 to {MAX_TASK_ID} characters of A-Z a-z 0-9 _ - . :)"),
+            format!("malformed taskId {:?}: a task id is the taskId a tools/call returned (1 to {MAX_TASK_ID} characters of A-Z a-z 0-9 _ - . :)", clip(task_id)),
         ))
     }
 }
@@ -112,7 +129,10 @@ pub(crate) async fn get_run(
     store.get_run(&run).await.map_err(|e| match e {
         eve_core::StoreError::NotFound { .. } => invalid(
             "not_found",
-            format!("unknown task {task_id:?}: no run has this id in this server's store"),
+            format!(
+                "unknown task {:?}: no run has this id in this server's store",
+                clip(task_id)
+            ),
         ),
         e => from_store(e),
     })
@@ -252,6 +272,56 @@ pub(crate) fn input_requests(pending: &[(RequestId, InputRequest)]) -> InputRequ
             }
         })
         .collect()
+}
+
+/// The answers `responses` (elicitation results keyed by request id) write to a run whose
+/// journal `view` shows, every one checked before any is written: a key that is not one of the
+/// run's requests, a malformed result, an option not offered, an answer to a request answered
+/// otherwise or withdrawn, each rejects the whole update. A declined form (no answer) and the
+/// same answer again (a retry) write nothing.
+///
+/// # Errors
+/// -32602 for the first bad entry, with the HTTP API's code.
+pub(crate) fn plan(
+    view: &RunView,
+    run: &RunId,
+    responses: &rmcp::model::InputResponses,
+) -> Result<Vec<(RequestId, InputResponse)>, ErrorData> {
+    let mut answers = Vec::new();
+    for (key, result) in responses {
+        let id = RequestId::new(key.as_str());
+        let Some((_, request)) = view.asked.iter().find(|(r, _)| r == &id) else {
+            return Err(invalid(
+                "not_found",
+                format!(
+                    "{:?} is not an input request of task {run}; answer the keys of the task's inputRequests",
+                    clip(key)
+                ),
+            ));
+        };
+        let Some(response) = self::response(&request.options, result)? else {
+            continue;
+        };
+        if let Some(previous) = view.answered.get(&id) {
+            if previous.same_answer(&response) {
+                continue;
+            }
+            return Err(from_store(eve_core::StoreError::AlreadyAnswered {
+                request: id,
+            }));
+        }
+        if view.withdrawn.contains(&id) {
+            return Err(from_store(eve_core::StoreError::Withdrawn { request: id }));
+        }
+        request.accepts(&response).map_err(|reason| {
+            from_store(eve_core::StoreError::InvalidAnswer {
+                request: id.clone(),
+                reason,
+            })
+        })?;
+        answers.push((id, response));
+    }
+    Ok(answers)
 }
 
 /// An elicitation result (`{"action": "accept", "content": {...}}`) as an answer to a request

@@ -97,6 +97,29 @@ async fn tools_are_listed_from_the_registry() {
     assert_eq!(meta.0[eve_mcp::META_MAY_ASK], json!(true));
     assert_eq!(meta.0[eve_mcp::META_EXECUTION], json!("default"));
     assert!(deploy.output_schema.is_none(), "no output type declared");
+    // mayWaitForInput is true only for tools that can wait: derived by #[workflow] from the
+    // body's ctx.ask (deploy_approval), declared with waits_for_input() (survey); false for a
+    // body that never asks (remind, weigh, nap).
+    let may_ask = |name: &str| {
+        tools
+            .iter()
+            .find(|t| t.name == name)
+            .unwrap()
+            .meta
+            .as_ref()
+            .unwrap()
+            .0[eve_mcp::META_MAY_ASK]
+            .clone()
+    };
+    for (name, waits) in [
+        ("deploy_approval", true),
+        ("survey", true),
+        ("remind", false),
+        ("weigh", false),
+        ("nap", false),
+    ] {
+        assert_eq!(may_ask(name), json!(waits), "{name}");
+    }
     // A tool that declares its output type lists it as outputSchema, and its result conforms.
     let weigh = tools.iter().find(|t| t.name == "weigh").unwrap();
     let out = weigh
@@ -454,4 +477,254 @@ async fn an_http_session_is_an_eve_session() {
     assert_ne!(sa, so, "another MCP session, another eve session");
     c.cancel().await.unwrap();
     other.cancel().await.unwrap();
+}
+
+/// The input request keys of an `input_required` task.
+fn request_keys(task: &rmcp::model::GetTaskResult) -> Vec<String> {
+    match &task.task.payload {
+        rmcp::model::TaskPayload::InputRequired { input_requests } => {
+            input_requests.keys().cloned().collect()
+        }
+        other => panic!("not input_required: {other:?}"),
+    }
+}
+
+fn responses(entries: &[(&str, serde_json::Value)]) -> rmcp::model::InputResponses {
+    entries
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), v.clone()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_with_one_bad_answer_writes_none() {
+    let f = fixture().await;
+    let c = connect(&f, TestClient::tasks()).await;
+    let id = start_task(&c, call("survey", json!({}))).await;
+    let run = RunId::new(id.clone());
+    let start = std::time::Instant::now();
+    let keys = loop {
+        let t = wait_status(c.peer(), &id, TaskStatus::InputRequired).await;
+        let keys = request_keys(&t);
+        if keys.len() == 2 {
+            break keys;
+        }
+        assert!(start.elapsed().as_secs() < 10, "never two requests: {t:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let yes = json!({ "action": "accept", "content": { "option": "yes" } });
+    let no = json!({ "action": "accept", "content": { "option": "no" } });
+    for (bad, code) in [
+        // An option not offered, after a good answer (in key order or not).
+        (
+            json!({ "action": "accept", "content": { "option": "maybe" } }),
+            "invalid_answer",
+        ),
+        // Not an elicitation result.
+        (json!({ "action": "shrug" }), "invalid_answer"),
+    ] {
+        let e = rpc_error(
+            c.update_task(UpdateTaskParams::new(
+                id.clone(),
+                responses(&[(&keys[0], yes.clone()), (&keys[1], bad)]),
+            ))
+            .await,
+        );
+        assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{e:?}");
+        assert_eq!(e.data.as_ref().unwrap()["code"], code, "{e:?}");
+    }
+    // A key that is not one of the task's requests, beside a good answer.
+    let e = rpc_error(
+        c.update_task(UpdateTaskParams::new(
+            id.clone(),
+            responses(&[(&keys[0], yes.clone()), ("zzz_not_a_request", yes.clone())]),
+        ))
+        .await,
+    );
+    assert_eq!(e.data.unwrap()["code"], "not_found");
+    // Nothing was written: both requests are still pending.
+    assert_eq!(answers(&*f.store, &run).await, 0);
+    let t = wait_status(c.peer(), &id, TaskStatus::InputRequired).await;
+    assert_eq!(request_keys(&t).len(), 2);
+    // The whole update, right, completes the task.
+    c.update_task(UpdateTaskParams::new(
+        id.clone(),
+        responses(&[(&keys[0], yes), (&keys[1], no)]),
+    ))
+    .await
+    .unwrap();
+    let done = wait_status(c.peer(), &id, TaskStatus::Completed).await;
+    let out = completed_output(&done);
+    let mut got: Vec<&str> = out
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    got.sort_unstable();
+    assert_eq!(got, ["no", "yes"]);
+    assert_eq!(answers(&*f.store, &run).await, 2);
+    c.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_with_other_arguments_is_refused() {
+    let f = fixture().await;
+    let c = connect(&f, TestClient::tasks()).await;
+    let id = start_task(&c, call("deploy_approval", json!({"service": "api"}))).await;
+    let parked = wait_status(c.peer(), &id, TaskStatus::InputRequired).await;
+    let (key, _) = only_request(&parked);
+    let retry = |service: &str| {
+        let mut p = call("deploy_approval", json!({ "service": service }));
+        p.request_state = Some(id.clone());
+        p.input_responses = Some(choose(&key, "approve"));
+        p
+    };
+    let e = rpc_error(c.call_tool_once(retry("web")).await);
+    assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{e:?}");
+    assert!(e.message.contains("arguments differ"), "{e:?}");
+    assert_eq!(answers(&*f.store, &RunId::new(id.clone())).await, 0);
+    assert_eq!(runs(&*f.store).await, 1);
+    wait_status(c.peer(), &id, TaskStatus::InputRequired).await;
+    // The same arguments: the retry answers and continues the same run.
+    c.call_tool_once(retry("api")).await.unwrap();
+    let done = wait_status(c.peer(), &id, TaskStatus::Completed).await;
+    assert_eq!(completed_output(&done)["deployed"], json!(true));
+    assert_eq!(runs(&*f.store).await, 1);
+    c.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_finished_task_is_acknowledged_and_changes_nothing() {
+    let f = fixture().await;
+    let c = connect(&f, TestClient::tasks()).await;
+    let id = start_task(&c, call("weigh", json!({ "grams": 10 }))).await;
+    wait_status(c.peer(), &id, TaskStatus::Completed).await;
+    let run = RunId::new(id.clone());
+    let before = f.store.read_all(&run, 0).await.unwrap().len();
+    // SEP-2663: tasks/cancel is acknowledged with an empty result; a terminal task stays as it is.
+    c.cancel_task(CancelTaskParams::new(id.clone()))
+        .await
+        .unwrap();
+    assert_eq!(f.store.read_all(&run, 0).await.unwrap().len(), before);
+    let after = c.get_task(GetTaskParams::new(id.clone())).await.unwrap();
+    assert_eq!(after.task.status(), TaskStatus::Completed);
+    assert_eq!(completed_output(&after), json!({ "kilograms": 0.01 }));
+    c.cancel().await.unwrap();
+}
+
+/// POSTs `body` to the MCP endpoint as a client would; the status and the JSON body.
+async fn post_raw(url: &str, body: impl Into<reqwest::Body>) -> (u16, serde_json::Value) {
+    let r = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    let body = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {status} {text}"));
+    (status, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_json_rpc_errors_over_http_tell_the_truth() {
+    let f = fixture().await;
+    let error = |body: &serde_json::Value| {
+        assert!(
+            body.as_object().unwrap().contains_key("id"),
+            "the id is always present: {body}"
+        );
+        (body["id"].clone(), body["error"]["code"].clone())
+    };
+    let (status, body) = post_raw(&f.url, "{not json").await;
+    assert_eq!(
+        (status, error(&body)),
+        (400, (json!(null), json!(-32700))),
+        "{body}"
+    );
+    for invalid in [
+        "[]".to_owned(),
+        r#"{"jsonrpc":"1.0","id":1,"method":"tools/list"}"#.to_owned(),
+        format!(
+            r#"{{"jsonrpc":"2.0","id":"{}","method":"ping"}}"#,
+            "i".repeat(300)
+        ),
+        format!("{}{}", "[".repeat(300), "]".repeat(300)),
+    ] {
+        let (status, body) = post_raw(&f.url, invalid.clone()).await;
+        assert_eq!(
+            (status, error(&body)),
+            (400, (json!(null), json!(-32600))),
+            "{body}"
+        );
+    }
+    let huge = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"weigh","arguments":{{"x":"{}"}}}}}}"#,
+        "x".repeat(4 * 1024 * 1024)
+    );
+    let (status, body) = post_raw(&f.url, huge).await;
+    assert_eq!(
+        (status, error(&body)),
+        (413, (json!(null), json!(-32600))),
+        "{body}"
+    );
+    for (params, method, field) in [
+        (json!({}), "tasks/get", "taskId"),
+        (
+            json!({ "taskId": "run_x" }),
+            "tasks/update",
+            "inputResponses",
+        ),
+        (
+            json!({ "name": "weigh", "arguments": "x" }),
+            "tools/call",
+            "arguments",
+        ),
+        (json!({ "name": 5 }), "tools/call", "name"),
+    ] {
+        let msg = json!({ "jsonrpc": "2.0", "id": 7, "method": method, "params": params });
+        let (status, body) = post_raw(&f.url, msg.to_string()).await;
+        assert_eq!(
+            (status, error(&body)),
+            (200, (json!(7), json!(-32602))),
+            "{body}"
+        );
+        assert_eq!(body["error"]["data"]["field"], field, "{body}");
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains(field),
+            "{body}"
+        );
+    }
+    // DELETE of a session answers 204 (not 202).
+    let init = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": { "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "raw", "version": "0" } },
+    });
+    let http = reqwest::Client::new();
+    let r = http
+        .post(&f.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(init.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let session = r.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    drop(r);
+    let r = http
+        .delete(&f.url)
+        .header("mcp-session-id", &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 204);
+    // The server still serves, and nothing was started.
+    let c = connect(&f, TestClient::default()).await;
+    assert!(!c.list_all_tools().await.unwrap().is_empty());
+    assert_eq!(runs(&*f.store).await, 0);
+    c.cancel().await.unwrap();
 }

@@ -61,6 +61,8 @@ fn main() {
     rt.block_on(async {
         sigkill_while_a_task_waits_then_answer_after_restart().await;
         println!("ok: stdio, rmcp client: list, task, SIGKILL while input_required, restart, answer, completed");
+        raw_json_rpc_over_stdio().await;
+        println!("ok: stdio, raw JSON-RPC: -32700/-32600 with id null, -32602 naming the field, too deep and too long answered, second initialize refused, nothing started");
         python_sdk_over_stdio_and_http().await;
     });
 }
@@ -129,6 +131,135 @@ async fn sigkill_while_a_task_waits_then_answer_after_restart() {
     c.cancel().await.unwrap();
 }
 
+/// The server in a child process, spoken to line by line.
+struct Raw {
+    stdin: tokio::process::ChildStdin,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+impl Raw {
+    async fn send(&mut self, line: &str) {
+        use tokio::io::AsyncWriteExt;
+        self.stdin.write_all(line.as_bytes()).await.unwrap();
+        self.stdin.write_all(b"\n").await.unwrap();
+        self.stdin.flush().await.unwrap();
+    }
+
+    /// Sends `line` and reads the next message (a silent server fails the test after 20 s).
+    async fn ask(&mut self, line: &str) -> serde_json::Value {
+        self.send(line).await;
+        let next = tokio::time::timeout(std::time::Duration::from_secs(20), self.lines.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("no reply to {}", &line[..line.len().min(200)]))
+            .unwrap()
+            .expect("the server closed stdout");
+        serde_json::from_str(&next)
+            .unwrap_or_else(|e| panic!("{e}: not JSON-RPC on stdout: {next}"))
+    }
+}
+
+/// `(id, error code)` of an error reply; the id is always present (`null` when unknown).
+fn id_and_code(reply: &serde_json::Value) -> (serde_json::Value, serde_json::Value) {
+    assert!(reply.as_object().unwrap().contains_key("id"), "{reply}");
+    (reply["id"].clone(), reply["error"]["code"].clone())
+}
+
+async fn raw_json_rpc_over_stdio() {
+    use tokio::io::AsyncBufReadExt;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("raw.db");
+    let mut child = server_command(&db)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut raw = Raw {
+        stdin: child.stdin.take().unwrap(),
+        lines: tokio::io::BufReader::new(child.stdout.take().unwrap()).lines(),
+    };
+    let init = |caps: serde_json::Value| {
+        json!({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": { "protocolVersion": "2025-11-25", "capabilities": caps, "clientInfo": { "name": "raw", "version": "0" } },
+        })
+        .to_string()
+    };
+    let first = raw.ask(&init(json!({}))).await;
+    assert_eq!(first["result"]["serverInfo"]["name"], "eve", "{first}");
+    raw.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+        .await;
+
+    let null = serde_json::Value::Null;
+    let r = raw.ask("{not json").await;
+    assert_eq!(id_and_code(&r), (null.clone(), json!(-32700)), "{r}");
+    for invalid in [
+        "[]".to_owned(),
+        r#"{"jsonrpc":"2.0","id":{"no":1},"method":"ping"}"#.to_owned(),
+        format!(
+            r#"{{"jsonrpc":"2.0","id":"{}","method":"ping"}}"#,
+            "i".repeat(300)
+        ),
+        format!("{}{}", "[".repeat(300), "]".repeat(300)),
+        format!(
+            r#"{{"jsonrpc":"2.0","id":2,"method":"ping","params":{{"x":"{}"}}}}"#,
+            "x".repeat(4 * 1024 * 1024 + 1)
+        ),
+    ] {
+        let r = raw.ask(&invalid).await;
+        assert_eq!(id_and_code(&r), (null.clone(), json!(-32600)), "{r}");
+    }
+    for (params, method, field) in [
+        (json!({}), "tasks/get", "taskId"),
+        (
+            json!({ "taskId": "run_x" }),
+            "tasks/update",
+            "inputResponses",
+        ),
+        (
+            json!({ "name": "weigh", "arguments": "x" }),
+            "tools/call",
+            "arguments",
+        ),
+        (json!({ "name": 5 }), "tools/call", "name"),
+    ] {
+        let msg = json!({ "jsonrpc": "2.0", "id": 3, "method": method, "params": params });
+        let r = raw.ask(&msg.to_string()).await;
+        assert_eq!(id_and_code(&r), (json!(3), json!(-32602)), "{r}");
+        assert_eq!(r["error"]["data"]["field"], field, "{r}");
+    }
+    // A long name is cut in the error that echoes it.
+    let long = json!({ "jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": { "name": "n".repeat(10_000), "arguments": {} } });
+    let r = raw.ask(&long.to_string()).await;
+    assert_eq!(id_and_code(&r), (json!(4), json!(-32602)), "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().len() < 500, "{r}");
+    // A second initialize (declaring the tasks extension this time) is refused...
+    let again = init(json!({ "extensions": { "io.modelcontextprotocol/tasks": {} } }));
+    let r = raw.ask(&again).await;
+    assert_eq!(r["id"], 1, "{r}");
+    assert!(r["error"]["code"].is_i64(), "{r}");
+    // ...and changed nothing: without the tasks extension a call still blocks for its result.
+    let call = json!({ "jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": { "name": "weigh", "arguments": { "grams": 1500 } } });
+    let r = raw.ask(&call.to_string()).await;
+    assert_eq!(
+        r["result"]["structuredContent"],
+        json!({ "kilograms": 1.5 }),
+        "{r}"
+    );
+    let r = raw.ask(r#"{"jsonrpc":"2.0","id":6,"method":"ping"}"#).await;
+    assert_eq!(r["result"], json!({}), "{r}");
+    drop(raw);
+    assert!(child.wait().await.unwrap().success());
+    // Only the one good call started a run.
+    let store = eve_storage_sqlite::SqliteStore::open(&db).await.unwrap();
+    let runs = eve_core::JournalStore::list_runs(&store, &eve_core::RunQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0].tool, "weigh");
+}
+
 async fn python_sdk_over_stdio_and_http() {
     let Ok(python) = std::env::var("EVE_TEST_MCP_PYTHON") else {
         println!("SKIPPED: the official MCP Python SDK client test: EVE_TEST_MCP_PYTHON is not set (scripts/test-all.sh sets it to a venv's python with the pinned `mcp` package)");
@@ -147,7 +278,7 @@ async fn python_sdk_over_stdio_and_http() {
         .await
         .expect("run the Python client");
     assert_python_session(&out);
-    println!("ok: stdio, official Python SDK (mcp {version}) client: list, blocking call answered through elicitation, unknown tool");
+    println!("ok: stdio, official Python SDK (mcp {version}) client: list, blocking call answered through elicitation, a call whose steps print (nothing but MCP on stdout), unknown tool");
     // Streamable HTTP: the server runs until its stdin closes.
     let mut server = tokio::process::Command::new(std::env::current_exe().unwrap())
         .env(SERVE_HTTP_VAR, dir.path().join("http.db"))
@@ -162,6 +293,8 @@ async fn python_sdk_over_stdio_and_http() {
         use tokio::io::AsyncBufReadExt;
         let mut lines = tokio::io::BufReader::new(server.stdout.take().unwrap());
         lines.read_line(&mut url).await.unwrap();
+        // The steps of remind print: keep reading what the server prints after its URL.
+        tokio::spawn(async move { tokio::io::copy(&mut lines, &mut tokio::io::sink()).await });
     }
     let out = tokio::process::Command::new(&python)
         .arg(&script)
@@ -173,7 +306,7 @@ async fn python_sdk_over_stdio_and_http() {
     assert_python_session(&out);
     drop(server.stdin.take());
     assert!(server.wait().await.unwrap().success());
-    println!("ok: streamable HTTP, official Python SDK (mcp {version}) client: list, blocking call answered through elicitation, unknown tool");
+    println!("ok: streamable HTTP, official Python SDK (mcp {version}) client: list, blocking call answered through elicitation, a call whose steps print (nothing but MCP on stdout), unknown tool");
 }
 
 fn assert_python_session(out: &std::process::Output) {
@@ -209,6 +342,15 @@ fn assert_python_session(out: &std::process::Output) {
     );
     assert_eq!(called["asked"][0]["options"], json!(["approve", "cancel"]));
     assert_eq!(called["asked"][0]["labels"], json!(["Deploy", "Cancel"]));
+    // remind's steps print to stdout; over stdio none of it reached the protocol.
+    let printed = step("printed");
+    assert_eq!(printed["is_error"], false, "{printed}");
+    assert_eq!(
+        printed["structured"],
+        json!({"reminder": "Reminder: tea"}),
+        "{printed}"
+    );
+    assert_eq!(printed["stream_errors"], json!([]), "{printed}");
     let unknown = step("unknown_tool");
     assert!(
         unknown["error"].as_str().unwrap().contains("unknown tool"),

@@ -8,6 +8,7 @@
 //! [`COOKIE`] set by `POST /v1/auth/session`. The looked-up hash is compared with the computed
 //! one in constant time.
 
+use crate::camel::Camel;
 use crate::error::ApiError;
 use crate::Inner;
 use axum::body::Bytes;
@@ -67,16 +68,33 @@ fn key_id(text: &str) -> Option<&str> {
     (is_hex(id, 12) && is_hex(secret, 64)).then_some(id)
 }
 
-/// Mints a key named `name` with `scope` and stores it.
+/// Mints a key named `name` with `scope` and stores it; it never expires.
 ///
 /// # Errors
-/// `InvalidInput` for an empty name; the store's errors.
+/// `InvalidInput` for a name that breaks [`eve_core::check_client_id`]'s limits (empty, longer
+/// than [`eve_core::MAX_CLIENT_ID_BYTES`] bytes, not printable); the store's errors.
 pub async fn create_key(
     store: &dyn JournalStore,
     name: &str,
     scope: KeyScope,
     now: Timestamp,
 ) -> Result<NewKey, StoreError> {
+    create_key_expiring(store, name, scope, None, now).await
+}
+
+/// Mints a key as [`create_key`] does that opens nothing from `expires_at` on (401 `unauthorized`
+/// saying it expired); `None` never expires.
+///
+/// # Errors
+/// `InvalidInput` for an empty name or an expiry not after `now`; the store's errors.
+pub async fn create_key_expiring(
+    store: &dyn JournalStore,
+    name: &str,
+    scope: KeyScope,
+    expires_at: Option<Timestamp>,
+    now: Timestamp,
+) -> Result<NewKey, StoreError> {
+    eve_core::check_client_id("key name", name)?;
     let id = random_hex(6)?;
     let text = format!("{KEY_PREFIX}{id}_{}", random_hex(32)?);
     let record = ApiKey {
@@ -86,19 +104,24 @@ pub async fn create_key(
         hash: key_hash(&text),
         created_at: now,
         revoked_at: None,
+        expires_at,
     };
     store.create_key(record.clone()).await?;
     Ok(NewKey { text, record })
 }
 
-/// The key `text` names, if it is a live key of the store: found by hash, hashes compared in
-/// constant time, not revoked.
+/// The key `text` names, if it is a live key of the store at `now`: found by hash, hashes
+/// compared in constant time, not revoked, not expired.
 ///
 /// # Errors
-/// 401 `unauthorized` (malformed, unknown or revoked), or the store's error.
-pub(crate) async fn check_key(store: &dyn JournalStore, text: &str) -> Result<ApiKey, ApiError> {
+/// 401 `unauthorized` (malformed, unknown, revoked or expired), or the store's error.
+pub(crate) async fn check_key(
+    store: &dyn JournalStore,
+    text: &str,
+    now: Timestamp,
+) -> Result<ApiKey, ApiError> {
     let Some(id) = key_id(text) else {
-        return Err(unauthorized(
+        return Err(invalid_token(
             "the key is not an eve key (eve_<id>_<secret>); create one with `eve keys create`",
         ));
     };
@@ -110,21 +133,66 @@ pub(crate) async fn check_key(store: &dyn JournalStore, text: &str) -> Result<Ap
                 && bool::from(k.id.as_bytes().ct_eq(id.as_bytes())) =>
         {
             if k.revoked_at.is_some() {
-                Err(unauthorized(
+                Err(invalid_token(
                     "this key was revoked; ask an admin for a new one",
+                ))
+            } else if !k.is_active(now) {
+                Err(unauthorized(
+                    "this key has expired; ask an admin for a new one (`eve keys create --expires-in 30d`)",
                 ))
             } else {
                 Ok(k)
             }
         }
-        _ => Err(unauthorized(
+        _ => Err(invalid_token(
             "unknown key; check it, or create one with `eve keys create`",
         )),
     }
 }
 
+/// The realm every challenge names (RFC 6750 section 3).
+const REALM: &str = "eve";
+
+/// 401 for a request that sent no key (or not as a bearer token): `WWW-Authenticate: Bearer
+/// realm="eve"`, without an error code, as RFC 6750 section 3.1 asks when a request carries no
+/// credential.
 fn unauthorized(message: &str) -> ApiError {
     ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+        .with_challenge(format!("Bearer realm=\"{REALM}\""))
+}
+
+/// 401 for a key that was sent but opens nothing (malformed, unknown, revoked):
+/// `WWW-Authenticate: Bearer realm="eve", error="invalid_token", error_description="…"`.
+fn invalid_token(message: &str) -> ApiError {
+    ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message).with_challenge(format!(
+        "Bearer realm=\"{REALM}\", error=\"invalid_token\", error_description=\"{}\"",
+        description(message)
+    ))
+}
+
+/// 403 for a live key of too small a scope: `WWW-Authenticate: Bearer realm="eve",
+/// error="insufficient_scope", scope="<needed>"` (RFC 6750 section 3.1).
+fn insufficient_scope(key: &ApiKey, needed: KeyScope) -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "forbidden",
+        format!(
+            "key {} has scope {}; this route needs {needed} or higher",
+            key.id, key.scope
+        ),
+    )
+    .with_challenge(format!(
+        "Bearer realm=\"{REALM}\", error=\"insufficient_scope\", scope=\"{needed}\""
+    ))
+}
+
+/// `message` with only the characters RFC 6750 allows in `error_description` (printable ASCII
+/// but `"` and backslash).
+fn description(message: &str) -> String {
+    message
+        .chars()
+        .filter(|&c| matches!(c, ' '..='~') && c != '"' && c != '\\')
+        .collect()
 }
 
 /// The credential a request carries: `Authorization: Bearer`, else the page's cookie.
@@ -167,16 +235,9 @@ pub(crate) async fn require(
             "this route needs an API key: send `Authorization: Bearer <key>` (create one with `eve keys create`)",
         ));
     };
-    let key = check_key(&*inner.store, &text).await?;
+    let key = check_key(&*inner.store, &text, inner.clock.now()).await?;
     if !key.scope.allows(needed) {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            format!(
-                "key {} has scope {}; this route needs {needed} or higher",
-                key.id, key.scope
-            ),
-        ));
+        return Err(insufficient_scope(&key, needed));
     }
     req.extensions_mut().insert(key);
     Ok(next.run(req).await)
@@ -194,7 +255,8 @@ pub(crate) struct SignIn {
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(crate) struct KeyRecord {
     /// The key's record (never its text or hash).
-    key: ApiKey,
+    #[schema(value_type = ApiKey)]
+    key: Camel<ApiKey>,
 }
 
 /// A key just created.
@@ -203,14 +265,16 @@ pub(crate) struct CreatedKey {
     /// The key's text, `eve_…`: shown in this answer only, never stored.
     key: String,
     /// Its record.
-    record: ApiKey,
+    #[schema(value_type = ApiKey)]
+    record: Camel<ApiKey>,
 }
 
 /// Every key.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(crate) struct Keys {
     /// Oldest first, without hashes.
-    keys: Vec<ApiKey>,
+    #[schema(value_type = Vec<ApiKey>)]
+    keys: Camel<Vec<ApiKey>>,
 }
 
 /// Sign the page in with a key.
@@ -240,7 +304,7 @@ pub(crate) async fn sign_in(
 ) -> Result<Response, ApiError> {
     let body = crate::error::body(&inner, body)?;
     let SignIn { key } = crate::error::json_object(&body, "{\"key\": \"eve_…\"}")?;
-    let record = check_key(&*inner.store, key.trim()).await?;
+    let record = check_key(&*inner.store, key.trim(), inner.clock.now()).await?;
     let secure = if inner.config.base_url.starts_with("https://") {
         "; Secure"
     } else {
@@ -255,7 +319,7 @@ pub(crate) async fn sign_in(
     Ok((
         StatusCode::OK,
         [(header::SET_COOKIE, cookie)],
-        Json(KeyRecord { key: record }),
+        Json(KeyRecord { key: Camel(record) }),
     )
         .into_response())
 }
@@ -308,7 +372,7 @@ pub(crate) struct CreateKey {
     request_body = CreateKey,
     responses(
         (status = 201, description = "Created", body = CreatedKey),
-        (status = 400, description = "A bad body, an empty name or an unknown scope", body = crate::error::ErrorBody),
+        (status = 400, description = "`malformed`: a bad body or an unknown scope; `invalid_id`: a name that breaks the limits of ids a client chooses (empty, over 256 bytes, not printable)", body = crate::error::ErrorBody),
     ),
     security(("bearer" = ["admin"])),
 )]
@@ -321,6 +385,7 @@ pub(crate) async fn create(
         &body,
         "{\"name\": …, \"scope\": \"read|answer|operate|admin\"}",
     )?;
+    eve_core::check_client_id("name", &req.name)?;
     let scope = KeyScope::parse(&req.scope).ok_or_else(|| {
         ApiError::malformed(format!(
             "unknown scope {:?}; use read, answer, operate or admin",
@@ -332,7 +397,7 @@ pub(crate) async fn create(
         StatusCode::CREATED,
         Json(CreatedKey {
             key: new.text,
-            record: new.record,
+            record: Camel(new.record),
         }),
     )
         .into_response())
@@ -351,7 +416,7 @@ pub(crate) async fn create(
 )]
 pub(crate) async fn list(State(inner): State<Arc<Inner>>) -> Result<Json<Keys>, ApiError> {
     let keys = inner.store.list_keys().await?;
-    Ok(Json(Keys { keys }))
+    Ok(Json(Keys { keys: Camel(keys) }))
 }
 
 /// Revoke an API key.
@@ -374,7 +439,7 @@ pub(crate) async fn revoke(
     Path(id): Path<String>,
 ) -> Result<Json<KeyRecord>, ApiError> {
     let key = inner.store.revoke_key(&id, inner.clock.now()).await?;
-    Ok(Json(KeyRecord { key }))
+    Ok(Json(KeyRecord { key: Camel(key) }))
 }
 
 #[cfg(test)]

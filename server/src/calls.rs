@@ -3,6 +3,7 @@
 //! the session and call id as its idempotency key, and with `?wait=` long-polls until a
 //! default-execution call settles.
 
+use crate::camel::Camel;
 use crate::error::ApiError;
 use crate::Inner;
 use axum::body::Bytes;
@@ -14,7 +15,8 @@ use axum::Json;
 use eve_core::engine::{tool_call_run, EngineError};
 use eve_core::wake::until_ended;
 use eve_core::{
-    CallId, Event, Execution, JournalStore, JournalStoreExt, RunRecord, SessionId, StoreError,
+    check_client_id, CallId, Event, Execution, JournalStore, JournalStoreExt, RunRecord, SessionId,
+    StoreError,
 };
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -25,6 +27,7 @@ pub const MAX_WAIT: Duration = Duration::from_secs(300);
 
 /// A tool this server starts.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
 pub(crate) struct ToolView {
     /// The model-visible name.
     name: String,
@@ -45,7 +48,7 @@ pub(crate) struct Tools {
 
 /// The tools this server starts.
 ///
-/// `GET /v1/tools` (read): `{"tools": [{name, description, execution, input_schema}]}`, by name.
+/// `GET /v1/tools` (read): `{"tools": [{name, description, execution, inputSchema}]}`, by name.
 #[utoipa::path(
     get,
     path = "/v1/tools",
@@ -70,13 +73,15 @@ pub(crate) async fn list(State(inner): State<Arc<Inner>>) -> Json<Tools> {
     Json(Tools { tools })
 }
 
-/// The body of `POST /v1/tools/{name}/calls`.
+/// The body of `POST /v1/tools/{name}/calls`: `{session, callId, input}`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct StartCall {
     /// The session the call belongs to.
     session: String,
-    /// The call's id within the session: with the session, the idempotency key.
+    /// The call's id within the session: with the session, the idempotency key. Deprecated
+    /// spelling `call_id`, accepted because it shipped (see [`crate::DEPRECATED_REQUEST_FIELDS`]).
+    #[serde(alias = "call_id")]
     call_id: String,
     /// The tool's input, matching its input schema.
     input: serde_json::Value,
@@ -95,7 +100,8 @@ pub(crate) struct StartQuery {
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(crate) struct CallStarted {
     /// The call's run.
-    run: RunRecord,
+    #[schema(value_type = RunRecord)]
+    run: Camel<RunRecord>,
     /// How it settled, once it has ended; `null` while it runs.
     settled: Option<Settled>,
 }
@@ -131,10 +137,12 @@ fn parse_wait(s: &str) -> Option<Duration> {
 
 /// Start a tool call.
 ///
-/// `POST /v1/tools/{name}/calls` (operate) with `{session, call_id, input}`: 201 `{"run":
+/// `POST /v1/tools/{name}/calls` (operate) with `{session, callId, input}` (`call_id` is the
+/// deprecated spelling, still accepted): 201 `{"run":
 /// RunRecord, "settled": …}` when started, 200 with the same body when this session and call id
 /// started it before (a retry), 409 `idempotency_mismatch` when they did with another input;
-/// 404 unknown tool, 400 input that fails the tool's schema. With `?wait=30s` a default-execution
+/// 404 unknown tool, 400 input that fails the tool's schema, 400 `invalid_id` for a session or
+/// call id that breaks [`eve_core::check_client_id`]'s limits (nothing is created). With `?wait=30s` a default-execution
 /// call is awaited (woken by the store's notifications, not a tight poll) until it settles or
 /// the time is up: `settled` then holds `{"status", "output"}` or `{"status", "error"}`, else
 /// `null`. Background calls are never awaited: they settle as tasks.
@@ -148,7 +156,7 @@ fn parse_wait(s: &str) -> Option<Duration> {
     responses(
         (status = 201, description = "Started", body = CallStarted),
         (status = 200, description = "Started before by this session and call id (a retry)", body = CallStarted),
-        (status = 400, description = "An input that fails the tool's schema (`invalid_input`), a bad body or `wait`", body = crate::error::ErrorBody),
+        (status = 400, description = "An input that fails the tool's schema (`invalid_input`), a session or call id that breaks the limits of ids a client chooses (`invalid_id`), a bad body or `wait` (`malformed`)", body = crate::error::ErrorBody),
         (status = 404, description = "No such tool", body = crate::error::ErrorBody),
         (status = 409, description = "`idempotency_mismatch` (this session and call id started it with another input) or `session_ended`", body = crate::error::ErrorBody),
     ),
@@ -171,7 +179,9 @@ pub(crate) async fn start(
     };
     let body = crate::error::body(&inner, body)?;
     let req: StartCall =
-        crate::error::json_object(&body, "{\"session\": …, \"call_id\": …, \"input\": {…}}")?;
+        crate::error::json_object(&body, "{\"session\": …, \"callId\": …, \"input\": {…}}")?;
+    check_client_id("session", &req.session)?;
+    check_client_id("callId", &req.call_id)?;
     let Some(registry) = &inner.registry else {
         return Err(ApiError::not_found(
             "this server was given no tools to start",
@@ -212,7 +222,14 @@ pub(crate) async fn start(
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(CallStarted { run, settled })).into_response())
+    Ok((
+        status,
+        Json(CallStarted {
+            run: Camel(run),
+            settled,
+        }),
+    )
+        .into_response())
 }
 
 /// `{"status", "output"}` / `{"status", "error"}` of an ended run (its last event), else `None`.

@@ -11,8 +11,9 @@ use eve_core::StoreError;
 ///
 /// | status | codes |
 /// | --- | --- |
-/// | 400 | `malformed` (bad JSON, header, query or id), `invalid_input` |
-/// | 403 | `cross_origin` |
+/// | 400 | `malformed` (bad JSON, header, query or id), `invalid_input`, `invalid_id` (an id the client chose breaks [`eve_core::check_client_id`]'s limits) |
+/// | 401 | `unauthorized` (with `WWW-Authenticate: Bearer realm="eve"`) |
+/// | 403 | `cross_origin`, `forbidden` |
 /// | 404 | `not_found`, `unknown_webhook` |
 /// | 409 | `already_answered`, `not_a_task` |
 /// | 410 | `withdrawn` |
@@ -26,6 +27,8 @@ pub struct ApiError {
     status: StatusCode,
     code: &'static str,
     message: String,
+    /// The `WWW-Authenticate` challenge sent with the answer (RFC 6750), if any.
+    challenge: Option<String>,
 }
 
 impl ApiError {
@@ -35,7 +38,14 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            challenge: None,
         }
+    }
+
+    /// The same error sent with `WWW-Authenticate: {challenge}`.
+    pub(crate) fn with_challenge(mut self, challenge: String) -> Self {
+        self.challenge = Some(challenge);
+        self
     }
 
     /// 400 `malformed`.
@@ -98,6 +108,12 @@ impl From<StoreError> for ApiError {
     }
 }
 
+impl From<eve_core::InvalidId> for ApiError {
+    fn from(e: eve_core::InvalidId) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_id", e.to_string())
+    }
+}
+
 /// The body of every error answer (the schema `Error` of the OpenAPI description).
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 #[schema(as = Error)]
@@ -111,14 +127,22 @@ pub(crate) struct ErrorBody<'a> {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (
+        let mut resp = (
             self.status,
             Json(ErrorBody {
                 code: self.code,
                 message: &self.message,
             }),
         )
-            .into_response()
+            .into_response();
+        if let Some(c) = self
+            .challenge
+            .and_then(|c| axum::http::HeaderValue::from_str(&c).ok())
+        {
+            resp.headers_mut()
+                .insert(axum::http::header::WWW_AUTHENTICATE, c);
+        }
+        resp
     }
 }
 

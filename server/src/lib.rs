@@ -17,8 +17,8 @@
 //! | `POST /v1/tasks/{id}/cancel` | operate | requests cancellation of a background run |
 //! | `POST /v1/sessions/{id}/end` | operate | ends the session for every handle (new calls in it are 409 `session_ended`) and cancels its runs that have not ended: `{"endedAt", "cancelled"}` |
 //! | `GET /v1/events?session=A&session=B` | read | several sessions' logs (at most [`MAX_STREAM_SESSIONS`]) as one SSE stream; `id:` is a cursor (`{"A":4,"B":9}`) that `Last-Event-ID` or `?from=` resumes every session from |
-//! | `GET /v1/tools` | read | the tools this server starts: name, description, execution, input schema |
-//! | `POST /v1/tools/{name}/calls?wait=30s` | operate | starts a call with `{session, call_id, input}`: 201, 200 on a retry, 409 on the same key with another input (`idempotency_mismatch`) or in an ended session (`session_ended`); `wait` long-polls a default-execution call until it settles |
+//! | `GET /v1/tools` | read | the tools this server starts: `name`, `description`, `execution`, `inputSchema` |
+//! | `POST /v1/tools/{name}/calls?wait=30s` | operate | starts a call with `{session, callId, input}`: 201, 200 on a retry, 409 on the same key with another input (`idempotency_mismatch`) or in an ended session (`session_ended`); `wait` long-polls a default-execution call until it settles |
 //! | `GET /v1/keys`, `POST /v1/keys`, `POST /v1/keys/{id}/revoke` | admin | list, create (`{"name", "scope"}`; the key is in the answer only) and revoke API keys |
 //! | `POST /v1/auth/session`, `DELETE /v1/auth/session` | (the key in the body) | signs the page in with `{"key": …}` (an HttpOnly, SameSite=Strict cookie), signs it out |
 //! | `GET /` | none | a page for a person: sign in with a key, then pending requests to answer, live updates, the runs and their journals |
@@ -31,8 +31,24 @@
 //! last one stopped (an SSE client reconnecting with `Last-Event-ID` misses nothing). Run a
 //! [`Worker`](eve_core::engine::Worker) beside it to execute the runs.
 //!
+//! # One dialect
+//!
+//! Every JSON field name the API sends or takes is camelCase (`runId`, `sessionId`,
+//! `createdAt`), as the journal's requests and answers and MCP are; records of eve-core that
+//! stores keep in snake_case (runs, journal events, session log entries, keys) are renamed at
+//! the API's edge. Values are not field names and keep their form (`"already_requested"`,
+//! error codes such as `not_found`), and so do payloads: a tool's input and output, a
+//! webhook's body and headers reach clients with the keys their authors chose. Request fields
+//! that shipped in snake_case stay accepted, listed in [`DEPRECATED_REQUEST_FIELDS`].
+//!
+//! Ids a client chooses — the session and call id of a call, the session in a URL or a
+//! filter, a key's name — are checked by [`eve_core::check_client_id`]: non-empty, at most
+//! [`eve_core::MAX_CLIENT_ID_BYTES`] bytes, printable. Another is refused with 400
+//! `invalid_id` naming the field and the limit, before anything is read or written.
+//!
 //! Errors are JSON objects `{"code": "...", "message": "..."}` with a status that says the
-//! kind: 400 malformed request, 401 no usable key, 403 a key of too small a scope or a
+//! kind: 400 malformed request, 401 no usable key (with `WWW-Authenticate: Bearer realm="eve"`,
+//! and `error="invalid_token"` when a key was sent but opens nothing), 403 a key of too small a scope or a
 //! cross-origin browser request, 404 unknown id or token, 409 already answered (or not a task),
 //! 410 withdrawn, 413 body too large, 421 a `Host` this server does not answer for, 422
 //! invalid answer, 503 store unavailable (retry).
@@ -66,6 +82,7 @@
 
 mod auth;
 mod calls;
+mod camel;
 mod error;
 mod guard;
 mod health;
@@ -77,13 +94,16 @@ mod runs;
 mod session;
 mod webhook;
 
-pub use auth::{create_key, key_hash, NewKey, COOKIE, KEY_PREFIX};
+pub use auth::{create_key, create_key_expiring, key_hash, NewKey, COOKIE, KEY_PREFIX};
 pub use calls::MAX_WAIT;
 pub use error::ApiError;
 pub use metrics::{Metrics, SpanMetrics};
 pub use requests::{DEFAULT_REQUESTS_PAGE, MAX_REQUESTS_PAGE};
 pub use session::MAX_STREAM_SESSIONS;
-pub use webhook::{is_webhook_token, IDEMPOTENCY_KEY_MAX, MAX_JSON_DEPTH, SENSITIVE_HEADERS};
+pub use webhook::{
+    is_sensitive_header, is_webhook_token, IDEMPOTENCY_KEY_MAX, MAX_JSON_DEPTH, SENSITIVE_HEADERS,
+    SENSITIVE_SUFFIXES,
+};
 
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
@@ -99,6 +119,11 @@ use tokio::sync::watch;
 /// The URL path prefix every webhook lives under (the same as
 /// [`eve_core::engine::WEBHOOK_PATH`]).
 pub const WEBHOOK_PATH: &str = eve_core::engine::WEBHOOK_PATH;
+
+/// Request fields accepted under a deprecated snake_case spelling because they shipped that
+/// way: `(route, deprecated name, name to send)`. Responses use only the camelCase names.
+pub const DEPRECATED_REQUEST_FIELDS: &[(&str, &str, &str)] =
+    &[("POST /v1/tools/{name}/calls", "call_id", "callId")];
 
 /// The default request body limit: 1 MiB.
 pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
@@ -127,11 +152,12 @@ pub struct ServerConfig {
     /// the server then reads every journal, answers every request and cancels every task.
     /// Answers then record no `answered_by` (there is no key to name).
     pub insecure_no_auth: bool,
-    /// Webhook request headers left out of the journaled payload beside
-    /// [`SENSITIVE_HEADERS`] (case-insensitive names; default none).
+    /// Webhook request headers left out of the journaled payload beside those of the built-in
+    /// rule ([`SENSITIVE_HEADERS`], names ending in one of [`SENSITIVE_SUFFIXES`]);
+    /// case-insensitive names, default none.
     pub webhook_drop_headers: Vec<String>,
     /// Sensitive headers journaled anyway, for tools that must see them (e.g. a sender that
-    /// signs with `authorization`); default none.
+    /// signs with `authorization`, or `x-gitlab-token` checked by the tool); default none.
     pub webhook_keep_headers: Vec<String>,
 }
 

@@ -4,18 +4,22 @@
 //! Nothing in it is written by hand: utoipa builds it from each handler's `#[utoipa::path]`
 //! (route, parameters, statuses, the key's scope as the `bearer` security requirement's role)
 //! and from the request and response types (`ToSchema`, following their serde attributes, so
-//! the schemas name fields as the wire does). [`Describe`] then adds what every route shares:
-//! the security schemes, the page's cookie as an alternative to the bearer key, a sentence
-//! about the scope in each description, and the error answers any route may give.
+//! the schemas name fields as the wire does). [`Describe`] then renames the properties of
+//! eve-core's schemas to camelCase, as [`Camel`](crate::camel::Camel) renames their fields on
+//! the wire (their serde form is the stores' snake_case), and adds what every route shares: the
+//! security schemes, the page's cookie as an alternative to the bearer key, a sentence about the
+//! scope in each description, and the error answers any route may give (`invalid_id` on the
+//! routes that take a session).
 //!
 //! `tests/openapi.rs` checks that every route the router serves is described, and that each
 //! documented scope is the one the router enforces; `tests/python/openapi_check.py` validates
 //! the document with `openapi-spec-validator` and every live answer with `openapi-core`.
 
+use crate::camel::to_camel;
 use axum::Json;
 use std::sync::LazyLock;
 use utoipa::openapi::path::Operation;
-use utoipa::openapi::schema::{Schema, SchemaType, Type};
+use utoipa::openapi::schema::{AdditionalProperties, ArrayItems, Schema, SchemaType, Type};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder};
 use utoipa::openapi::security::{SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
@@ -82,6 +86,20 @@ const COOKIE: &str = "cookie";
 )]
 struct ApiDoc;
 
+/// The schemas of eve-core's types that responses carry, and every schema they reach (utoipa
+/// collects those): [`Describe`] camelCases their properties. A type of eve-core a response
+/// starts carrying belongs here; the test `no_property_is_snake_case` fails until it is.
+#[derive(OpenApi)]
+#[openapi(components(schemas(
+    eve_core::ApiKey,
+    eve_core::RunRecord,
+    eve_core::StoredEvent,
+    eve_core::PendingRequest,
+    eve_core::SessionEntry,
+    eve_core::SessionRecord,
+)))]
+struct CoreSchemas;
+
 /// The description as JSON, built once.
 static DOCUMENT: LazyLock<serde_json::Value> = LazyLock::new(|| {
     serde_json::to_value(ApiDoc::openapi()).expect("the OpenAPI description serializes")
@@ -128,7 +146,18 @@ impl Modify for Describe {
                 "The page's HttpOnly cookie, set by `POST /v1/auth/session`; it stands for the same key.",
             ))),
         );
-        for item in openapi.paths.paths.values_mut() {
+        let core = CoreSchemas::openapi()
+            .components
+            .unwrap_or_default()
+            .schemas;
+        for (name, schema) in &mut components.schemas {
+            if let (true, RefOr::T(schema)) = (core.contains_key(name), schema) {
+                camel_properties(schema);
+            }
+        }
+        for (path, item) in &mut openapi.paths.paths {
+            // A session in the path is an id the client chose, checked as one.
+            let session_path = path.starts_with("/v1/sessions/{id}");
             for op in [
                 &mut item.get,
                 &mut item.put,
@@ -139,7 +168,7 @@ impl Modify for Describe {
             .into_iter()
             .flatten()
             {
-                describe(op);
+                describe(op, session_path);
             }
         }
         // `method(post, put, patch)` shares one operation between methods; operation ids must be
@@ -172,9 +201,52 @@ fn scope_of(op: &Operation) -> Option<String> {
     })
 }
 
+/// Renames the properties and `required` entries of `schema`, and of every schema written out
+/// inside it, to camelCase with [`to_camel`], the renaming [`Camel`](crate::camel::Camel)
+/// applies to struct fields on the wire. References are left alone: each referenced component
+/// is renamed (or not) on its own.
+fn camel_properties(schema: &mut Schema) {
+    let inline = |s: &mut RefOr<Schema>| {
+        if let RefOr::T(s) = s {
+            camel_properties(s);
+        }
+    };
+    match schema {
+        Schema::Object(obj) => {
+            obj.properties = std::mem::take(&mut obj.properties)
+                .into_iter()
+                .map(|(name, mut property)| {
+                    inline(&mut property);
+                    (to_camel(&name), property)
+                })
+                .collect();
+            for name in &mut obj.required {
+                *name = to_camel(name);
+            }
+            if let Some(AdditionalProperties::RefOr(values)) =
+                obj.additional_properties.as_deref_mut()
+            {
+                inline(values);
+            }
+        }
+        Schema::Array(array) => {
+            if let ArrayItems::RefOrSchema(items) = &mut array.items {
+                inline(items);
+            }
+            array.prefix_items.iter_mut().for_each(camel_properties);
+        }
+        Schema::OneOf(one) => one.items.iter_mut().for_each(inline),
+        Schema::AllOf(all) => all.items.iter_mut().for_each(inline),
+        Schema::AnyOf(any) => any.items.iter_mut().for_each(inline),
+        _ => {}
+    }
+}
+
 /// Adds the cookie alternative, the scope sentence and the shared error answers to `op`, and
-/// makes its optional parameters non-nullable.
-fn describe(op: &mut Operation) {
+/// makes its optional parameters non-nullable. `session_path`: the route's path holds a session
+/// id, so it answers `invalid_id` as a `session` query parameter does.
+fn describe(op: &mut Operation, session_path: bool) {
+    let takes_session = session_path || op.parameters.iter().flatten().any(|p| p.name == "session");
     // An optional parameter is absent or has a value, never null: utoipa types an `Option<T>`
     // parameter as `[T, "null"]`, which tools that read a parameter's type as one name
     // (openapi-core) cannot use.
@@ -236,10 +308,17 @@ fn describe(op: &mut Operation) {
             "`forbidden`: the key's scope is too small; `cross_origin`: a browser request from another origin",
         );
     }
-    add(
-        "400",
-        "`malformed`: a path, query, header or body this route cannot read",
-    );
+    if takes_session {
+        add(
+            "400",
+            "`malformed`: a path, query, header or body this route cannot read; `invalid_id`: a session that breaks the limits of ids a client chooses (empty, over 256 bytes, not printable)",
+        );
+    } else {
+        add(
+            "400",
+            "`malformed`: a path, query, header or body this route cannot read",
+        );
+    }
     add(
         "421",
         "`misdirected`: a `Host` this server does not answer for",
@@ -248,4 +327,61 @@ fn describe(op: &mut Operation) {
         "5XX",
         "`internal`, or `unavailable` (503: a transient store fault; retry)",
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DOCUMENT;
+    use serde_json::Value;
+
+    /// Every property name and `required` entry in `v` that is not camelCase.
+    fn snake_properties(v: &Value, path: &str, found: &mut Vec<String>) {
+        match v {
+            Value::Object(obj) => {
+                if let Some(Value::Object(props)) = obj.get("properties") {
+                    found.extend(
+                        props
+                            .keys()
+                            .filter(|k| k.contains('_'))
+                            .map(|k| format!("{path}: {k}")),
+                    );
+                }
+                if let Some(Value::Array(required)) = obj.get("required") {
+                    found.extend(
+                        required
+                            .iter()
+                            .filter_map(Value::as_str)
+                            .filter(|k| k.contains('_'))
+                            .map(|k| format!("{path}: required {k}")),
+                    );
+                }
+                for (k, v) in obj {
+                    snake_properties(v, &format!("{path}/{k}"), found);
+                }
+            }
+            Value::Array(items) => {
+                for (i, v) in items.iter().enumerate() {
+                    snake_properties(v, &format!("{path}/{i}"), found);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The wire names every field in camelCase (eve-core's records through `Camel`), so the
+    /// description must too: eve-core's snake_case serde names (`run_id`, `created_at`, the
+    /// fields of journal events) are renamed, and the key's expiry is `expiresAt`.
+    #[test]
+    fn no_property_is_snake_case() {
+        let mut found = Vec::new();
+        snake_properties(&DOCUMENT, "", &mut found);
+        assert!(found.is_empty(), "snake_case properties: {found:#?}");
+        let key = &DOCUMENT["components"]["schemas"]["ApiKey"]["properties"];
+        for name in ["createdAt", "revokedAt", "expiresAt"] {
+            assert!(key.get(name).is_some(), "ApiKey has no {name}: {key}");
+        }
+        assert!(DOCUMENT["components"]["schemas"]["RunRecord"]["properties"]
+            .get("runId")
+            .is_some());
+    }
 }

@@ -8,13 +8,16 @@
 //! full: its cost grows with the page and the number of live runs, not with the number of
 //! sessions or of requests elsewhere.
 
+use crate::camel::Camel;
 use crate::error::ApiError;
 use crate::session::query;
 use crate::Inner;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::Json;
-use eve_core::{PendingRequest, RunQuery, RunRecord, RunStatus, SessionId, Timestamp};
+use eve_core::{
+    check_client_id, PendingRequest, RunQuery, RunRecord, RunStatus, SessionId, Timestamp,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -48,9 +51,11 @@ pub(crate) struct RequestsQuery {
 /// A pending request with the tool of its run.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(crate) struct ToolRequest {
-    /// The request.
+    /// The request (in [`Camel`] inside the flattened field: a flattened struct is written as
+    /// a map, whose keys `Camel` leaves alone).
     #[serde(flatten)]
-    request: PendingRequest,
+    #[schema(value_type = PendingRequest)]
+    request: Camel<PendingRequest>,
     /// The tool whose run asked.
     tool: String,
 }
@@ -132,7 +137,11 @@ pub(crate) async fn list(
         Some(0) => return Err(ApiError::malformed("limit must be at least 1")),
         Some(n) => n.min(MAX_REQUESTS_PAGE),
     };
-    let session = text(q.session).map(SessionId::new);
+    let session = text(q.session);
+    if let Some(s) = &session {
+        check_client_id("session", s)?;
+    }
+    let session = session.map(SessionId::new);
     let tool = text(q.tool);
     let needle = text(q.q).map(|s| s.to_lowercase());
 
@@ -204,7 +213,7 @@ pub(crate) async fn list(
                 }
             }
             page.push(ToolRequest {
-                request: p,
+                request: Camel(p),
                 tool: r.tool.clone(),
             });
         }

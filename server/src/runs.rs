@@ -1,5 +1,6 @@
 //! The runs API: list runs by session and status, one run with its journal.
 
+use crate::camel::Camel;
 use crate::error::ApiError;
 use crate::session::query;
 use crate::Inner;
@@ -8,10 +9,9 @@ use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use eve_core::RunRecord;
 use eve_core::{
-    Event, JournalStoreExt, Resolution, RunFilter, RunId, RunQuery, RunStatus, SessionId,
-    StoredEvent, Timestamp,
+    check_client_id, Event, JournalStoreExt, Resolution, RunFilter, RunId, RunQuery, RunRecord,
+    RunStatus, SessionId, StoredEvent, Timestamp,
 };
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -69,9 +69,11 @@ pub(crate) enum OutcomeKind {
 /// A run as `GET /v1/runs` lists it: its record and, on a page, its outcome.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(crate) struct ListedRun {
-    /// The run's record.
+    /// The run's record (in [`Camel`] inside the flattened field: a flattened struct is written
+    /// as a map, whose keys `Camel` leaves alone).
     #[serde(flatten)]
-    run: RunRecord,
+    #[schema(value_type = RunRecord)]
+    run: Camel<RunRecord>,
     /// How it came out: on pages (a `limit` of at most 500), for ended and blocked runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     outcome: Option<Outcome>,
@@ -133,6 +135,9 @@ pub(crate) async fn list(
         }
     };
     let text = |v: Option<String>| v.filter(|s| !s.is_empty());
+    if let Some(s) = text(q.session.clone()) {
+        check_client_id("session", &s)?;
+    }
     let runs = inner
         .store
         .list_runs(&RunQuery {
@@ -165,7 +170,10 @@ pub(crate) async fn list(
         } else {
             None
         };
-        runs.push(ListedRun { run, outcome });
+        runs.push(ListedRun {
+            run: Camel(run),
+            outcome,
+        });
     }
     Ok(Json(RunsPage {
         runs,
@@ -213,9 +221,11 @@ async fn outcome(
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(crate) struct RunJournal {
     /// The run's record.
-    run: RunRecord,
+    #[schema(value_type = RunRecord)]
+    run: Camel<RunRecord>,
     /// Its journal, from seq 0, webhook tokens redacted.
-    events: Vec<StoredEvent>,
+    #[schema(value_type = Vec<StoredEvent>)]
+    events: Camel<Vec<StoredEvent>>,
 }
 
 /// One run's record and journal.
@@ -245,9 +255,15 @@ pub(crate) async fn show(
         .read_all(&run_id, 0)
         .await?
         .into_iter()
-        .map(redact)
+        .map(|mut e| {
+            e.event.mask_webhook_token();
+            e
+        })
         .collect();
-    Ok(Json(RunJournal { run, events }))
+    Ok(Json(RunJournal {
+        run: Camel(run),
+        events: Camel(events),
+    }))
 }
 
 /// The body of the operator routes: why (cancel, optional) or the error a failed run ends with
@@ -379,18 +395,4 @@ pub(crate) async fn fail(
         .await?;
     inner.wrote();
     Ok(Json(Written { seq }).into_response())
-}
-
-/// Hides a webhook token but its first characters, enough to tell webhooks apart.
-fn redact(mut e: StoredEvent) -> StoredEvent {
-    if let Event::HookCreated {
-        token,
-        webhook: true,
-        ..
-    } = &mut e.event
-    {
-        let shown: String = token.chars().take(7).collect();
-        *token = format!("{shown}…");
-    }
-    e
 }

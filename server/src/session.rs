@@ -1,6 +1,7 @@
 //! The session channel over HTTP: the session log as Server-Sent Events, pending requests and
 //! answers, the task index and task cancellation.
 
+use crate::camel::Camel;
 use crate::error::ApiError;
 use crate::Inner;
 use axum::body::Bytes;
@@ -12,8 +13,8 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use eve_core::wake::{Waiter, WatchKey};
 use eve_core::{
-    ApiKey, CallId, CancelOutcome, Execution, InputResponse, RequestId, RunId, RunQuery, RunStatus,
-    SessionEntry, SessionEvent, SessionId, StoreError, Timestamp,
+    check_client_id, ApiKey, CallId, CancelOutcome, Execution, InputResponse, RequestId, RunId,
+    RunQuery, RunStatus, SessionEntry, SessionEvent, SessionId, StoreError, Timestamp,
 };
 use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
@@ -125,6 +126,7 @@ pub(crate) async fn events(
         }
         None => q.from.unwrap_or(0),
     };
+    check_client_id("session", &session)?;
     let state = Follow::new(inner, SessionId::new(session), from).await;
     let stream = futures::stream::unfold(state, |mut s| async move {
         let event = s.next_event().await?;
@@ -292,6 +294,7 @@ pub(crate) async fn events_many(
     for (k, v) in url::form_urlencoded::parse(raw.unwrap_or_default().as_bytes()) {
         match &*k {
             "session" if !v.is_empty() => {
+                check_client_id("session", &v)?;
                 if !sessions.iter().any(|s| *s == v) {
                     sessions.push(v.into_owned());
                 }
@@ -354,7 +357,7 @@ pub(crate) async fn events_many(
 
 /// The SSE event of `entry`, with `id:` = `id` (the session seq, or a multiplexed cursor).
 fn sse_event(entry: &SessionEntry, id: String) -> SseEvent {
-    let data = serde_json::to_string(entry).expect("a session entry serializes");
+    let data = serde_json::to_string(&Camel(entry)).expect("a session entry serializes");
     SseEvent::default()
         .id(id)
         .event(event_type(&entry.event))
@@ -365,7 +368,8 @@ fn sse_event(entry: &SessionEntry, id: String) -> SseEvent {
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(crate) struct SessionRequests {
     /// Oldest first.
-    requests: Vec<eve_core::PendingRequest>,
+    #[schema(value_type = Vec<eve_core::PendingRequest>)]
+    requests: Camel<Vec<eve_core::PendingRequest>>,
 }
 
 /// A session's pending input requests.
@@ -384,11 +388,14 @@ pub(crate) async fn requests(
     State(inner): State<Arc<Inner>>,
     Path(session): Path<String>,
 ) -> Result<Json<SessionRequests>, ApiError> {
+    check_client_id("session", &session)?;
     let pending = inner
         .store
         .pending_requests(&SessionId::new(session))
         .await?;
-    Ok(Json(SessionRequests { requests: pending }))
+    Ok(Json(SessionRequests {
+        requests: Camel(pending),
+    }))
 }
 
 /// The body of an answer: `{"optionId": "approve"}` or `{"text": "..."}` (or both when the
@@ -530,6 +537,7 @@ pub(crate) async fn tasks(
     State(inner): State<Arc<Inner>>,
     Path(session): Path<String>,
 ) -> Result<Json<SessionTasks>, ApiError> {
+    check_client_id("session", &session)?;
     let runs = inner
         .store
         .list_runs(&RunQuery {
@@ -611,10 +619,11 @@ pub(crate) async fn cancel(
 pub(crate) async fn record(
     State(inner): State<Arc<Inner>>,
     Path(session): Path<String>,
-) -> Result<Json<eve_core::SessionRecord>, ApiError> {
-    Ok(Json(
+) -> Result<Json<Camel<eve_core::SessionRecord>>, ApiError> {
+    check_client_id("session", &session)?;
+    Ok(Json(Camel(
         inner.store.get_session(&SessionId::new(session)).await?,
-    ))
+    )))
 }
 
 /// The end of a session.
@@ -647,6 +656,7 @@ pub(crate) async fn end(
     State(inner): State<Arc<Inner>>,
     Path(session): Path<String>,
 ) -> Result<Response, ApiError> {
+    check_client_id("session", &session)?;
     let now = inner.clock.now();
     let end = inner
         .store

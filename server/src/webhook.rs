@@ -2,10 +2,17 @@
 //! on the webhook.
 //!
 //! Delivery is exactly once per `Idempotency-Key`: a caller that retries with the same key gets
-//! the same answer and the run sees one payload. Without the header, delivery is at-least-once
-//! (a retry after a lost response is a second payload). Everything is checked before the store
-//! is touched: the token's shape (else 404), the body's size (else 413), the headers, the
-//! idempotency key and a JSON body's syntax (else 400).
+//! the same answer and the run sees one payload. The same key with another method or body is
+//! refused 409 `idempotency_mismatch` (while the run waits and after it ended), never dropped
+//! silently. Without the header, delivery is at-least-once (a retry after a lost response is a
+//! second payload). Everything is checked before the store is touched: the token's shape (else
+//! 404), the body's size (else 413), the headers, the idempotency key and a JSON body's syntax
+//! (else 400).
+//!
+//! Credentials are not journaled: a header is left out of the recorded payload when its name is
+//! one of [`SENSITIVE_HEADERS`], or ends in one of [`SENSITIVE_SUFFIXES`] (or is that word
+//! alone), or is configured in [`crate::ServerConfig::webhook_drop_headers`]; unless it is
+//! configured in [`crate::ServerConfig::webhook_keep_headers`].
 
 use crate::error::ApiError;
 use crate::Inner;
@@ -15,7 +22,7 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use eve_core::store::READ_PAGE;
-use eve_core::{Delivered, Event, Payload, RunId, StoreError, WebhookResponse};
+use eve_core::{Delivered, Event, Payload, RunId, StoreError, WebhookRequest, WebhookResponse};
 use serde::Serialize;
 use serde_json::value::RawValue;
 use std::collections::BTreeMap;
@@ -29,14 +36,28 @@ pub const IDEMPOTENCY_KEY_MAX: usize = 255;
 /// refused 400 before anything is delivered (the run could not decode it).
 pub const MAX_JSON_DEPTH: usize = 64;
 
-/// Request headers never journaled (credentials of the sender or of a proxy), whatever the
-/// configuration; [`crate::ServerConfig::webhook_drop_headers`] adds more and
+/// Request headers not journaled by name (credentials of the sender or of a proxy);
+/// [`crate::ServerConfig::webhook_drop_headers`] adds more and
 /// [`crate::ServerConfig::webhook_keep_headers`] keeps some back.
 pub const SENSITIVE_HEADERS: [&str; 4] = [
     "authorization",
     "cookie",
     "proxy-authorization",
     "x-api-key",
+];
+
+/// Request headers whose name ends in `-` and one of these words (or is the word alone) are not
+/// journaled either: `X-Auth-Token`, `X-Gitlab-Token`, `X-Client-Secret`, `X-Goog-Api-Key`….
+/// Signatures (`X-Hub-Signature-256`) are kept: they are no credential, and a tool checks them.
+pub const SENSITIVE_SUFFIXES: [&str; 8] = [
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "api-key",
+    "apikey",
+    "credential",
+    "credentials",
 ];
 
 const TOKEN_PREFIX: &str = "wh_";
@@ -100,6 +121,7 @@ pub(crate) struct Accepted {
         (status = 202, description = "Delivered (or a retry of a delivered key), when the webhook sets no response of its own", body = Accepted),
         (status = 400, description = "`malformed`: a JSON body that does not parse or nests too deep, a non-UTF-8 body or header, several or a bad `Idempotency-Key`", body = crate::error::ErrorBody),
         (status = 404, description = "`unknown_webhook`: never created, its run ended, or not a token", body = crate::error::ErrorBody),
+        (status = 409, description = "`idempotency_mismatch`: this `Idempotency-Key` was delivered before with another method or body; nothing was delivered (send the new payload under a new key)", body = crate::error::ErrorBody),
         (status = 413, description = "`too_large`: over the body limit", body = crate::error::ErrorBody),
         (status = "default", description = "The webhook's own response (`respond_with`: its status, headers and JSON body)", body = serde_json::Value),
     ),
@@ -140,12 +162,13 @@ async fn deliver(
     let recorded = record_headers(&inner.config, &headers)?;
     let body = body_json(&headers, &body)?;
     check_depth(body.get())?;
-    let payload = Payload::from_value(&WireRequest {
+    let request = WireRequest {
         method: method.as_str(),
         headers: &recorded,
         body: &body,
-    })
-    .map_err(|e| ApiError::malformed(format!("the request cannot be recorded as JSON: {e}")))?;
+    };
+    let payload = Payload::from_value(&request)
+        .map_err(|e| ApiError::malformed(format!("the request cannot be recorded as JSON: {e}")))?;
 
     let delivered = match inner
         .store
@@ -158,7 +181,9 @@ async fn deliver(
         }
         Err(e) => return Err(e.into()),
     };
-    if !delivered.duplicate {
+    if delivered.duplicate {
+        check_same_request(&inner, &delivered, &request).await?;
+    } else {
         inner.wrote();
     }
     let respond_with = match respond_with(&inner, &token, &delivered).await {
@@ -175,6 +200,39 @@ async fn deliver(
         None => accepted(),
     };
     Ok((resp, delivered.duplicate))
+}
+
+/// A retry with a delivered `Idempotency-Key` must be that request again: the same method and
+/// the same body (as JSON, so whitespace and key order aside; headers may differ, a sender's
+/// retry often changes a date or a trace id). Anything else is 409 `idempotency_mismatch`, so
+/// the sender learns its new payload was not delivered. The recorded request is the
+/// `HookReceived` at the duplicate's seq, which the store keeps until the run is purged.
+async fn check_same_request(
+    inner: &Inner,
+    delivered: &Delivered,
+    request: &WireRequest<'_>,
+) -> Result<(), ApiError> {
+    let page = inner.store.read(&delivered.run, delivered.seq, 1).await?;
+    let Some(Event::HookReceived { payload, .. }) = page.into_iter().next().map(|e| e.event) else {
+        tracing::warn!(run = %delivered.run, seq = delivered.seq, "a duplicate webhook delivery names no HookReceived; not compared");
+        return Ok(());
+    };
+    let recorded: WebhookRequest = payload.to_value().map_err(|e| StoreError::Corrupt {
+        run: delivered.run.clone(),
+        seq: delivered.seq,
+        reason: format!("a HookReceived payload that is no webhook request: {e}"),
+    })?;
+    let body: serde_json::Value = serde_json::from_str(request.body.get())
+        .map_err(|e| ApiError::malformed(format!("the body is not JSON: {e}")))?;
+    if recorded.method == request.method && recorded.body == body {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::CONFLICT,
+        "idempotency_mismatch",
+        "this Idempotency-Key was already used for a delivery with another method or body; \
+         nothing was delivered: send a new payload under a new key",
+    ))
 }
 
 fn accepted() -> Response {
@@ -207,11 +265,22 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     Ok(v.to_str().ok().map(str::to_owned))
 }
 
-/// Whether a header is journaled: not a sensitive one (the built-in list and the configured
+/// Whether a header name (lower-case) is a credential by the built-in rule:
+/// [`SENSITIVE_HEADERS`] and [`SENSITIVE_SUFFIXES`].
+pub fn is_sensitive_header(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    SENSITIVE_HEADERS.contains(&name.as_str())
+        || SENSITIVE_SUFFIXES.iter().any(|word| {
+            name.strip_suffix(word)
+                .is_some_and(|rest| rest.is_empty() || rest.ends_with('-'))
+        })
+}
+
+/// Whether a header is journaled: not a sensitive one (the built-in rule and the configured
 /// additions) unless the configuration keeps it.
 fn recorded(config: &crate::ServerConfig, name: &str) -> bool {
     let listed = |list: &[String]| list.iter().any(|h| h.eq_ignore_ascii_case(name));
-    let sensitive = SENSITIVE_HEADERS.contains(&name) || listed(&config.webhook_drop_headers);
+    let sensitive = is_sensitive_header(name) || listed(&config.webhook_drop_headers);
     !sensitive || listed(&config.webhook_keep_headers)
 }
 
@@ -459,6 +528,35 @@ mod tests {
         };
         let kept: Vec<String> = record_headers(&config, &h).unwrap().into_keys().collect();
         assert_eq!(kept, ["content-type", "x-api-key", "x-signature"]);
+    }
+
+    #[test]
+    fn the_suffix_rule() {
+        for name in [
+            "x-auth-token",
+            "x-gitlab-token",
+            "X-Shopify-Access-Token",
+            "token",
+            "x-client-secret",
+            "x-db-password",
+            "x-goog-api-key",
+            "x-apikey",
+            "x-aws-credentials",
+            "authorization",
+        ] {
+            assert!(is_sensitive_header(name), "{name}");
+        }
+        for name in [
+            "x-hub-signature-256",
+            "idempotency-key",
+            "x-tokens-left",
+            "x-request-id",
+            "content-type",
+            "x-secretary",
+            "user-agent",
+        ] {
+            assert!(!is_sensitive_header(name), "{name}");
+        }
     }
 
     #[test]

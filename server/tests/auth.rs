@@ -73,12 +73,28 @@ fn routes() -> Vec<Route> {
             200,
         ),
         r(Method::GET, "/v1/tools", KeyScope::Read, None, 200),
+        r(Method::GET, "/v1/sessions/s", KeyScope::Read, None, 200),
+        r(
+            Method::POST,
+            "/v1/sessions/s-end/end",
+            KeyScope::Operate,
+            None,
+            200,
+        ),
+        // The MCP endpoint (a stand-in router here; `eve serve` mounts eve-mcp's).
+        r(
+            Method::POST,
+            "/mcp",
+            KeyScope::Operate,
+            Some(json!({ "jsonrpc": "2.0", "id": 1, "method": "ping" })),
+            200,
+        ),
         r(Method::GET, "/metrics", KeyScope::Read, None, 200),
         r(
             Method::POST,
             "/v1/tools/deploy/calls",
             KeyScope::Operate,
-            Some(json!({ "session": "s", "call_id": "c", "input": {} })),
+            Some(json!({ "session": "s", "callId": "c", "input": {} })),
             404,
         ),
         r(
@@ -121,6 +137,16 @@ fn routes() -> Vec<Route> {
 }
 
 async fn call(server: &TestServer, route: &Route, key: Option<&str>) -> (StatusCode, String) {
+    let (status, _, body) = call_full(server, route, key).await;
+    (status, body)
+}
+
+/// [`call`] with the `WWW-Authenticate` header of the answer.
+async fn call_full(
+    server: &TestServer,
+    route: &Route,
+    key: Option<&str>,
+) -> (StatusCode, Option<String>, String) {
     let mut req = reqwest::Client::new().request(route.method.clone(), server.url(route.path));
     if let Some(k) = key {
         req = req.bearer_auth(k);
@@ -130,19 +156,35 @@ async fn call(server: &TestServer, route: &Route, key: Option<&str>) -> (StatusC
     }
     let resp = req.send().await.expect("request reaches the server");
     let status = resp.status();
+    let challenge = resp
+        .headers()
+        .get("www-authenticate")
+        .map(|v| v.to_str().unwrap().to_owned());
     // An open event stream never ends: its headers are enough.
     let body = if route.path.contains("/events") && status == 200 {
         String::new()
     } else {
         resp.text().await.expect("body")
     };
-    (status, body)
+    (status, challenge, body)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_route_needs_a_live_key_of_its_scope() {
     let (_dir, store) = sqlite().await;
-    let server = TestServer::start(store.clone(), |c| c.insecure_no_auth = false).await;
+    let server = TestServer::start_with(
+        store.clone(),
+        |c| c.insecure_no_auth = false,
+        |state| {
+            state.with_mcp(axum::Router::new().route(
+                "/",
+                axum::routing::post(|| async {
+                    axum::Json(json!({ "jsonrpc": "2.0", "id": 1, "result": {} }))
+                }),
+            ))
+        },
+    )
+    .await;
     let now = Timestamp::now();
     let mut keys = Vec::new();
     for scope in KeyScope::ALL {
@@ -160,29 +202,67 @@ async fn every_route_needs_a_live_key_of_its_scope() {
 
     for route in routes() {
         let what = format!("{} {}", route.method, route.path);
-        let (status, body) = call(&server, &route, None).await;
+        // No key: a bare challenge (RFC 6750 3.1: no error code when no credential came).
+        let (status, challenge, body) = call_full(&server, &route, None).await;
         assert_eq!(status, 401, "{what} without a key: {body}");
+        assert_eq!(
+            challenge.as_deref(),
+            Some(r#"Bearer realm="eve""#),
+            "{what} without a key"
+        );
         let err: Value = serde_json::from_str(&body).expect("a JSON error");
         assert_eq!(err["code"], "unauthorized", "{what}");
         for bad in [revoked.text.as_str(), forged.as_str(), "eve_nonsense"] {
-            let (status, body) = call(&server, &route, Some(bad)).await;
+            let (status, challenge, body) = call_full(&server, &route, Some(bad)).await;
             assert_eq!(status, 401, "{what} with a revoked or unknown key: {body}");
+            let challenge = challenge.unwrap_or_default();
+            assert!(
+                challenge.starts_with(
+                    r#"Bearer realm="eve", error="invalid_token", error_description=""#
+                ),
+                "{what} with a bad key: {challenge}"
+            );
         }
         for (scope, key) in &keys {
-            let (status, body) = call(&server, &route, Some(key)).await;
+            let (status, challenge, body) = call_full(&server, &route, Some(key)).await;
             if scope.allows(route.scope) {
                 assert_eq!(
                     status.as_u16(),
                     route.ok,
                     "{what} with a {scope} key: {body}"
                 );
+                assert_eq!(challenge, None, "{what} with a {scope} key");
             } else {
                 assert_eq!(status, 403, "{what} with a {scope} key: {body}");
                 let err: Value = serde_json::from_str(&body).unwrap();
                 assert_eq!(err["code"], "forbidden");
+                assert_eq!(
+                    challenge,
+                    Some(format!(
+                        r#"Bearer realm="eve", error="insufficient_scope", scope="{}""#,
+                        route.scope
+                    )),
+                    "{what} with a {scope} key"
+                );
             }
         }
+        // A key sent another way than as a bearer token counts as no key.
+        let resp = reqwest::Client::new()
+            .request(route.method.clone(), server.url(route.path))
+            .basic_auth("admin", Some(&keys[3].1))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 401, "{what} with Basic");
+        assert_eq!(resp.headers()["www-authenticate"], r#"Bearer realm="eve""#);
     }
+
+    // eve keys are not OAuth tokens: no protected resource metadata is served (see
+    // server/README.md), so no challenge points at one.
+    let resp = reqwest::get(server.url("/.well-known/oauth-protected-resource"))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
 
     // The public routes need nothing.
     for path in ["/", "/healthz", "/readyz"] {
@@ -257,6 +337,13 @@ async fn the_page_signs_in_with_an_http_only_strict_cookie() {
         .await
         .unwrap();
     assert_eq!(bad.status(), 401);
+    assert!(
+        bad.headers()["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .contains(r#"error="invalid_token""#),
+        "a 401 always names its challenge"
+    );
     let cross = client
         .post(server.url("/v1/auth/session"))
         .header("origin", "http://attacker.example")
@@ -324,7 +411,7 @@ async fn a_dns_rebinding_request_is_refused_and_answers_nothing() {
     )
     .await;
     let asked = events.until("input.requested").await.pop().unwrap().json();
-    let request = asked["event"]["data"]["request_id"]
+    let request = asked["event"]["data"]["requestId"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -375,7 +462,7 @@ async fn a_dns_rebinding_request_is_refused_and_answers_nothing() {
         .await
         .unwrap();
     assert_eq!(
-        pending["requests"][0]["request_id"], request,
+        pending["requests"][0]["requestId"], request,
         "the request is still pending"
     );
     worker.shutdown().await;
@@ -424,7 +511,7 @@ async fn the_journal_records_which_key_answered_and_another_keys_retry_is_a_dupl
     )
     .await;
     let asked = events.until("input.requested").await.pop().unwrap().json();
-    let request = asked["event"]["data"]["request_id"]
+    let request = asked["event"]["data"]["requestId"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -495,5 +582,68 @@ async fn the_journal_records_which_key_answered_and_another_keys_retry_is_a_dupl
         .expect("InputAnswered in the runs API");
     assert_eq!(event["response"]["answeredBy"], "alice", "{event}");
     worker.shutdown().await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_key_opens_nothing_and_says_so() {
+    let (_dir, store) = sqlite().await;
+    let server = TestServer::start(store.clone(), |c| c.insecure_no_auth = false).await;
+    let now = Timestamp::now();
+    let hour = 3_600_000;
+    let live = eve_server::create_key_expiring(
+        &*store,
+        "for an hour",
+        KeyScope::Read,
+        Some(Timestamp(now.millis() + hour)),
+        now,
+    )
+    .await
+    .expect("create an expiring key");
+    let expired = eve_server::create_key_expiring(
+        &*store,
+        "yesterday's",
+        KeyScope::Admin,
+        Some(Timestamp(now.millis() - hour)),
+        Timestamp(now.millis() - 24 * hour),
+    )
+    .await
+    .expect("create a key that has expired since");
+    let keys_before = store.list_keys().await.unwrap();
+    let client = reqwest::Client::new();
+    let get = |key: String| {
+        let (client, url) = (client.clone(), server.url("/v1/runs"));
+        async move {
+            let resp = client.get(url).bearer_auth(key).send().await.unwrap();
+            let status = resp.status();
+            (status, resp.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, body) = get(live.text.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = get(expired.text.clone()).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert_eq!(body["code"], "unauthorized");
+    assert!(
+        body["message"].as_str().unwrap().contains("expired"),
+        "{body}"
+    );
+    // Nor does it sign in on the page.
+    let resp = client
+        .post(server.url("/v1/auth/session"))
+        .json(&json!({ "key": expired.text }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    // A key cannot be created expired.
+    let err = eve_server::create_key_expiring(&*store, "never", KeyScope::Read, Some(now), now)
+        .await
+        .expect_err("an expiry not after creation");
+    assert!(err.to_string().contains("expire"), "{err}");
+    // The refusals changed no key, and the server still serves.
+    assert_eq!(store.list_keys().await.unwrap(), keys_before);
+    let (status, _) = get(live.text).await;
+    assert_eq!(status, StatusCode::OK);
     server.stop().await;
 }

@@ -1005,7 +1005,7 @@ async fn three_thousand_pending_requests_among_ten_thousand_runs_load_and_answer
         api_ms.push((path, t.elapsed().as_millis()));
         if path.starts_with("/v1/requests") {
             assert_eq!(body["requests"].as_array().unwrap().len(), 100);
-            assert_eq!(body["requests"][0]["run_id"], template.as_str());
+            assert_eq!(body["requests"][0]["runId"], template.as_str());
         }
     }
 
@@ -1049,6 +1049,19 @@ async fn three_thousand_pending_requests_among_ten_thousand_runs_load_and_answer
         }
     }
     browser.screenshot("page-scale.png").await;
+    // Sessions with long ids (up to the server's 256 bytes each) cannot push the one stream's
+    // URL past what a server takes: the page stops following before that.
+    let url = browser
+        .js_async(
+            "const done = arguments[0];
+             for (let i = 0; i < 300; i++) follow('x'.repeat(250) + i);
+             setTimeout(() => done({ url: source.url.length, bytes: followBytes, max: MAX_FOLLOW_URL }), 0); // after the reconnect follow() scheduled",
+        )
+        .await;
+    assert!(
+        url["url"].as_u64().unwrap() < 48 * 1024 && url["bytes"].as_u64() <= url["max"].as_u64(),
+        "the stream's URL: {url}"
+    );
 
     // Answer the first (newest) request and time it until its card is gone.
     let answered = browser

@@ -49,7 +49,7 @@ async fn calls_start_idempotently_and_wait_until_settled() {
     assert_eq!(deploy["description"], "Deploy a service.");
     assert_eq!(deploy["execution"], "default");
     assert!(
-        deploy["input_schema"]["properties"]["service"].is_object(),
+        deploy["inputSchema"]["properties"]["service"].is_object(),
         "{deploy}"
     );
 
@@ -67,7 +67,7 @@ async fn calls_start_idempotently_and_wait_until_settled() {
             (status, resp.json::<Value>().await.unwrap())
         }
     };
-    let body = json!({ "session": "s-calls", "call_id": "c1", "input": { "service": "api" } });
+    let body = json!({ "session": "s-calls", "callId": "c1", "input": { "service": "api" } });
     // Started, waiting: the long poll returns once the answer below lets the call settle.
     let waiting = tokio::spawn(call("deploy", body.clone(), "?wait=60s"));
     let mut events = SseClient::connect_with(
@@ -77,7 +77,7 @@ async fn calls_start_idempotently_and_wait_until_settled() {
     )
     .await;
     let asked = events.until("input.requested").await.pop().unwrap().json();
-    let request = asked["event"]["data"]["request_id"]
+    let request = asked["event"]["data"]["requestId"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -97,14 +97,14 @@ async fn calls_start_idempotently_and_wait_until_settled() {
     assert_eq!(started["run"]["status"], "completed");
     assert_eq!(started["settled"]["status"], "completed");
     assert_eq!(started["settled"]["output"]["deployed"], true);
-    let run_id = started["run"]["run_id"].clone();
+    let run_id = started["run"]["runId"].clone();
 
     // A retry after the end gets the same run and its outcome.
     let (status, again) = call("deploy", body.clone(), "?wait=1s").await;
-    assert_eq!((status, &again["run"]["run_id"]), (200, &run_id));
+    assert_eq!((status, &again["run"]["runId"]), (200, &run_id));
     assert_eq!(again["settled"]["output"]["deployed"], true);
     // The same session and call id with another input: 409.
-    let other = json!({ "session": "s-calls", "call_id": "c1", "input": { "service": "web" } });
+    let other = json!({ "session": "s-calls", "callId": "c1", "input": { "service": "web" } });
     let (status, err) = call("deploy", other, "").await;
     assert_eq!(
         (status, err["code"].as_str()),
@@ -113,7 +113,7 @@ async fn calls_start_idempotently_and_wait_until_settled() {
     // Unknown tool, input against the schema, malformed body, bad wait.
     let (status, err) = call("nope", body.clone(), "").await;
     assert_eq!((status, err["code"].as_str()), (404, Some("not_found")));
-    let bad = json!({ "session": "s-calls", "call_id": "c2", "input": { "service": 7 } });
+    let bad = json!({ "session": "s-calls", "callId": "c2", "input": { "service": 7 } });
     let (status, err) = call("deploy", bad, "").await;
     assert_eq!((status, err["code"].as_str()), (400, Some("invalid_input")));
     let (status, err) = call("deploy", json!(["s", "c", {}]), "").await;
@@ -121,14 +121,14 @@ async fn calls_start_idempotently_and_wait_until_settled() {
     let (status, err) = call("deploy", body.clone(), "?wait=soon").await;
     assert_eq!((status, err["code"].as_str()), (400, Some("malformed")));
     // A short wait on a call that asks returns unsettled.
-    let pending = json!({ "session": "s-calls", "call_id": "c3", "input": { "service": "db" } });
+    let pending = json!({ "session": "s-calls", "callId": "c3", "input": { "service": "db" } });
     let (status, started) = call("deploy", pending, "?wait=300ms").await;
     assert_eq!(status, 201);
     assert_eq!(
         (&started["run"]["status"], &started["settled"]),
         (&json!("running"), &Value::Null)
     );
-    let asking = started["run"]["run_id"].clone();
+    let asking = started["run"]["runId"].clone();
 
     // Ending the session: its live call is cancelled, and no handle starts a call in it again.
     let end = |session: &'static str| {
@@ -152,7 +152,7 @@ async fn calls_start_idempotently_and_wait_until_settled() {
     );
     let ended_at = ended["endedAt"].clone();
     assert!(ended_at.is_i64(), "{ended}");
-    let late = json!({ "session": "s-calls", "call_id": "c4", "input": { "service": "db" } });
+    let late = json!({ "session": "s-calls", "callId": "c4", "input": { "service": "db" } });
     let (status, err) = call("deploy", late, "").await;
     assert_eq!(
         (status, err["code"].as_str()),
@@ -161,7 +161,7 @@ async fn calls_start_idempotently_and_wait_until_settled() {
     );
     let (status, again) = call("deploy", body.clone(), "").await;
     assert_eq!(
-        (status, &again["run"]["run_id"]),
+        (status, &again["run"]["runId"]),
         (200, &run_id),
         "a retry of a call started before the end still answers"
     );
@@ -181,7 +181,7 @@ async fn calls_start_idempotently_and_wait_until_settled() {
         (200, &ended_at),
         "the first end's time stays"
     );
-    let fresh = json!({ "session": "s-other", "call_id": "c1", "input": { "service": "api" } });
+    let fresh = json!({ "session": "s-other", "callId": "c1", "input": { "service": "api" } });
     let (status, _) = call("deploy", fresh, "").await;
     assert_eq!(status, 201, "another session still starts calls");
     worker.shutdown().await;

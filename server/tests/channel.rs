@@ -59,19 +59,19 @@ async fn sse_resumes_after_a_restart_and_racing_answers_get_one_200() {
     let last_id = asked.id.expect("events carry the session seq as id");
     let entry = asked.json();
     assert_eq!(entry["seq"], last_id);
-    assert_eq!(entry["run_id"], run.as_str());
+    assert_eq!(entry["runId"], run.as_str());
     let request = &entry["event"]["data"]["request"];
     assert_eq!(request["display"], "confirmation");
     assert_eq!(request["options"][0]["style"], "primary");
     assert_eq!(request["options"][1]["style"], "danger");
-    let request_id = entry["event"]["data"]["request_id"]
+    let request_id = entry["event"]["data"]["requestId"]
         .as_str()
         .unwrap()
         .to_owned();
 
     let (status, pending) = get(&first, "/v1/sessions/s-deploy/requests").await;
     assert_eq!(status, 200);
-    assert_eq!(pending["requests"][0]["request_id"], request_id.as_str());
+    assert_eq!(pending["requests"][0]["requestId"], request_id.as_str());
     assert!(pending["requests"][0]["request"]["prompt"]
         .as_str()
         .unwrap()
@@ -172,13 +172,8 @@ async fn answers_tasks_and_runs_over_http() {
     let request_of = |run: &eve_core::RunId| {
         asked
             .iter()
-            .find(|e| e["run_id"] == run.as_str())
-            .map(|e| {
-                e["event"]["data"]["request_id"]
-                    .as_str()
-                    .unwrap()
-                    .to_owned()
-            })
+            .find(|e| e["runId"] == run.as_str())
+            .map(|e| e["event"]["data"]["requestId"].as_str().unwrap().to_owned())
             .unwrap()
     };
     let (deploy_req, refund_req) = (request_of(&deploy), request_of(&refund));
@@ -254,7 +249,7 @@ async fn answers_tasks_and_runs_over_http() {
         frames
             .iter()
             .any(|f| f.event.as_deref() == Some("input.withdrawn")
-                && f.json()["event"]["data"]["request_id"] == refund_req.as_str()),
+                && f.json()["event"]["data"]["requestId"] == refund_req.as_str()),
         "{frames:?}"
     );
     let (s, c) = post(&server, &format!("/v1/tasks/{refund}/cancel")).await;
@@ -285,8 +280,8 @@ async fn answers_tasks_and_runs_over_http() {
         .iter()
         .map(|r| {
             (
-                r["created_at"].as_i64().unwrap(),
-                r["run_id"].as_str().unwrap(),
+                r["createdAt"].as_i64().unwrap(),
+                r["runId"].as_str().unwrap(),
             )
         })
         .collect();
@@ -300,9 +295,9 @@ async fn answers_tasks_and_runs_over_http() {
     assert_eq!(ids, started);
     let (_, runs) = get(&server, "/v1/runs?session=s2&status=cancelled").await;
     assert_eq!(runs["runs"].as_array().unwrap().len(), 1);
-    assert_eq!(runs["runs"][0]["run_id"], refund.as_str());
+    assert_eq!(runs["runs"][0]["runId"], refund.as_str());
     let (_, runs) = get(&server, "/v1/runs?status=completed&limit=1").await;
-    assert_eq!(runs["runs"][0]["run_id"], deploy.as_str());
+    assert_eq!(runs["runs"][0]["runId"], deploy.as_str());
     let (s, e) = get(&server, "/v1/runs?status=sleeping").await;
     assert_eq!((s, e["code"].as_str()), (400, Some("malformed")));
     let (s, e) = get(&server, "/v1/runs?limit=many").await;
@@ -351,7 +346,7 @@ async fn a_resumed_stream_resends_only_the_latest_progress_snapshot() {
     )
     .await;
     let frames = live.until("input.requested").await;
-    let request_id = frames.last().unwrap().json()["event"]["data"]["request_id"]
+    let request_id = frames.last().unwrap().json()["event"]["data"]["requestId"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -366,7 +361,7 @@ async fn a_resumed_stream_resends_only_the_latest_progress_snapshot() {
         .map(|f| f.json()["event"]["data"]["value"].clone())
         .collect();
     assert_eq!(partials, vec![json!({ "done": 3, "of": 3 })], "{backlog:?}");
-    assert_eq!(backlog.last().unwrap().json()["run_id"], run.as_str());
+    assert_eq!(backlog.last().unwrap().json()["runId"], run.as_str());
 
     // Free text answers a text request; the settled result arrives on both streams.
     let (status, _) = answer(&server, &request_id, json!({ "text": "ship it" })).await;
@@ -430,7 +425,7 @@ async fn an_idle_stream_does_not_poll_and_wakes_at_once_on_this_servers_writes()
     )
     .await;
     let asked = events.until("input.requested").await.pop().unwrap();
-    let request_id = asked.json()["event"]["data"]["request_id"]
+    let request_id = asked.json()["event"]["data"]["requestId"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -473,8 +468,8 @@ async fn one_stream_follows_many_sessions_and_resumes_each_from_its_cursor() {
         let f = events.until("input.requested").await.pop().unwrap();
         let entry = f.json();
         asked.insert(
-            entry["session_id"].as_str().unwrap().to_owned(),
-            entry["event"]["data"]["request_id"]
+            entry["sessionId"].as_str().unwrap().to_owned(),
+            entry["event"]["data"]["requestId"]
                 .as_str()
                 .unwrap()
                 .to_owned(),
@@ -501,7 +496,7 @@ async fn one_stream_follows_many_sessions_and_resumes_each_from_its_cursor() {
             "nothing before the cursor is sent again: {f:?}"
         );
         if f.event.as_deref() == Some("tool.settled") {
-            settled.push(f.json()["session_id"].as_str().unwrap().to_owned());
+            settled.push(f.json()["sessionId"].as_str().unwrap().to_owned());
         }
     }
     settled.sort();
@@ -543,7 +538,7 @@ async fn runs_list_newest_first_filtered_paged_and_counted() {
             .as_array()
             .unwrap()
             .iter()
-            .map(|r| r["run_id"].as_str().unwrap().to_owned())
+            .map(|r| r["runId"].as_str().unwrap().to_owned())
             .collect()
     };
     let newest: Vec<String> = runs.iter().rev().map(|r| r.to_string()).collect();
@@ -634,7 +629,7 @@ async fn pending_requests_of_every_session_paged_newest_first_and_filtered() {
             .as_array()
             .unwrap_or_else(|| panic!("no requests: {v}"))
             .iter()
-            .map(|r| r["run_id"].as_str().unwrap().to_owned())
+            .map(|r| r["runId"].as_str().unwrap().to_owned())
             .collect()
     };
     let of = |idx: &[usize]| -> Vec<String> { idx.iter().map(|&i| runs[i].to_string()).collect() };
@@ -646,8 +641,8 @@ async fn pending_requests_of_every_session_paged_newest_first_and_filtered() {
     assert_eq!(all["tools"], json!(["deploy", "refund_order", "report"]));
     let first = &all["requests"][0];
     assert_eq!(first["tool"], "deploy");
-    assert_eq!(first["session_id"], "s-b");
-    assert_eq!(first["request_id"], format!("{}:1", runs[4]));
+    assert_eq!(first["sessionId"], "s-b");
+    assert_eq!(first["requestId"], format!("{}:1", runs[4]));
     assert!(first["request"]["prompt"]
         .as_str()
         .unwrap()
@@ -695,8 +690,8 @@ async fn pending_requests_of_every_session_paged_newest_first_and_filtered() {
             .as_array()
             .unwrap()
             .iter()
-            .find(|r| r["run_id"] == runs[run].as_str())
-            .unwrap()["request_id"]
+            .find(|r| r["runId"] == runs[run].as_str())
+            .unwrap()["requestId"]
             .as_str()
             .unwrap()
             .to_owned()
@@ -754,7 +749,7 @@ async fn a_stream_is_not_woken_by_this_servers_writes_to_other_sessions() {
     while requests.len() < 5 {
         let f = busy.until("input.requested").await.pop().unwrap();
         requests.push(
-            f.json()["event"]["data"]["request_id"]
+            f.json()["event"]["data"]["requestId"]
                 .as_str()
                 .unwrap()
                 .to_owned(),

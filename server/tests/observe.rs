@@ -51,7 +51,7 @@ async fn metrics_after_a_run_and_json_errors_everywhere() {
     )
     .await;
     let asked = events.until("input.requested").await.pop().unwrap().json();
-    let request = asked["event"]["data"]["request_id"]
+    let request = asked["event"]["data"]["requestId"]
         .as_str()
         .unwrap()
         .to_owned();

@@ -293,6 +293,17 @@ async fn python_validates_the_document_and_every_live_answer() {
     let admin = eve_server::create_key(&*store, "python", KeyScope::Admin, Timestamp::now())
         .await
         .unwrap();
+    // A key that expires, so the listing the script validates carries `expiresAt`.
+    let now = Timestamp::now();
+    eve_server::create_key_expiring(
+        &*store,
+        "expiring",
+        KeyScope::Read,
+        Some(Timestamp(now.0 + 3_600_000)),
+        now,
+    )
+    .await
+    .unwrap();
     // A run waiting on a webhook: its path is announced by a step, for the script to deliver to
     // (the runs API shows tokens redacted).
     let announced = expect_url("openapi-hook");

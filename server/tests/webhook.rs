@@ -10,6 +10,7 @@ use axum::{Json, Router};
 use common::*;
 use eve_core::{Event, WebhookRequest};
 use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -75,7 +76,7 @@ async fn render_farm_end_to_end_delivers_the_callback_once() {
 
     let frames = events.until("tool.settled").await;
     let settled = frames.last().unwrap().json();
-    assert_eq!(settled["run_id"], run.as_str());
+    assert_eq!(settled["runId"], run.as_str());
     let result = &settled["event"]["data"]["result"];
     assert_eq!(result["status"], "completed", "{settled}");
     assert_eq!(
@@ -106,7 +107,8 @@ async fn render_farm_end_to_end_delivers_the_callback_once() {
     assert_eq!(payload.body["status"], "ok");
 
     // Its run ended, so the webhook is disposed: a late retry with the delivered key gets the
-    // recorded answer, a new delivery is 404; neither changes anything.
+    // recorded answer, the same key with another body is refused 409, a new delivery is 404;
+    // none changes anything.
     let token = j
         .iter()
         .find_map(|e| match &e.event {
@@ -118,11 +120,25 @@ async fn render_farm_end_to_end_delivers_the_callback_once() {
     let retry = reqwest::Client::new()
         .post(&url)
         .header("idempotency-key", "job-p1-done")
-        .json(&json!({ "status": "ok" }))
+        // The same JSON, spaced and ordered differently.
+        .header("content-type", "application/json")
+        .body(r#"{ "url": "https://cdn.example/job-p1.mp4", "status": "ok" }"#)
         .send()
         .await
         .unwrap();
     assert_eq!(retry.status(), 202, "the recorded answer to a late retry");
+    let changed = reqwest::Client::new()
+        .post(&url)
+        .header("idempotency-key", "job-p1-done")
+        .json(&json!({ "status": "failed" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(changed.status(), 409, "a late retry with another body");
+    assert_eq!(
+        changed.json::<Value>().await.unwrap()["code"],
+        "idempotency_mismatch"
+    );
     let late = reqwest::Client::new()
         .post(&url)
         .header("idempotency-key", "job-p1-again")
@@ -179,22 +195,41 @@ async fn retries_with_one_idempotency_key_are_delivered_once_and_get_respond_wit
     .await;
     let url = server.url(&announced.await.expect("webhook announced"));
     let client = reqwest::Client::new();
-    let post = |key: &'static str, n: u32| {
+    static ATTEMPT: AtomicU32 = AtomicU32::new(0);
+    let send = |method: reqwest::Method, key: &'static str, body: String| {
         let (client, url) = (client.clone(), url.clone());
         async move {
             client
-                .post(&url)
+                .request(method, &url)
                 .header("idempotency-key", key)
                 .header("content-type", "text/plain")
-                .body(format!("delivery {key} try {n}"))
+                // A sender's retry may change its headers; only the method and body count.
+                .header(
+                    "x-attempt",
+                    ATTEMPT.fetch_add(1, Ordering::Relaxed).to_string(),
+                )
+                .body(body)
                 .send()
                 .await
-                .expect("POST reaches the server")
+                .expect("the request reaches the server")
         }
     };
-    // Five concurrent tries with key A, then three with key B: two payloads in all.
-    let a = futures::future::join_all((0..5).map(|n| post("key-a", n))).await;
-    let b = futures::future::join_all((0..3).map(|n| post("key-b", n))).await;
+    let post = |key: &'static str| send(reqwest::Method::POST, key, format!("delivery {key}"));
+    let code = |resp: reqwest::Response| async move {
+        let status = resp.status().as_u16();
+        let body: Value = resp.json().await.expect("JSON error body");
+        (status, body["code"].as_str().unwrap_or_default().to_owned())
+    };
+    let mismatch = (409, "idempotency_mismatch".to_owned());
+    // Five concurrent tries with key A; the same key with another body or method is refused
+    // (and delivers nothing: the run still waits for its second payload); then three tries
+    // with key B: two payloads in all.
+    let a = futures::future::join_all((0..5).map(|_| post("key-a"))).await;
+    let other_body = send(reqwest::Method::POST, "key-a", "another body".into()).await;
+    assert_eq!(code(other_body).await, mismatch);
+    let other_method = send(reqwest::Method::PUT, "key-a", "delivery key-a".into()).await;
+    assert_eq!(code(other_method).await, mismatch);
+    let b = futures::future::join_all((0..3).map(|_| post("key-b"))).await;
     for resp in a.into_iter().chain(b) {
         assert_eq!(resp.status(), 200);
         assert_eq!(resp.headers()["x-eve"], "thanks");
@@ -212,22 +247,22 @@ async fn retries_with_one_idempotency_key_are_delivered_once_and_get_respond_wit
         .iter()
         .map(|r| r["body"].as_str().unwrap())
         .collect();
-    assert_eq!(bodies.len(), 2, "{output}");
-    assert!(bodies[0].starts_with("delivery key-a try "), "{bodies:?}");
-    assert!(bodies[1].starts_with("delivery key-b try "), "{bodies:?}");
+    assert_eq!(bodies, ["delivery key-a", "delivery key-b"], "{output}");
     let j = journal(&store, &run).await;
     assert_eq!(count(&j, |e| matches!(e, Event::HookReceived { .. })), 2);
 
     // The run has ended: a retry with a delivered key still gets the recorded response (the
     // sender who only saw a disconnect learns it was delivered); a new key is unknown.
-    let late = post("key-a", 9).await;
+    let late = post("key-a").await;
     assert_eq!(late.status(), 200, "a retry after the run ended");
     assert_eq!(late.headers()["x-eve"], "thanks");
     assert_eq!(
         late.json::<Value>().await.unwrap(),
         json!({ "received": true })
     );
-    let unknown = post("key-c", 0).await;
+    let late_other = send(reqwest::Method::POST, "key-b", "changed".into()).await;
+    assert_eq!(code(late_other).await, mismatch, "after the run ended too");
+    let unknown = post("key-c").await;
     assert_eq!(unknown.status(), 404, "a new key after the run ended");
     assert_eq!(
         unknown.json::<Value>().await.unwrap()["code"],
@@ -403,7 +438,8 @@ async fn bad_requests_are_refused_without_touching_the_run() {
 async fn credentials_in_webhook_headers_are_never_journaled() {
     let (_dir, store) = sqlite().await;
     let server = TestServer::start(store.clone(), |c| {
-        c.webhook_drop_headers = vec!["X-Vendor-Token".into()];
+        c.webhook_drop_headers = vec!["X-Vendor-Sig".into()];
+        c.webhook_keep_headers = vec!["X-Checked-Token".into()];
     })
     .await;
     let worker = worker(store.clone()).await;
@@ -424,7 +460,13 @@ async fn credentials_in_webhook_headers_are_never_journaled() {
         .header("cookie", "session=sekret-2")
         .header("proxy-authorization", "Basic sekret-3")
         .header("x-api-key", "sekret-4")
-        .header("x-vendor-token", "sekret-5")
+        .header("x-vendor-sig", "sekret-5")
+        .header("x-auth-token", "sekret-6")
+        .header("x-gitlab-token", "sekret-7")
+        .header("x-client-secret", "sekret-8")
+        .header("x-db-password", "sekret-9")
+        .header("x-checked-token", "kept-1")
+        .header("x-hub-signature-256", "sha256=abc")
         .header("x-request-id", "req-77")
         .json(&json!({ "status": "ok" }))
         .send()
@@ -434,12 +476,21 @@ async fn credentials_in_webhook_headers_are_never_journaled() {
     let settled = events.until("tool.settled").await.pop().unwrap().json();
     let headers = &settled["event"]["data"]["result"]["data"]["output"][0]["headers"];
     assert_eq!(headers["x-request-id"], "req-77", "{headers}");
+    assert_eq!(headers["x-hub-signature-256"], "sha256=abc", "{headers}");
+    assert_eq!(
+        headers["x-checked-token"], "kept-1",
+        "kept by the configuration"
+    );
     for name in [
         "authorization",
         "cookie",
         "proxy-authorization",
         "x-api-key",
-        "x-vendor-token",
+        "x-vendor-sig",
+        "x-auth-token",
+        "x-gitlab-token",
+        "x-client-secret",
+        "x-db-password",
     ] {
         assert!(
             headers.get(name).is_none(),
@@ -447,7 +498,7 @@ async fn credentials_in_webhook_headers_are_never_journaled() {
         );
     }
     // Not in the journal, not in the runs API, not on the channel.
-    let journal = format!("{:?}", journal(&store, &run).await);
+    let journal = serde_json::to_string(&journal(&store, &run).await).unwrap();
     let api = reqwest::get(server.url(&format!("/v1/runs/{run}")))
         .await
         .unwrap()

@@ -73,8 +73,9 @@
 //! | session's run | `SESS#{session}` | `RUN#{run}` | `cat`: written with the run, so an end lists the session's runs with a consistent query (not the lagging `gsi2`) |
 //! | queued message | `SESS#{session}` | `MSG#{seq}` | `seq`, `at`, `b` (or chunks): a user message until a take deletes it |
 //! | worker | `WORKER#{worker}` | `-` | `epoch`, `dep`, `exp` (lease expiry), `ret` (retired), `rat` (when), `cln` (the epoch whose lapse entry was dropped); its lapse entry (`g4` keys) |
-//! | api key | `APIKEYS` | `KEY#{id}` | `id`, `name`, `scope`, `hash`, `cat`, `rat` (revoked at): contract clause 8 |
+//! | api key | `APIKEYS` | `KEY#{id}` | `id`, `name`, `scope`, `hash`, `cat`, `rat` (revoked at), `eat` (expires at, absent: never): contract clause 8 |
 //! | api key hash | `KEYHASH#{hash}` | `-` | `id`: finds a key by hash; written with the key, so hashes are unique |
+//! | worker lock | `WLOCK#{worker}` | `-` | `tok` (the holder's random token), `who` (pid, host, since when), `exp` (fresh until, wall-clock ms): contract clause 11 |
 //! | superseded epoch | `WORKER#{worker}` | `OLD#{epoch}#{superseded_at}` | only its lapse entry, until the runs that epoch held are taken |
 //!
 //! Event and session batches are keyed by their **last** seq, so one `Query` with
@@ -160,6 +161,14 @@
 //!   header last and conditionally, so an interrupted purge is finished by the next one and a
 //!   run is counted once. The session counter stays, so no session seq is reused.
 //! * **Reads (guarantee 6)** are strongly consistent queries, at least 100 items a page.
+//! * **One live holder per worker id (clause 11)**: DynamoDB has no session that ends with a
+//!   process, so the lock is a heartbeat: a `Put` of `WLOCK#{worker}` conditioned on the item
+//!   being absent or stale (`exp` in the past, wall clock), renewed every second for 3 s by a
+//!   task of the holder (conditioned on its token), deleted when the lock is dropped. **A
+//!   process killed without a clean-up keeps its id for up to 3 s**: a restart in that window is
+//!   refused, naming the dead holder, and succeeds when started again (a clean shutdown frees
+//!   it at once). Hosts sharing a table need clocks within a second of each other; a holder
+//!   stalled past 3 s may lose the id to another process, which then fences it, as before.
 //!
 //! # Limits
 //!

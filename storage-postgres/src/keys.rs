@@ -6,7 +6,7 @@ use eve_core::{ApiKey, KeyScope, StoreError, Timestamp};
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 
-const COLS: &str = "id, name, scope, hash, created_at, revoked_at";
+const COLS: &str = "id, name, scope, hash, created_at, revoked_at, expires_at";
 
 fn key(row: &PgRow) -> Result<ApiKey, StoreError> {
     let scope: String = row.try_get("scope").map_err(map_err)?;
@@ -20,6 +20,10 @@ fn key(row: &PgRow) -> Result<ApiKey, StoreError> {
             .try_get::<Option<i64>, _>("revoked_at")
             .map_err(map_err)?
             .map(Timestamp),
+        expires_at: row
+            .try_get::<Option<i64>, _>("expires_at")
+            .map_err(map_err)?
+            .map(Timestamp),
     })
 }
 
@@ -27,14 +31,15 @@ impl Db {
     pub(crate) async fn create_key(&self, k: ApiKey) -> Result<(), StoreError> {
         k.validate()?;
         let done = sqlx::query(self.sql(
-            "INSERT INTO {s}.api_keys (id, name, scope, hash, created_at) \
-             VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+            "INSERT INTO {s}.api_keys (id, name, scope, hash, created_at, expires_at) \
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
         ))
         .bind(&k.id)
         .bind(&k.name)
         .bind(k.scope.as_str())
         .bind(&k.hash)
         .bind(k.created_at.0)
+        .bind(k.expires_at.map(|t| t.0))
         .execute(&self.pool)
         .await
         .map_err(map_err)?;

@@ -33,7 +33,7 @@
 //! | `requests` | `request_id` | input requests: pending, answered (with the response), withdrawn |
 //! | `session_heads`, `session_log` | `session_id`; `(session_id, seq)` | the session log |
 //! | `workers` | `worker_id` | leases: deployment, epoch, expiry, retired |
-//! | `api_keys` | `id`; unique `hash` | API keys: name, scope, created_at, revoked_at (contract clause 8) |
+//! | `api_keys` | `id`; unique `hash` | API keys: name, scope, created_at, revoked_at, expires_at (contract clause 8) |
 //!
 //! Undecodable rows (unknown format version, truncated body, wrong count) read back as
 //! [`StoreError::Corrupt`] naming the run and the row's first seq.
@@ -161,6 +161,11 @@
 //!   ([`JournalStore::watch`]), with a wake-everything signal after a reconnect
 //! - [x] a stable [`JournalStore::store_id`]: `postgres://host:port/database#schema`
 //! - [x] multi-process safe: every check runs in the database
+//! - [x] one live holder per worker id (clause 11): `pg_try_advisory_lock` of a hash of schema
+//!   and id, on a connection of its own per worker (its `application_name` names the process:
+//!   pid, host), checked every 5 s and taken again after a lost connection; the server frees it
+//!   when the process dies, so a restart after a crash gets it at once. A refusal reads the
+//!   holder from `pg_locks` and `pg_stat_activity`. One more connection per worker.
 
 use async_trait::async_trait;
 use eve_core::{
@@ -185,6 +190,7 @@ mod retention;
 mod schema;
 mod sessions;
 mod wake;
+mod worker_lock;
 
 use commit::Job;
 pub use config::PostgresOptions;
@@ -277,6 +283,10 @@ impl JournalStore for PostgresStore {
     /// `postgres://host:port/database#schema`, as the URL names the host.
     fn store_id(&self) -> String {
         self.inner.db.id.clone()
+    }
+
+    async fn lock_worker(&self, worker: &WorkerId) -> Result<eve_core::WorkerLock, StoreError> {
+        self.db().lock_worker(worker).await
     }
 
     async fn create_key(&self, key: ApiKey) -> Result<(), StoreError> {

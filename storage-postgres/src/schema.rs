@@ -482,6 +482,13 @@ END
 $fn$;
 "#,
     ),
+    (
+        6,
+        "API keys may expire; existing keys never do",
+        r#"
+ALTER TABLE {s}.api_keys ADD COLUMN expires_at BIGINT;
+"#,
+    ),
 ];
 
 /// The schema version this build writes.

@@ -8,7 +8,7 @@ use eve_core::{ApiKey, KeyScope, StoreError, Timestamp};
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, SqlitePool};
 
-const COLS: &str = "id, name, scope, hash, created_at, revoked_at";
+const COLS: &str = "id, name, scope, hash, created_at, revoked_at, expires_at";
 
 fn key(row: &SqliteRow) -> Result<ApiKey, StoreError> {
     let scope = text(row, 2)?;
@@ -21,20 +21,22 @@ fn key(row: &SqliteRow) -> Result<ApiKey, StoreError> {
         hash: text(row, 3)?,
         created_at: Timestamp(row.try_get(4).map_err(map_sqlx)?),
         revoked_at: opt_i64(row, 5)?.map(Timestamp),
+        expires_at: opt_i64(row, 6)?.map(Timestamp),
     })
 }
 
 pub(crate) async fn create(pool: &SqlitePool, k: ApiKey) -> Result<(), StoreError> {
     k.validate()?;
     let done = sqlx::query(
-        "INSERT INTO api_keys (id, name, scope, hash, created_at) VALUES (?, ?, ?, ?, ?) \
-         ON CONFLICT DO NOTHING",
+        "INSERT INTO api_keys (id, name, scope, hash, created_at, expires_at) \
+         VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
     )
     .bind(&k.id)
     .bind(&k.name)
     .bind(k.scope.as_str())
     .bind(&k.hash)
     .bind(k.created_at.0)
+    .bind(k.expires_at.map(|t| t.0))
     .execute(pool)
     .await
     .map_err(map_sqlx)?;

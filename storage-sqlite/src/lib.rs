@@ -32,7 +32,7 @@
 //! | `session_log` | `(session_id, seq)` | session channel entries |
 //! | `session_heads` | `session_id` | `next_seq` floor of a log whose tail [`purge`](eve_core::JournalStore::purge) deleted |
 //! | `workers` | `worker_id` | `deployment`, `epoch`, `expires_at`, `retired` |
-//! | `api_keys` | `id`; unique `hash` | `name`, `scope`, `created_at`, `revoked_at` (contract clause 8) |
+//! | `api_keys` | `id`; unique `hash` | `name`, `scope`, `created_at`, `revoked_at`, `expires_at` (contract clause 8) |
 //!
 //! Every index change is derived from [`eve_core::Effects::of`], as `MemoryStore` does; when
 //! events end a run its hooks are released, its pending requests withdrawn, its timers dropped
@@ -113,10 +113,16 @@
 //! - [x] byte-for-byte paged reads, 4 MiB payloads (6)
 //! - [x] queries by id, session, status, deployment; pending requests; session log (7)
 //! - [x] several handles / processes on one file
+//! - [x] one live holder per worker id (clause 11): an exclusive `flock` on
+//!   `<db>.worker-<hash of the id>.lock` beside the file, holding the id and its holder (pid,
+//!   host, since when) for a refused process to name; the OS frees it when the process dies,
+//!   so a restart after a crash gets it at once; the holder deletes the file when it lets go.
+//!   An in-memory database (one process) and non-Unix systems hold ids within the process.
 //! - [x] notifications of other processes' writes (`PRAGMA data_version` read every 100 ms)
 
 mod error;
 mod keys;
+mod lock;
 mod retention;
 mod rows;
 mod schema;
@@ -210,6 +216,8 @@ pub struct SqliteStore {
     hub: WatchHub,
     /// [`JournalStore::store_id`]: the file's canonical path.
     id: Arc<str>,
+    /// The database file's canonical path (`None` in memory): worker lock files go beside it.
+    path: Option<Arc<Path>>,
     /// Sees other processes' writes (files only); see the `watch` module.
     _data_watch: Option<Arc<watch::DataWatch>>,
 }
@@ -243,6 +251,7 @@ impl SqliteStore {
                     .map(|d| d.join(path.file_name().unwrap_or_default()))
             })
             .unwrap_or_else(|_| path.to_path_buf());
+        let file = Arc::<Path>::from(id.as_path());
         let id = format!("sqlite://{}", id.display());
         let connect = SqliteConnectOptions::new()
             .filename(path)
@@ -255,7 +264,7 @@ impl SqliteStore {
             .busy_timeout(options.busy_timeout)
             .foreign_keys(false)
             .statement_cache_capacity(512);
-        Self::start(connect, &options, id, true).await
+        Self::start(connect, &options, id, Some(file)).await
     }
 
     /// A private in-memory database, gone when the store is dropped: for quick tests. (The
@@ -272,17 +281,18 @@ impl SqliteStore {
             .foreign_keys(false)
             .statement_cache_capacity(512);
         let id = format!("sqlite::memory:{}", eve_core::AppendId::random());
-        Self::start(connect, &options, id, false).await
+        Self::start(connect, &options, id, None).await
     }
 
-    /// Opens the store on `connect` (a file when `file`, else the in-memory database): the
+    /// Opens the store on `connect` (the file at `path`, else the in-memory database): the
     /// migrations, the read pool, the writer thread on the same database, the data watch.
     async fn start(
         connect: SqliteConnectOptions,
         options: &SqliteOptions,
         id: String,
-        file: bool,
+        path: Option<Arc<Path>>,
     ) -> Result<Self, StoreError> {
+        let file = path.is_some();
         let mut conn = SqliteConnection::connect_with(&connect)
             .await
             .map_err(map_sqlx)?;
@@ -322,6 +332,7 @@ impl SqliteStore {
             wake,
             hub,
             id: id.into(),
+            path,
             _data_watch: data_watch,
         })
     }
@@ -440,6 +451,10 @@ impl JournalStore for SqliteStore {
 
     fn store_id(&self) -> String {
         self.id.to_string()
+    }
+
+    async fn lock_worker(&self, worker: &WorkerId) -> Result<eve_core::WorkerLock, StoreError> {
+        lock::lock_worker(self.path.as_deref(), &self.id, worker)
     }
 
     async fn create_key(&self, key: ApiKey) -> Result<(), StoreError> {

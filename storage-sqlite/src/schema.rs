@@ -5,7 +5,7 @@ use eve_core::StoreError;
 use sqlx::{Row, SqliteConnection};
 
 /// The schema version this build writes and reads.
-pub(crate) const SCHEMA_VERSION: i64 = 5;
+pub(crate) const SCHEMA_VERSION: i64 = 6;
 
 /// Migrations in order; entry `i` brings the schema from version `i` to `i + 1`.
 const MIGRATIONS: &[&str] = &[
@@ -146,6 +146,10 @@ CREATE TABLE session_messages (
     message    TEXT NOT NULL,
     PRIMARY KEY (session_id, seq)
 ) WITHOUT ROWID;
+"#,
+    // API keys may expire (contract clause 8); existing keys never do.
+    r#"
+ALTER TABLE api_keys ADD COLUMN expires_at INTEGER;
 "#,
 ];
 

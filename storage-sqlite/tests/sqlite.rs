@@ -472,3 +472,36 @@ async fn other_handles_writes_wake_this_handles_waiters() {
         .expect("a watcher here is woken by a write there")
         .unwrap();
 }
+
+/// The worker lock (contract clause 11) is a file beside the database that names its holder
+/// while held and is gone once dropped; a lock file a killed process left behind (present,
+/// but locked by nobody) does not stand in the way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_lock_file_names_the_holder_and_a_left_file_is_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("w.db")).await.unwrap();
+    let lock_files = || {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_string_lossy().ends_with(".lock"))
+            .collect::<Vec<_>>()
+    };
+    let id = eve_core::WorkerId::new("host/dep");
+    let lock = store.lock_worker(&id).await.unwrap();
+    let files = lock_files();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    assert!(
+        text.starts_with("host/dep\n") && text.contains(lock.holder()),
+        "{text}"
+    );
+    drop(lock);
+    assert!(lock_files().is_empty(), "the holder deletes its file");
+    // What a SIGKILLed holder leaves: the file, unlocked.
+    std::fs::write(&files[0], "host/dep\npid 1 on host gone, since long ago\n").unwrap();
+    let lock = store.lock_worker(&id).await.expect("a left file is taken");
+    assert!(std::fs::read_to_string(&files[0])
+        .unwrap()
+        .contains(lock.holder()));
+}

@@ -287,6 +287,12 @@ impl JournalStore for Faults {
         .await
     }
 
+    // Passed through, outside the fault schedule and the call log: the process lock is no
+    // journal call, and a simulated crash does not end the process that holds it.
+    async fn lock_worker(&self, worker: &WorkerId) -> Result<eve_core::WorkerLock, StoreError> {
+        self.inner.lock_worker(worker).await
+    }
+
     async fn register_worker(
         &self,
         worker: &WorkerId,

@@ -1,5 +1,5 @@
-//! Guarantee 8: API keys — unique ids and hashes, lookup by hash, revocation once, listing, and
-//! persistence across handles.
+//! Guarantee 8: API keys — unique ids and hashes, lookup by hash, revocation once, listing,
+//! expiry, and persistence across handles.
 
 use crate::fixtures::*;
 use crate::{assert_err, StoreFactory};
@@ -13,6 +13,7 @@ fn key(id: &str, scope: KeyScope, created: Timestamp) -> ApiKey {
         hash: format!("hash-of-{id}"),
         created_at: created,
         revoked_at: None,
+        expires_at: None,
     }
 }
 
@@ -95,6 +96,10 @@ pub async fn keys_create_find_list(factory: &dyn StoreFactory) {
             revoked_at: Some(at(0)),
             ..key(&unique("kg"), KeyScope::Read, at(0))
         },
+        ApiKey {
+            expires_at: Some(at(3)),
+            ..key(&unique("kh"), KeyScope::Read, at(3))
+        },
     ] {
         assert_err!(
             store.create_key(bad.clone()).await,
@@ -160,5 +165,56 @@ pub async fn keys_revoke_once_and_persist(factory: &dyn StoreFactory) {
         listed,
         vec![revoked, other],
         "keys and revocations survive a reopen"
+    );
+}
+
+/// A key's expiry is stored and returned as given (lookup, listing, revocation, a reopen); a
+/// key without one never expires. The store keeps expired keys: refusing them is the caller's
+/// check ([`ApiKey::is_active`]).
+pub async fn keys_keep_their_expiry(factory: &dyn StoreFactory) {
+    let s = fresh(factory).await;
+    let store = &*s.store;
+    let expiring = ApiKey {
+        expires_at: Some(at(1_000)),
+        ..key(&unique("kx"), KeyScope::Answer, at(10))
+    };
+    let forever = key(&unique("kn"), KeyScope::Read, at(20));
+    store
+        .create_key(expiring.clone())
+        .await
+        .expect("create_key");
+    store.create_key(forever.clone()).await.expect("create_key");
+    let found = store
+        .key_by_hash(&expiring.hash)
+        .await
+        .expect("key_by_hash")
+        .expect("the key is found");
+    assert_eq!(found, expiring, "a key is found with its expiry, as stored");
+    assert!(found.is_active(at(999)) && !found.is_active(at(1_000)));
+    assert_eq!(
+        store.list_keys().await.expect("list_keys"),
+        vec![expiring.clone(), forever.clone()],
+        "listed with and without an expiry"
+    );
+    let revoked = store
+        .revoke_key(&expiring.id, at(50))
+        .await
+        .expect("revoke_key");
+    assert_eq!(
+        (revoked.expires_at, revoked.revoked_at),
+        (Some(at(1_000)), Some(at(50))),
+        "revocation keeps the expiry"
+    );
+    let Some(reopened) = factory.open(&s.location).await.expect("open") else {
+        crate::__private::skipped(
+            "keys::keys_keep_their_expiry (reopen)",
+            "the backend is not persistent",
+        );
+        return;
+    };
+    assert_eq!(
+        reopened.list_keys().await.expect("list_keys after reopen"),
+        vec![revoked, forever],
+        "expiries survive a reopen"
     );
 }

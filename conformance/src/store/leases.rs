@@ -471,3 +471,73 @@ pub async fn eager_start_claims_the_new_run(factory: &dyn StoreFactory) {
     let fresh_worker = worker(st, w.expires_at).await;
     claim_run(st, &fresh_worker, &late.run.run_id, w.expires_at).await;
 }
+
+/// Clause 11: one live holder per worker id. A second lock of a held id, from the same handle
+/// or from another handle on the same storage (as another process opens it), is refused with
+/// `WorkerIdInUse` naming the holder's process; other ids and other stores are unaffected, and
+/// registering the id (a restart's lease) does not need the lock. Once the holder is dropped,
+/// the id is free again, from the other handle too.
+pub async fn one_live_holder_per_worker_id(factory: &dyn StoreFactory) {
+    let s = fresh(factory).await;
+    let id = WorkerId::new(unique("proc"));
+    let first = s.store.lock_worker(&id).await.expect("lock a free id");
+    assert_eq!(first.worker(), &id);
+    let pid = format!("pid {}", std::process::id());
+    assert!(
+        first.holder().contains(&pid),
+        "the holder names this process: {}",
+        first.holder()
+    );
+    let refused = |what: &str, r: Result<eve_core::WorkerLock, StoreError>| match r {
+        Err(e @ StoreError::WorkerIdInUse { .. }) => {
+            let msg = e.to_string();
+            assert!(
+                msg.contains(id.as_str()) && msg.contains(&pid),
+                "{what}: the refusal names the id and the holder's process: {msg}"
+            );
+        }
+        other => panic!("{what}: expected WorkerIdInUse, got {other:?}"),
+    };
+    refused(
+        "a second lock from the same handle",
+        s.store.lock_worker(&id).await,
+    );
+    let second = factory
+        .open(&s.location)
+        .await
+        .expect("StoreFactory::open failed");
+    if let Some(second) = &second {
+        refused("a lock from another handle", second.lock_worker(&id).await);
+    }
+    let other = s
+        .store
+        .lock_worker(&WorkerId::new(unique("proc")))
+        .await
+        .expect("another id is free");
+    let elsewhere = fresh(factory).await;
+    let apart = elsewhere
+        .store
+        .lock_worker(&id)
+        .await
+        .expect("the same id of another store is free");
+    s.store
+        .register_worker(&id, &DeploymentId::new(DEPLOYMENT), TTL, at(0))
+        .await
+        .expect("registering does not take the lock");
+    assert_err!(
+        s.store.lock_worker(&WorkerId::new("")).await,
+        StoreError::InvalidInput(_),
+        "an empty worker id"
+    );
+    drop(first);
+    let taker = second.unwrap_or_else(|| s.store.clone());
+    let again = taker
+        .lock_worker(&id)
+        .await
+        .expect("a dropped holder's id is free again");
+    refused(
+        "a lock while the new holder lives",
+        s.store.lock_worker(&id).await,
+    );
+    drop((again, other, apart));
+}

@@ -47,6 +47,7 @@ pub use tool::{
     define_tool, define_workflow_tool, resume_hook, start_tool_call, tool_call_run,
     IntoWorkflowTool, Registry, Tool, ToolCtx, Workflow, WorkflowTool, DEFAULT_GRACE,
 };
+pub(crate) use worker::host_name;
 pub use worker::{
     default_worker_id, ActivationEnd, ReplayError, ReplayReport, Worker, WorkerConfig, WorkerHandle,
 };

@@ -169,6 +169,7 @@ pub struct WorkflowTool {
     grace: std::time::Duration,
     input_schema: serde_json::Value,
     output_schema: Option<serde_json::Value>,
+    waits_for_input: bool,
     validate: fn(&serde_json::Value) -> Result<(), String>,
     pub(crate) body: ErasedBody,
 }
@@ -236,6 +237,7 @@ where
         grace: DEFAULT_GRACE,
         input_schema: serde_json::to_value(&schema).unwrap_or(serde_json::Value::Null),
         output_schema: None,
+        waits_for_input: false,
         validate: validate_as::<I>,
         body: workflow.body,
     }
@@ -289,6 +291,22 @@ impl WorkflowTool {
         );
         self.output_schema = Some(schema);
         self
+    }
+
+    /// Declares that the body may wait for input from the caller's side: a person's answer
+    /// (`ctx.ask`) or an agent call the host fulfils (`ctx.agent`). Hosts show it (MCP lists it
+    /// as `_meta["eve/mayWaitForInput"]`) so a client knows the call may park on
+    /// `input_required`. `#[workflow]` derives it from the body (a `.ask(..)` or `.agent(..)`
+    /// call in it) and takes `#[workflow(waits_for_input)]` for a body that asks in a helper;
+    /// a tool made with [`define_workflow_tool`] declares it here. Undeclared: `false`.
+    pub fn waits_for_input(mut self) -> Self {
+        self.waits_for_input = true;
+        self
+    }
+
+    /// Whether the body may wait for input (see [`WorkflowTool::waits_for_input`]).
+    pub fn may_wait_for_input(&self) -> bool {
+        self.waits_for_input
     }
 
     /// The declared output schema, if any (see [`WorkflowTool::output_schema_of`]).

@@ -106,16 +106,16 @@ fn serve_call_answer_settle() {
         .unwrap()
         .starts_with("Refund an order."));
 
-    let call = r#"{"session":"s1","call_id":"c1","input":{"order":"A-17","amount_cents":1250}}"#;
+    let call = r#"{"session":"s1","callId":"c1","input":{"order":"A-17","amount_cents":1250}}"#;
     let (status, started) = http(&base, &key, "POST", "/v1/tools/refund/calls", call);
     assert_eq!(status, 201, "{started}");
-    let run = started["run"]["run_id"].as_str().unwrap().to_owned();
+    let run = started["run"]["runId"].as_str().unwrap().to_owned();
 
     // The body asks; a person answers from the command line.
     let deadline = Instant::now() + Duration::from_secs(60);
     let request = loop {
         let (_, pending) = http(&base, &key, "GET", "/v1/sessions/s1/requests", "");
-        if let Some(id) = pending["requests"][0]["request_id"].as_str() {
+        if let Some(id) = pending["requests"][0]["requestId"].as_str() {
             assert!(pending["requests"][0]["request"]["prompt"]
                 .as_str()
                 .unwrap()
@@ -130,7 +130,7 @@ fn serve_call_answer_settle() {
     // A retry of the same call waits for and returns the settled result.
     let (status, settled) = http(&base, &key, "POST", "/v1/tools/refund/calls?wait=60s", call);
     assert_eq!(status, 200, "{settled}");
-    assert_eq!(settled["run"]["run_id"], run.as_str());
+    assert_eq!(settled["run"]["runId"], run.as_str());
     assert_eq!(settled["settled"]["status"], "completed", "{settled}");
     assert_eq!(settled["settled"]["output"]["refunded"], true);
     assert_eq!(settled["settled"]["output"]["receipt"], "rf_A-17_1250");

@@ -73,12 +73,45 @@ mod weigh {
     }
 }
 
-/// The tools the tests call: the examples', `nap` (sleeps; cleans up when cancelled) and
-/// `weigh` (declares its output schema).
+mod survey {
+    use eve_core::engine::{define_workflow_tool, WorkflowCtx, WorkflowError, WorkflowTool};
+    use eve_core::{workflow, InputOption, InputRequest};
+
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    pub struct Input {}
+
+    /// Asks two questions at once (two requests pending together) and returns the choices.
+    pub async fn execute(ctx: WorkflowCtx, _: Input) -> Result<Vec<String>, WorkflowError> {
+        let question = |prompt: &str| {
+            InputRequest::select(
+                prompt,
+                vec![InputOption::new("yes", "Yes"), InputOption::new("no", "No")],
+            )
+        };
+        let answers = ctx
+            .join_all(vec![ctx.ask(question("Tea?")), ctx.ask(question("Milk?"))])
+            .await;
+        Ok(answers
+            .into_iter()
+            .map(|a| a.option_id.unwrap_or_default())
+            .collect())
+    }
+
+    pub fn tool() -> WorkflowTool {
+        // Declared: the body's `ctx.ask` is not visible to `define_workflow_tool`.
+        define_workflow_tool("Ask two questions at once.", workflow!(execute))
+            .named("survey")
+            .waits_for_input()
+    }
+}
+
+/// The tools the tests call: the examples', `nap` (sleeps; cleans up when cancelled), `weigh`
+/// (declares its output schema) and `survey` (two requests pending at once).
 pub fn registry() -> Registry {
     eve_examples::registry()
         .with(nap::tool())
         .with(weigh::tool())
+        .with(survey::tool())
 }
 
 /// A SQLite store, [`registry`], a worker, and the MCP server over them.

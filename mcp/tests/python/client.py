@@ -4,7 +4,8 @@ Usage: client.py SERVER_EXE [ARGS...]  (stdio: spawns the server; its environmen
    or: client.py http://HOST:PORT/mcp   (streamable HTTP; with EVE_MCP_BEARER set, sent as
                                           `Authorization: Bearer …`).
 Lists the tools, calls deploy_approval without the tasks extension and answers its approval
-through elicitation, then prints one JSON line per step for the Rust test to assert on.
+through elicitation, calls remind (whose steps print to stdout: over stdio that must not reach
+the protocol), then prints one JSON line per step for the Rust test to assert on.
 """
 
 import json
@@ -19,6 +20,13 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 asked = []
+# What the transport could not parse (a line on the server's stdout that is not JSON-RPC).
+stream_errors = []
+
+
+async def on_message(message):
+    if isinstance(message, Exception):
+        stream_errors.append(repr(message))
 
 
 async def elicit(context, params):
@@ -46,7 +54,9 @@ def transport():
 
 async def main():
     async with transport() as (read, write):
-        async with ClientSession(read, write, elicitation_callback=elicit) as session:
+        async with ClientSession(
+            read, write, elicitation_callback=elicit, message_handler=on_message
+        ) as session:
             init = await session.initialize()
             out("initialized", server=init.server_info.name, protocol=init.protocol_version)
             tools = await session.list_tools()
@@ -64,6 +74,13 @@ async def main():
                 structured=result.structured_content,
                 text=[c.text for c in result.content if c.type == "text"],
                 asked=asked,
+            )
+            printed = await session.call_tool("remind", {"note": "tea", "delay": "1s"})
+            out(
+                "printed",
+                is_error=printed.is_error,
+                structured=printed.structured_content,
+                stream_errors=stream_errors,
             )
             try:
                 await session.call_tool("no_such_tool", {})

@@ -54,6 +54,24 @@ impl TestServer {
         store: Arc<dyn JournalStore>,
         tune: impl FnOnce(&mut ServerConfig),
     ) -> Self {
+        Self::start_full(addr, store, tune, |s| s).await
+    }
+
+    /// [`TestServer::start`] with the state changed by `state` (e.g. an MCP router mounted).
+    pub async fn start_with(
+        store: Arc<dyn JournalStore>,
+        tune: impl FnOnce(&mut ServerConfig),
+        state: impl FnOnce(AppState) -> AppState,
+    ) -> Self {
+        Self::start_full("127.0.0.1:0".parse().unwrap(), store, tune, state).await
+    }
+
+    async fn start_full(
+        addr: SocketAddr,
+        store: Arc<dyn JournalStore>,
+        tune: impl FnOnce(&mut ServerConfig),
+        with: impl FnOnce(AppState) -> AppState,
+    ) -> Self {
         let listener = tokio::net::TcpListener::bind(addr).await.expect("bind");
         let addr = listener.local_addr().expect("local addr");
         let base = format!("http://{addr}");
@@ -65,7 +83,7 @@ impl TestServer {
             ..ServerConfig::default()
         };
         tune(&mut config);
-        let state = AppState::new(store, Arc::new(SystemClock)).with_config(config);
+        let state = with(AppState::new(store, Arc::new(SystemClock)).with_config(config));
         let (tx, rx) = oneshot::channel::<()>();
         let join = tokio::spawn(eve_server::serve_with_shutdown(listener, state, async {
             let _ = rx.await;

@@ -148,15 +148,8 @@ def camel(snake):
 
 
 def get(obj, snake):
-    """A field of an answer, named as the wire names it (snake_case or camelCase)."""
-    return obj[snake] if snake in obj else obj[camel(snake)]
-
-
-def field(schema, snake):
-    """The name the description gives the field `snake` of request schema `schema`, so the
-    bodies this check sends follow the description's casing."""
-    props = spec["components"]["schemas"][schema]["properties"]
-    return snake if snake in props else camel(snake)
+    """A field of an answer: the wire names every field in camelCase (`run_id` is `runId`)."""
+    return obj[camel(snake)]
 
 
 def run_status(run_id):
@@ -191,6 +184,8 @@ reader = created["key"]
 call("POST", "/v1/keys", body={"name": "x", "scope": "root"}, expect=400)
 _, listed = call("GET", "/v1/keys", expect=200)
 assert any(k["id"] == created["record"]["id"] for k in listed["keys"]), listed
+# The key the test made to expire: its expiry is listed (and described) as `expiresAt`.
+assert any(isinstance(k.get("expiresAt"), int) for k in listed["keys"]), listed
 call("GET", "/v1/runs", key=reader, expect=200)
 call("POST", "/v1/keys", body={"name": "y", "scope": "read"}, key=reader, expect=403)
 call("POST", f"/v1/keys/{created['record']['id']}/revoke", expect=200)
@@ -201,7 +196,7 @@ call("GET", "/v1/runs", key=None, expect=401)
 # 3. Tools and calls: a default-execution call that asks, answered.
 _, tools = call("GET", "/v1/tools", expect=200)
 assert "deploy" in [t["name"] for t in tools["tools"]], tools
-CALL_ID = field("StartCall", "call_id")
+CALL_ID = "callId"
 start = {"session": "py", CALL_ID: "deploy-1", "input": {"service": "api"}}
 _, started = call("POST", "/v1/tools/deploy/calls", body=start, expect=201)
 deploy_run = get(started["run"], "run_id")
@@ -210,6 +205,13 @@ call("POST", "/v1/tools/deploy/calls", body={**start, "input": {"service": "db"}
 call("POST", "/v1/tools/nope/calls", body=start, expect=404)
 call("POST", "/v1/tools/deploy/calls", body={**start, CALL_ID: "deploy-bad", "input": {"service": 7}}, expect=400)
 call("POST", "/v1/tools/deploy/calls?wait=soon", body=start, expect=400)
+# Ids a client chooses are checked before anything is read or written: 400 `invalid_id`.
+_, bad = call("POST", "/v1/tools/deploy/calls", body={**start, "session": "a\nb"}, expect=400)
+assert bad["code"] == "invalid_id", bad
+_, bad = call("GET", "/v1/sessions/" + "s" * 300 + "/requests", expect=400)
+assert bad["code"] == "invalid_id", bad
+_, bad = call("GET", "/v1/runs?session=" + "s" * 300, expect=400)
+assert bad["code"] == "invalid_id", bad
 
 # The request arrives on the session's stream (no polling), then in both listings.
 _, first = call("GET", "/v1/sessions/py/events", sse=True, expect=200)
@@ -282,6 +284,8 @@ call("GET", "/v1/sessions/py", expect=200)
 # Webhooks: each method, a retried Idempotency-Key, the refusals.
 call("POST", WEBHOOK, body={"status": "ok"}, key=None, headers={"idempotency-key": "py-1"}, expect=202)
 call("POST", WEBHOOK, body={"status": "ok"}, key=None, headers={"idempotency-key": "py-1"}, expect=202)
+_, mismatch = call("POST", WEBHOOK, body={"status": "changed"}, key=None, headers={"idempotency-key": "py-1"}, expect=409)
+assert mismatch["code"] == "idempotency_mismatch", mismatch
 call("PUT", WEBHOOK, raw=b"plain text", key=None, headers={"content-type": "text/plain"}, expect=202)
 call("PATCH", WEBHOOK, body={"n": 3}, key=None, expect=202)
 call("POST", WEBHOOK, raw=b"{not json", key=None, headers={"content-type": "application/json"}, expect=400)

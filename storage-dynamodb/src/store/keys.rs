@@ -33,6 +33,7 @@ fn from_item(it: &Item) -> Result<ApiKey, StoreError> {
         hash: get_s(it, "hash").ok_or_else(|| bad("hash"))?.to_owned(),
         created_at: Timestamp(get_n(it, "cat").ok_or_else(|| bad("cat"))?),
         revoked_at: get_n(it, "rat").map(Timestamp),
+        expires_at: get_n(it, "eat").map(Timestamp),
     })
 }
 
@@ -45,6 +46,9 @@ impl DynamoStore {
         item.insert("scope".into(), s(k.scope.as_str()));
         item.insert("hash".into(), s(&k.hash));
         item.insert("cat".into(), n(k.created_at.0));
+        if let Some(t) = k.expires_at {
+            item.insert("eat".into(), n(t.0));
+        }
         let mut by_hash = key(hash_pk(&k.hash), ONE);
         by_hash.insert("id".into(), s(&k.id));
         let mut tx = Tx::new();

@@ -16,6 +16,7 @@ mod reads;
 mod retention;
 mod sessions;
 mod tx;
+mod worker_lock;
 
 use crate::client::{unexpected, CallCounts, CallError, Caller, DynamoConfig, BACKEND};
 use crate::item::*;
@@ -488,5 +489,9 @@ impl JournalStore for DynamoStore {
 
     fn store_id(&self) -> String {
         format!("dynamodb://{}/{}", self.location, self.table)
+    }
+
+    async fn lock_worker(&self, worker: &WorkerId) -> Result<eve_core::WorkerLock, StoreError> {
+        self.lock_worker_item(worker).await
     }
 }

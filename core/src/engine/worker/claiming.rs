@@ -138,7 +138,7 @@ impl Inner {
         self.running.store(0, Ordering::SeqCst);
         if let Some(e) = fenced {
             let lease = self.lease();
-            error!(worker = %lease.worker, epoch = lease.epoch, error = %e, "worker fenced: another process registered the same worker id, so this one stops; give each live process its own worker id (WorkerConfig::id)");
+            error!(worker = %lease.worker, epoch = lease.epoch, error = %e, "worker fenced: its id was registered again without its lock (a direct register_worker, or a lock that lapsed while this process stalled), so this one stops; give each live process its own worker id (WorkerConfig::id)");
             return Err(e);
         }
         let lease = self.lease();

@@ -21,7 +21,7 @@ pub(super) fn take_ordinal(store: &str, deployment: &str) -> u32 {
 }
 
 /// The host's name: `/proc/sys/kernel/hostname`, else `$HOSTNAME`, else `localhost`.
-pub(super) fn host_name() -> String {
+pub(crate) fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .or_else(|| std::env::var("HOSTNAME").ok())

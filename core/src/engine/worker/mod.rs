@@ -35,6 +35,7 @@ mod steps;
 
 use activation::{Appendix, Sticky};
 pub use identity::default_worker_id;
+pub(crate) use identity::host_name;
 use identity::{take_ordinal, Ordinal};
 
 /// Worker tunables.
@@ -44,9 +45,9 @@ pub struct WorkerConfig {
     /// `{host}/{deployment}`, so a process restarted after a crash re-registers the same id,
     /// fences its dead incarnation and takes its runs back at once. A second worker of the same
     /// store and deployment in one process gets `{host}/{deployment}/2`, and so on. Two live
-    /// processes given the same id do not both run: the later one fences the earlier, which
-    /// stops with an error (see [`WorkerHandle::join`]). Set it to run several processes of one
-    /// deployment on one host.
+    /// processes given the same id do not both run: the later one's [`Worker::new`] fails
+    /// `WorkerIdInUse`, naming the earlier (contract clause 11). Set it to run several
+    /// processes of one deployment on one host.
     pub id: Option<WorkerId>,
     /// Lease length (default 9 s); heartbeats renew it at a third of it. Another worker takes
     /// over a dead worker's runs once its lease expires, so a shorter lease recovers sooner;
@@ -123,6 +124,8 @@ struct Inner {
     /// Activations in flight in the run loop.
     running: AtomicUsize,
     _ordinal: Ordinal,
+    /// This process's hold on the worker id (contract clause 11), freed with the worker.
+    _lock: crate::worker_lock::WorkerLock,
 }
 
 /// A worker process (or task): see the module docs. Cheap to clone.
@@ -152,10 +155,13 @@ pub struct ReplayReport {
 }
 
 impl Worker {
-    /// Registers a worker for the registry's deployment.
+    /// Takes the worker id's process lock ([`JournalStore::lock_worker`]), held as long as
+    /// the worker (any clone, its background task) lives, and registers the worker for the
+    /// registry's deployment.
     ///
     /// # Errors
-    /// The store's error.
+    /// `WorkerIdInUse` when another live process (or another worker of this one) holds the id:
+    /// its message names that process; other store errors.
     pub async fn new(
         store: Arc<dyn JournalStore>,
         registry: Registry,
@@ -173,6 +179,9 @@ impl Worker {
             }
         };
         config.id = Some(id.clone());
+        // Held for the worker's life, before registering: a second live process with this id
+        // is refused here instead of fencing the first (contract clause 11).
+        let lock = store.lock_worker(&id).await?;
         let lease = store
             .register_worker(&id, registry.deployment(), config.lease_ttl, clock.now())
             .await?;
@@ -190,6 +199,7 @@ impl Worker {
                 config,
                 lease: Mutex::new(lease),
                 _ordinal: ordinal,
+                _lock: lock,
             }),
         })
     }
@@ -457,8 +467,10 @@ impl WorkerHandle {
         }
     }
 
-    /// Waits until the worker stops by itself, which it does only when it is fenced: another
-    /// process registered the same worker id. Returns that `Fenced` error.
+    /// Waits until the worker stops by itself, which it does only when it is fenced: its id was
+    /// registered again despite its lock (see [`JournalStore::lock_worker`]: a direct
+    /// `register_worker`, or a DynamoDB lock that lapsed while the process stalled). Returns
+    /// that `Fenced` error.
     ///
     /// # Errors
     /// `Fenced`; `Other` if the worker task panicked.
