@@ -301,11 +301,11 @@ fn describe(op: &mut Operation, session_path: bool) {
     if scope.is_some() {
         add(
             "401",
-            "`unauthorized`: no key, or one that is unknown, revoked or malformed",
+            "`unauthorized`: no key, or one that is unknown, revoked, expired or malformed; `WWW-Authenticate` carries the challenge (`Bearer realm=\"eve\"`, with `error=\"invalid_token\"` when a key came)",
         );
         add(
             "403",
-            "`forbidden`: the key's scope is too small; `cross_origin`: a browser request from another origin",
+            "`forbidden`: the key's scope is too small (`WWW-Authenticate` names the scope needed: `error=\"insufficient_scope\"`); `cross_origin`: a browser request from another origin",
         );
     }
     if takes_session {
