@@ -31,5 +31,12 @@ if [ ! -x "$MCP_VENV/bin/python" ] || ! "$MCP_VENV/bin/python" -c 'import import
   python3 -m venv "$MCP_VENV" && "$MCP_VENV/bin/pip" install -q "mcp==2.3.0" || echo "WARNING: the MCP Python SDK could not be installed: the eve-mcp Python client test will be skipped"
 fi
 "$MCP_VENV/bin/python" -c "import mcp" 2>/dev/null && export EVE_TEST_MCP_PYTHON="$MCP_VENV/bin/python"
+# The eve-server OpenAPI test validates /v1/openapi.json with openapi-spec-validator and every live
+# answer with openapi-core (pinned; openapi-core 0.23.1 needs openapi-spec-validator 0.8.x), in the
+# same venv.
+if [ -x "$MCP_VENV/bin/python" ] && ! "$MCP_VENV/bin/python" -c 'import importlib.metadata as m; assert m.version("openapi-core") == "0.23.1" and m.version("openapi-spec-validator") == "0.8.5"' 2>/dev/null; then
+  "$MCP_VENV/bin/pip" install -q "openapi-core==0.23.1" "openapi-spec-validator==0.8.5" || echo "WARNING: openapi-core/openapi-spec-validator could not be installed: the eve-server OpenAPI check will be skipped"
+fi
+"$MCP_VENV/bin/python" -c "import openapi_core, openapi_spec_validator" 2>/dev/null && export EVE_TEST_OPENAPI_PYTHON="$MCP_VENV/bin/python"
 
 cargo test --workspace "$@"

@@ -63,6 +63,23 @@ impl Payload {
     }
 }
 
+/// Any JSON value: the schema of a payload says nothing of its shape (a tool's input, a step's
+/// output, a delivered body: each is the workflow's own).
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for Payload {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::schema::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::SchemaType::AnyValue)
+            .description(Some(
+                "Any JSON value, kept byte for byte as it was written.",
+            ))
+            .into()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for Payload {}
+
 impl PartialEq for Payload {
     fn eq(&self, other: &Self) -> bool {
         self.get() == other.get()
@@ -94,6 +111,7 @@ impl From<serde_json::Value> for Payload {
 }
 
 /// How a workflow tool's call relates to the parent agent's turn.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Execution {
@@ -106,6 +124,7 @@ pub enum Execution {
 }
 
 /// How a channel renders an input request.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Display {
@@ -119,6 +138,7 @@ pub enum Display {
 }
 
 /// Visual weight of an option.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum OptionStyle {
@@ -132,6 +152,7 @@ pub enum OptionStyle {
 }
 
 /// One option offered by an input request.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InputOption {
     /// The id an answer names.
@@ -171,6 +192,7 @@ impl InputOption {
 }
 
 /// What `ctx.ask` publishes on the session channel.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InputRequest {
@@ -258,6 +280,7 @@ impl InputRequest {
 
 /// What a webhook answers each delivery with, set by `ctx.create_webhook_with` and recorded in
 /// its `HookCreated` event so every server process answers the same.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WebhookResponse {
     /// HTTP status (default 200).
@@ -287,6 +310,7 @@ impl WebhookResponse {
 }
 
 /// The HTTP request a webhook delivery carries (the payload of its `HookReceived` event).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WebhookRequest {
     /// The HTTP method.
@@ -300,6 +324,7 @@ pub struct WebhookRequest {
 }
 
 /// An answer to an [`InputRequest`].
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct InputResponse {
@@ -357,6 +382,7 @@ impl InputResponse {
 ///
 /// Stored externally tagged (`{"StepCompleted": {..}}`): unlike an internally tagged enum, that
 /// lets payloads stay raw JSON bytes when decoding.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Event {
     /// Always seq 0.
@@ -622,6 +648,7 @@ impl Event {
 }
 
 /// An event as stored: its seq and the time the writer stamped on it.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredEvent {
     /// Position in the run's journal, from 0.

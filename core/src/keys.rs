@@ -9,6 +9,7 @@ use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
 
 /// What a key may do. Scopes are ordered: each includes everything the ones before it allow.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum KeyScope {
@@ -59,6 +60,7 @@ impl std::fmt::Display for KeyScope {
 }
 
 /// A stored API key: everything but its secret.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApiKey {
     /// Unique, shown in listings and part of the key's text; names the key for revocation.

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 ///
 /// Serialized as `{"type": "input.requested", "data": {..}}` (adjacently tagged, so payloads stay
 /// raw JSON).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", content = "data")]
 pub enum SessionEvent {
@@ -79,6 +80,7 @@ pub enum SessionEvent {
 }
 
 /// How a default-execution tool call was settled.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "status", content = "data", rename_all = "lowercase")]
 pub enum ToolResult {
@@ -97,6 +99,7 @@ pub enum ToolResult {
 }
 
 /// One entry of a session's log, with its own per-session seq (from 0).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionEntry {
     /// The session.
@@ -115,6 +118,7 @@ pub struct SessionEntry {
 
 /// A user message persisted in a session's queue until the host takes it to start a turn
 /// ([`JournalStore::queue_message`](crate::JournalStore::queue_message)).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct QueuedMessage {
@@ -131,6 +135,7 @@ pub struct QueuedMessage {
 /// A session as the store keeps it (contract clause 10): whether it ended, and the user
 /// messages queued for its next turn. A session the store never heard of reads as live with
 /// an empty queue.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionRecord {

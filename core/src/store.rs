@@ -27,6 +27,7 @@ pub const MAX_APPEND_PAYLOAD_BYTES: usize = 4 * 1024 * 1024;
 pub const READ_PAGE: usize = 4096;
 
 /// Where a run stands.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RunStatus {
@@ -192,6 +193,7 @@ impl NewRun {
 }
 
 /// What a store knows of a run beside its journal.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunRecord {
     /// The run.
@@ -222,11 +224,35 @@ pub struct RunRecord {
     /// counts up here, so the engine can park it as poisoned.
     pub activations: u32,
     /// The worker holding it, if any, with the epoch it claimed under.
+    #[cfg_attr(feature = "openapi", schema(schema_with = owner_schema))]
     pub owner: Option<(WorkerId, u64)>,
     /// When it was created.
     pub created_at: Timestamp,
     /// When it last changed.
     pub updated_at: Timestamp,
+}
+
+/// The schema of [`RunRecord::owner`]: `[worker id, epoch]`, or null. Written out because the
+/// tuple schema utoipa derives closes the array with `items: false`, a boolean schema that
+/// OpenAPI tools such as openapi-core cannot read.
+#[cfg(feature = "openapi")]
+fn owner_schema() -> utoipa::openapi::schema::Array {
+    use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, SchemaType, Type};
+    ArrayBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::Array, Type::Null]))
+        .prefix_items([
+            ObjectBuilder::new().schema_type(Type::String).build(),
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .minimum(Some(0))
+                .build(),
+        ])
+        .min_items(Some(2))
+        .max_items(Some(2))
+        .description(Some(
+            "The worker holding the run and the epoch it claimed under; null when none does.",
+        ))
+        .build()
 }
 
 impl RunRecord {
@@ -484,6 +510,7 @@ impl RunFilter {
 }
 
 /// An input request that can still be answered.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PendingRequest {
     /// The request.

@@ -19,7 +19,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use eve_core::{ApiKey, JournalStore, KeyScope, StoreError, Timestamp};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use subtle::ConstantTimeEq;
@@ -244,16 +244,60 @@ pub(crate) async fn require(
 }
 
 /// The body of `POST /v1/auth/session`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct SignIn {
+pub(crate) struct SignIn {
+    /// The key's text, `eve_…`.
     key: String,
 }
 
+/// Who signed in (`POST /v1/auth/session`) or the key revoked (`POST /v1/keys/{id}/revoke`).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct KeyRecord {
+    /// The key's record (never its text or hash).
+    #[schema(value_type = ApiKey)]
+    key: Camel<ApiKey>,
+}
+
+/// A key just created.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct CreatedKey {
+    /// The key's text, `eve_…`: shown in this answer only, never stored.
+    key: String,
+    /// Its record.
+    #[schema(value_type = ApiKey)]
+    record: Camel<ApiKey>,
+}
+
+/// Every key.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct Keys {
+    /// Oldest first, without hashes.
+    #[schema(value_type = Vec<ApiKey>)]
+    keys: Camel<Vec<ApiKey>>,
+}
+
+/// Sign the page in with a key.
+///
 /// `POST /v1/auth/session` with `{"key": "eve_…"}`: checks the key and sets it as an HttpOnly,
 /// SameSite=Strict cookie (Secure when the base URL is https), so the page's requests and its
 /// event stream carry it. 200 `{"key": ApiKey}` (who signed in); 401 for a key that opens
 /// nothing.
+#[utoipa::path(
+    post,
+    path = "/v1/auth/session",
+    operation_id = "signIn",
+    tag = "auth",
+    request_body = SignIn,
+    responses(
+        (status = 200, description = "Signed in: the cookie `eve_key` is set", body = KeyRecord,
+            headers(("set-cookie" = String, description = "`eve_key=…; HttpOnly; SameSite=Strict; Path=/`"))),
+        (status = 400, description = "A body that is not `{\"key\": …}`", body = crate::error::ErrorBody),
+        (status = 401, description = "A key that opens nothing (unknown, revoked or malformed)", body = crate::error::ErrorBody),
+        (status = 403, description = "`cross_origin`: a browser request from another origin", body = crate::error::ErrorBody),
+    ),
+    security(()),
+)]
 pub(crate) async fn sign_in(
     State(inner): State<Arc<Inner>>,
     body: Result<Bytes, BytesRejection>,
@@ -275,12 +319,25 @@ pub(crate) async fn sign_in(
     Ok((
         StatusCode::OK,
         [(header::SET_COOKIE, cookie)],
-        Json(serde_json::json!({ "key": Camel(&record) })),
+        Json(KeyRecord { key: Camel(record) }),
     )
         .into_response())
 }
 
+/// Sign the page out.
+///
 /// `DELETE /v1/auth/session`: clears the page's cookie. 204.
+#[utoipa::path(
+    delete,
+    path = "/v1/auth/session",
+    operation_id = "signOut",
+    tag = "auth",
+    responses(
+        (status = 204, description = "Signed out: the cookie is cleared"),
+        (status = 403, description = "`cross_origin`: a browser request from another origin", body = crate::error::ErrorBody),
+    ),
+    security(()),
+)]
 pub(crate) async fn sign_out() -> Response {
     (
         StatusCode::NO_CONTENT,
@@ -293,15 +350,32 @@ pub(crate) async fn sign_out() -> Response {
 }
 
 /// The body of `POST /v1/keys`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct CreateKey {
+pub(crate) struct CreateKey {
+    /// What to call it (shown in listings and recorded as who answered).
     name: String,
+    /// `read`, `answer`, `operate` or `admin`.
+    #[schema(value_type = KeyScope)]
     scope: String,
 }
 
+/// Create an API key.
+///
 /// `POST /v1/keys` with `{"name", "scope"}` (admin): 201 `{"key": "eve_…", "record": ApiKey}`.
 /// The key's text is in this answer only.
+#[utoipa::path(
+    post,
+    path = "/v1/keys",
+    operation_id = "createKey",
+    tag = "keys",
+    request_body = CreateKey,
+    responses(
+        (status = 201, description = "Created", body = CreatedKey),
+        (status = 400, description = "`malformed`: a bad body or an unknown scope; `invalid_id`: a name that breaks the limits of ids a client chooses (empty, over 256 bytes, not printable)", body = crate::error::ErrorBody),
+    ),
+    security(("bearer" = ["admin"])),
+)]
 pub(crate) async fn create(
     State(inner): State<Arc<Inner>>,
     body: Result<Bytes, BytesRejection>,
@@ -321,26 +395,51 @@ pub(crate) async fn create(
     let new = create_key(&*inner.store, &req.name, scope, inner.clock.now()).await?;
     Ok((
         StatusCode::CREATED,
-        Json(serde_json::json!({ "key": new.text, "record": Camel(&new.record) })),
+        Json(CreatedKey {
+            key: new.text,
+            record: Camel(new.record),
+        }),
     )
         .into_response())
 }
 
+/// List the API keys.
+///
 /// `GET /v1/keys` (admin): `{"keys": [ApiKey…]}`, oldest first, without hashes.
-pub(crate) async fn list(
-    State(inner): State<Arc<Inner>>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+#[utoipa::path(
+    get,
+    path = "/v1/keys",
+    operation_id = "listKeys",
+    tag = "keys",
+    responses((status = 200, description = "Every key, revoked ones included", body = Keys)),
+    security(("bearer" = ["admin"])),
+)]
+pub(crate) async fn list(State(inner): State<Arc<Inner>>) -> Result<Json<Keys>, ApiError> {
     let keys = inner.store.list_keys().await?;
-    Ok(Json(serde_json::json!({ "keys": Camel(&keys) })))
+    Ok(Json(Keys { keys: Camel(keys) }))
 }
 
+/// Revoke an API key.
+///
 /// `POST /v1/keys/{id}/revoke` (admin): the revoked record; 404 for an unknown id.
+#[utoipa::path(
+    post,
+    path = "/v1/keys/{id}/revoke",
+    operation_id = "revokeKey",
+    tag = "keys",
+    params(("id" = String, Path, description = "The key's id (the 12 hex digits after `eve_`)")),
+    responses(
+        (status = 200, description = "Revoked (again: the first revocation's time)", body = KeyRecord),
+        (status = 404, description = "No such key", body = crate::error::ErrorBody),
+    ),
+    security(("bearer" = ["admin"])),
+)]
 pub(crate) async fn revoke(
     State(inner): State<Arc<Inner>>,
     Path(id): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<KeyRecord>, ApiError> {
     let key = inner.store.revoke_key(&id, inner.clock.now()).await?;
-    Ok(Json(serde_json::json!({ "key": Camel(&key) })))
+    Ok(Json(KeyRecord { key: Camel(key) }))
 }
 
 #[cfg(test)]

@@ -18,48 +18,105 @@ use eve_core::{
     check_client_id, CallId, Event, Execution, JournalStore, JournalStoreExt, RunRecord, SessionId,
     StoreError,
 };
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
 
 /// The longest `?wait=` honoured; a longer one waits this long.
 pub const MAX_WAIT: Duration = Duration::from_secs(300);
 
+/// A tool this server starts.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ToolView {
+    /// The model-visible name.
+    name: String,
+    /// What it does, for a model.
+    description: String,
+    /// Default (the call waits for the run) or background (a task).
+    execution: Execution,
+    /// The JSON Schema its input must match.
+    input_schema: serde_json::Value,
+}
+
+/// The tools this server starts.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct Tools {
+    /// By name.
+    tools: Vec<ToolView>,
+}
+
+/// The tools this server starts.
+///
 /// `GET /v1/tools` (read): `{"tools": [{name, description, execution, inputSchema}]}`, by name.
-pub(crate) async fn list(State(inner): State<Arc<Inner>>) -> Json<serde_json::Value> {
-    let mut tools: Vec<serde_json::Value> = inner
+#[utoipa::path(
+    get,
+    path = "/v1/tools",
+    operation_id = "listTools",
+    tag = "tools",
+    responses((status = 200, description = "The tools, by name (none when the server was given no registry)", body = Tools)),
+    security(("bearer" = ["read"])),
+)]
+pub(crate) async fn list(State(inner): State<Arc<Inner>>) -> Json<Tools> {
+    let mut tools: Vec<ToolView> = inner
         .registry
         .iter()
         .flat_map(|r| r.tools())
-        .map(|t| {
-            serde_json::json!({
-                "name": t.name(),
-                "description": t.description(),
-                "execution": t.execution(),
-                "inputSchema": t.input_schema(),
-            })
+        .map(|t| ToolView {
+            name: t.name().to_owned(),
+            description: t.description().to_owned(),
+            execution: t.execution(),
+            input_schema: t.input_schema().clone(),
         })
         .collect();
-    tools.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
-    Json(serde_json::json!({ "tools": tools }))
+    tools.sort_by(|a, b| a.name.cmp(&b.name));
+    Json(Tools { tools })
 }
 
 /// The body of `POST /v1/tools/{name}/calls`: `{session, callId, input}`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct StartCall {
+pub(crate) struct StartCall {
+    /// The session the call belongs to.
     session: String,
-    /// Deprecated spelling `call_id`, accepted because it shipped (see
-    /// [`crate::DEPRECATED_REQUEST_FIELDS`]).
+    /// The call's id within the session: with the session, the idempotency key. Deprecated
+    /// spelling `call_id`, accepted because it shipped (see [`crate::DEPRECATED_REQUEST_FIELDS`]).
     #[serde(alias = "call_id")]
     call_id: String,
+    /// The tool's input, matching its input schema.
     input: serde_json::Value,
 }
 
 /// Query of `POST /v1/tools/{name}/calls`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct StartQuery {
+    /// Wait up to this long (`30s`, `500ms`, `2m`; at most 5 minutes) for a default-execution
+    /// call to settle.
     wait: Option<String>,
+}
+
+/// A call started (or found again).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct CallStarted {
+    /// The call's run.
+    #[schema(value_type = RunRecord)]
+    run: Camel<RunRecord>,
+    /// How it settled, once it has ended; `null` while it runs.
+    settled: Option<Settled>,
+}
+
+/// How an ended call settled.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct Settled {
+    /// How the run ended.
+    status: eve_core::RunStatus,
+    /// The output of a completed run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output: Option<serde_json::Value>,
+    /// The error of a failed run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
 }
 
 /// Parses `30s`, `500ms`, `2m` (or plain seconds).
@@ -78,6 +135,8 @@ fn parse_wait(s: &str) -> Option<Duration> {
     })
 }
 
+/// Start a tool call.
+///
 /// `POST /v1/tools/{name}/calls` (operate) with `{session, callId, input}` (`call_id` is the
 /// deprecated spelling, still accepted): 201 `{"run":
 /// RunRecord, "settled": …}` when started, 200 with the same body when this session and call id
@@ -87,6 +146,22 @@ fn parse_wait(s: &str) -> Option<Duration> {
 /// call is awaited (woken by the store's notifications, not a tight poll) until it settles or
 /// the time is up: `settled` then holds `{"status", "output"}` or `{"status", "error"}`, else
 /// `null`. Background calls are never awaited: they settle as tasks.
+#[utoipa::path(
+    post,
+    path = "/v1/tools/{name}/calls",
+    operation_id = "startCall",
+    tag = "tools",
+    params(("name" = String, Path, description = "The tool"), StartQuery),
+    request_body = StartCall,
+    responses(
+        (status = 201, description = "Started", body = CallStarted),
+        (status = 200, description = "Started before by this session and call id (a retry)", body = CallStarted),
+        (status = 400, description = "An input that fails the tool's schema (`invalid_input`), a session or call id that breaks the limits of ids a client chooses (`invalid_id`), a bad body or `wait` (`malformed`)", body = crate::error::ErrorBody),
+        (status = 404, description = "No such tool", body = crate::error::ErrorBody),
+        (status = 409, description = "`idempotency_mismatch` (this session and call id started it with another input) or `session_ended`", body = crate::error::ErrorBody),
+    ),
+    security(("bearer" = ["operate"])),
+)]
 pub(crate) async fn start(
     State(inner): State<Arc<Inner>>,
     Path(tool): Path<String>,
@@ -149,27 +224,34 @@ pub(crate) async fn start(
     };
     Ok((
         status,
-        Json(serde_json::json!({ "run": Camel(&run), "settled": settled })),
+        Json(CallStarted {
+            run: Camel(run),
+            settled,
+        }),
     )
         .into_response())
 }
 
-/// `{"status", "output"}` / `{"status", "error"}` of an ended run (its last event), else null.
-async fn settled(store: &dyn JournalStore, run: &RunRecord) -> Result<serde_json::Value, ApiError> {
+/// `{"status", "output"}` / `{"status", "error"}` of an ended run (its last event), else `None`.
+async fn settled(store: &dyn JournalStore, run: &RunRecord) -> Result<Option<Settled>, ApiError> {
     if !run.status.is_terminal() {
-        return Ok(serde_json::Value::Null);
+        return Ok(None);
     }
     let last = store.last_event(run).await?;
-    Ok(match last.as_ref().map(|e| &e.event) {
-        Some(Event::RunCompleted { output }) => serde_json::json!({
-            "status": run.status,
-            "output": serde_json::from_str::<serde_json::Value>(output.get()).unwrap_or_default(),
-        }),
-        Some(Event::RunFailed { error }) => {
-            serde_json::json!({ "status": run.status, "error": error })
+    let mut settled = Settled {
+        status: run.status,
+        output: None,
+        error: None,
+    };
+    match last.as_ref().map(|e| &e.event) {
+        Some(Event::RunCompleted { output }) => {
+            settled.output =
+                Some(serde_json::from_str::<serde_json::Value>(output.get()).unwrap_or_default());
         }
-        _ => serde_json::json!({ "status": run.status }),
-    })
+        Some(Event::RunFailed { error }) => settled.error = Some(error.clone()),
+        _ => {}
+    }
+    Ok(Some(settled))
 }
 
 #[cfg(test)]

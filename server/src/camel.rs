@@ -44,7 +44,10 @@ pub(crate) fn camel_name(name: &'static str) -> &'static str {
         .or_insert_with(|| Box::leak(to_camel(name).into_boxed_str()))
 }
 
-fn to_camel(name: &str) -> String {
+/// `name` in camelCase, as [`camel_name`] renames it (`next_seq` → `nextSeq`), made anew: for
+/// names that are not `&'static` (the OpenAPI description renames eve-core's schema properties
+/// with it, so the description and the wire agree by construction).
+pub(crate) fn to_camel(name: &str) -> String {
     let mut out = String::with_capacity(name.len());
     let mut upper = false;
     for c in name.chars() {

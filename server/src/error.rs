@@ -114,11 +114,25 @@ impl From<eve_core::InvalidId> for ApiError {
     }
 }
 
+/// The body of every error answer (the schema `Error` of the OpenAPI description).
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+#[schema(as = Error)]
+pub(crate) struct ErrorBody<'a> {
+    /// Stable: match on it (`malformed`, `not_found`, `forbidden`, …; see the crate docs).
+    #[schema(example = "not_found")]
+    code: &'a str,
+    /// What went wrong and what to do about it, for a person.
+    message: &'a str,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut resp = (
             self.status,
-            Json(serde_json::json!({ "code": self.code, "message": self.message })),
+            Json(ErrorBody {
+                code: self.code,
+                message: &self.message,
+            }),
         )
             .into_response();
         if let Some(c) = self

@@ -6,18 +6,48 @@ use crate::Inner;
 use axum::extract::State;
 use axum::Json;
 use eve_core::RunQuery;
+use serde::Serialize;
 use std::sync::Arc;
 
-/// `GET /healthz`: 200 `{"status": "ok"}` while the process serves.
-pub(crate) async fn alive() -> Json<serde_json::Value> {
-    Json(serde_json::json!({ "status": "ok" }))
+/// What the health routes answer.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct Health {
+    /// `ok` (`/healthz`) or `ready` (`/readyz`).
+    #[schema(example = "ok")]
+    status: &'static str,
 }
 
+/// The process answers.
+///
+/// `GET /healthz`: 200 `{"status": "ok"}` while the process serves.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    operation_id = "healthz",
+    tag = "health",
+    responses((status = 200, description = "The process serves", body = Health)),
+    security(()),
+)]
+pub(crate) async fn alive() -> Json<Health> {
+    Json(Health { status: "ok" })
+}
+
+/// The store answers.
+///
 /// `GET /readyz`: 200 `{"status": "ready"}` when the store answers a one-run query, else its
 /// error (503 `unavailable` for a transient fault).
-pub(crate) async fn ready(
-    State(inner): State<Arc<Inner>>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    operation_id = "readyz",
+    tag = "health",
+    responses(
+        (status = 200, description = "The store answers", body = Health),
+        (status = 503, description = "`unavailable`: the store does not answer (retry)", body = crate::error::ErrorBody),
+    ),
+    security(()),
+)]
+pub(crate) async fn ready(State(inner): State<Arc<Inner>>) -> Result<Json<Health>, ApiError> {
     inner
         .store
         .list_runs(&RunQuery {
@@ -25,5 +55,5 @@ pub(crate) async fn ready(
             ..RunQuery::default()
         })
         .await?;
-    Ok(Json(serde_json::json!({ "status": "ready" })))
+    Ok(Json(Health { status: "ready" }))
 }

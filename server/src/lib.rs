@@ -24,6 +24,7 @@
 //! | `GET /` | none | a page for a person: sign in with a key, then pending requests to answer, live updates, the runs and their journals |
 //! | `GET /metrics` | read | Prometheus text format (see [`Metrics`]) |
 //! | `GET /healthz`, `GET /readyz` | none | the process answers; the store answers |
+//! | `GET /v1/openapi.json` | none | the OpenAPI 3.1 description of every route above (generated from the handlers and their types by utoipa) |
 //!
 //! The server holds no state of its own beyond caches: every answer comes from the store, so
 //! several server processes may serve one store, and a restarted server continues where the
@@ -55,7 +56,8 @@
 //! # Security
 //!
 //! - **Keys.** Every route but webhooks (their ≥128-bit token is the credential, which is why
-//!   the runs API shows tokens redacted), the page's HTML and the health routes needs an API key
+//!   the runs API shows tokens redacted), the page's HTML, the health routes and
+//!   `/v1/openapi.json` needs an API key
 //!   (`Authorization: Bearer eve_…`, or the page's cookie) of the route's scope; scopes are
 //!   ordered read < answer < operate < admin. Keys are minted by [`create_key`], stored as
 //!   SHA-256 hashes by the store (contract clause 8), compared in constant time, revocable.
@@ -85,6 +87,7 @@ mod error;
 mod guard;
 mod health;
 mod metrics;
+mod openapi;
 mod page;
 mod requests;
 mod runs;
@@ -343,6 +346,7 @@ fn build(state: AppState, shutdown: watch::Receiver<bool>) -> Router {
         .merge(read)
         .merge(acts)
         .route("/", get(page::index))
+        .route("/v1/openapi.json", get(openapi::document))
         .route("/healthz", get(health::alive))
         .route("/readyz", get(health::ready))
         .fallback(error::not_found)

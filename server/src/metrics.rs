@@ -260,7 +260,17 @@ pub(crate) async fn access_log(
     resp
 }
 
+/// Metrics in the Prometheus text format.
+///
 /// `GET /metrics` (read scope): every metric in the Prometheus text format.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    operation_id = "metrics",
+    tag = "metrics",
+    responses((status = 200, description = "Every metric, in the OpenMetrics text format", content_type = "application/openmetrics-text", body = String)),
+    security(("bearer" = ["read"])),
+)]
 pub(crate) async fn scrape(State(inner): State<Arc<Inner>>) -> Result<Response, crate::ApiError> {
     let m = &inner.metrics;
     let _one = m.scrape.lock().await;

@@ -6,8 +6,19 @@ use axum::response::IntoResponse;
 
 const INDEX: &str = include_str!("../static/index.html");
 
+/// The page for a person.
+///
 /// `GET /`: the page. It reads `?session=` to follow one session; without it, it follows every
 /// session that has a run not yet ended.
+#[utoipa::path(
+    get,
+    path = "/",
+    operation_id = "page",
+    tag = "page",
+    params(("session" = Option<Vec<String>>, Query, description = "Sessions to pin (repeatable)", explode = true)),
+    responses((status = 200, description = "The page: one HTML file; it signs in with a key, then uses the JSON routes", content_type = "text/html", body = String)),
+    security(()),
+)]
 pub(crate) async fn index() -> impl IntoResponse {
     (
         [

@@ -18,7 +18,7 @@ use axum::Json;
 use eve_core::{
     check_client_id, PendingRequest, RunQuery, RunRecord, RunStatus, SessionId, Timestamp,
 };
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -29,15 +29,46 @@ pub const DEFAULT_REQUESTS_PAGE: usize = 100;
 pub const MAX_REQUESTS_PAGE: usize = 1000;
 
 /// Query of `GET /v1/requests`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RequestsQuery {
+    /// Only this session's requests.
     session: Option<String>,
+    /// Only this tool's requests.
     tool: Option<String>,
+    /// Only requests whose prompt, session, run, request id or tool contains this
+    /// (case-insensitive).
     q: Option<String>,
+    /// `newest` (default) or `oldest` run first.
     order: Option<String>,
+    /// The page after this one: the previous page's `next`.
     before: Option<String>,
+    /// At most this many requests (default 100, at most 1000; a run's requests are never split).
     limit: Option<usize>,
+}
+
+/// A pending request with the tool of its run.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct ToolRequest {
+    /// The request (in [`Camel`] inside the flattened field: a flattened struct is written as
+    /// a map, whose keys `Camel` leaves alone).
+    #[serde(flatten)]
+    #[schema(value_type = PendingRequest)]
+    request: Camel<PendingRequest>,
+    /// The tool whose run asked.
+    tool: String,
+}
+
+/// One page of pending requests across sessions.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct RequestsPage {
+    /// The requests, a run's together, its requests in the order they were asked.
+    requests: Vec<ToolRequest>,
+    /// The `before=` of the following page, if there is one.
+    next: Option<String>,
+    /// The tools of every live run, whatever the filters.
+    tools: Vec<String>,
 }
 
 /// Where a page ends: the creation time and id of its last run, as `"{ms}:{run_id}"`. It
@@ -52,6 +83,8 @@ fn parse_cursor(s: &str) -> Option<(i64, &str)> {
     Some((at.parse().ok()?, run))
 }
 
+/// Pending input requests of every session, one page at a time.
+///
 /// `GET /v1/requests` (read): `{"requests": [PendingRequest + "tool"…], "next": CURSOR|null,
 /// "tools": [name…]}`.
 ///
@@ -63,10 +96,22 @@ fn parse_cursor(s: &str) -> Option<(i64, &str)> {
 /// [`MAX_REQUESTS_PAGE`]) requests a page, and `next`, passed back as `before=`, continues
 /// after the page's last run. `tools` names the tools of every live run (whatever the
 /// filters), for a filter to offer.
+#[utoipa::path(
+    get,
+    path = "/v1/requests",
+    operation_id = "listRequests",
+    tag = "requests",
+    params(RequestsQuery),
+    responses(
+        (status = 200, description = "One page of pending requests", body = RequestsPage),
+        (status = 400, description = "An unknown order or parameter, a bad `before` or `limit=0`", body = crate::error::ErrorBody),
+    ),
+    security(("bearer" = ["read"])),
+)]
 pub(crate) async fn list(
     State(inner): State<Arc<Inner>>,
     q: Result<Query<RequestsQuery>, QueryRejection>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<RequestsPage>, ApiError> {
     let q = query(q)?;
     let text = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
     let newest = match q.order.as_deref() {
@@ -167,16 +212,17 @@ pub(crate) async fn list(
                     continue;
                 }
             }
-            let mut json = serde_json::to_value(Camel(&p)).expect("a request serializes");
-            json["tool"] = serde_json::Value::String(r.tool.clone());
-            page.push(json);
+            page.push(ToolRequest {
+                request: Camel(p),
+                tool: r.tool.clone(),
+            });
         }
     }
-    Ok(Json(serde_json::json!({
-        "requests": page,
-        "next": next,
-        "tools": tools,
-    })))
+    Ok(Json(RequestsPage {
+        requests: page,
+        next,
+        tools,
+    }))
 }
 
 #[cfg(test)]

@@ -10,27 +10,89 @@ use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use eve_core::{
-    check_client_id, Event, JournalStoreExt, Resolution, RunFilter, RunId, RunQuery, RunStatus,
-    SessionId, StoredEvent, Timestamp,
+    check_client_id, Event, JournalStoreExt, Resolution, RunFilter, RunId, RunQuery, RunRecord,
+    RunStatus, SessionId, StoredEvent, Timestamp,
 };
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 /// Query of `GET /v1/runs`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ListQuery {
+    /// Only this session's runs.
     session: Option<String>,
+    /// Only runs of this status: running, blocked, completed, failed or cancelled.
     status: Option<String>,
+    /// Only this tool's runs.
     tool: Option<String>,
+    /// Only runs whose run, session or call id contains this.
     q: Option<String>,
+    /// `oldest` (default) or `newest` first.
     order: Option<String>,
+    /// The page after this one: the previous page's `next`.
     before: Option<String>,
+    /// Created at or after this time (epoch ms).
     since: Option<i64>,
+    /// Created before this time (epoch ms).
     until: Option<i64>,
+    /// At most this many runs (none: all); pages of at most 500 carry each run's `outcome`.
     limit: Option<usize>,
 }
 
+/// How an ended or blocked run came out, from its last event.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct Outcome {
+    /// How it ended (or that it is blocked).
+    kind: OutcomeKind,
+    /// The error or the reason it is blocked; empty for completed and cancelled runs.
+    detail: String,
+    /// The error's `EVE-…` code, when it has one.
+    code: Option<String>,
+}
+
+/// The kind of an [`Outcome`].
+#[derive(Clone, Copy, Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum OutcomeKind {
+    /// Ended with an output.
+    Completed,
+    /// Ended with an error.
+    Failed,
+    /// Ended cancelled.
+    Cancelled,
+    /// Parked until an operator resumes or fails it.
+    Blocked,
+}
+
+/// A run as `GET /v1/runs` lists it: its record and, on a page, its outcome.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct ListedRun {
+    /// The run's record (in [`Camel`] inside the flattened field: a flattened struct is written
+    /// as a map, whose keys `Camel` leaves alone).
+    #[serde(flatten)]
+    #[schema(value_type = RunRecord)]
+    run: Camel<RunRecord>,
+    /// How it came out: on pages (a `limit` of at most 500), for ended and blocked runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    outcome: Option<Outcome>,
+}
+
+/// One page of runs.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct RunsPage {
+    /// The runs, in the requested order.
+    runs: Vec<ListedRun>,
+    /// The `before=` of the following page, if there is one.
+    next: Option<RunId>,
+    /// The filtered runs by status (`running`, `blocked`, …), whatever the status filter and
+    /// the page.
+    counts: std::collections::BTreeMap<String, usize>,
+}
+
+/// List runs, filtered and paged.
+///
 /// `GET /v1/runs`: `{"runs": [RunRecord…], "next": RUN_ID|null, "counts": {status: n}}`.
 /// Filters: `session`, `status` (running, blocked, completed, failed, cancelled), `tool`,
 /// `q` (a substring of the run, session or call id), `since`/`until` (creation time, epoch ms,
@@ -38,10 +100,22 @@ pub(crate) struct ListQuery {
 /// pages (none means all) and `next` is the cursor of the following page, passed back as
 /// `before=`. `counts` counts the filtered runs by status, whatever the status filter and the
 /// page.
+#[utoipa::path(
+    get,
+    path = "/v1/runs",
+    operation_id = "listRuns",
+    tag = "runs",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "One page of runs", body = RunsPage),
+        (status = 400, description = "An unknown status, order or parameter, or a `before` that is not a run of this listing", body = crate::error::ErrorBody),
+    ),
+    security(("bearer" = ["read"])),
+)]
 pub(crate) async fn list(
     State(inner): State<Arc<Inner>>,
     q: Result<Query<ListQuery>, QueryRejection>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<RunsPage>, ApiError> {
     let q = query(q)?;
     let status = match q.status.as_deref() {
         None | Some("") => None,
@@ -86,32 +160,41 @@ pub(crate) async fn list(
     let page = filter
         .page(runs)
         .map_err(|e| ApiError::malformed(format!("before=: {e}")))?;
-    let mut body = serde_json::to_value(Camel(&page)).expect("a page serializes");
     // A page (not a whole listing) says how each ended or blocked run came out: one read of
     // its last event each.
-    if (1..=MAX_OUTCOMES).contains(&filter.limit) {
-        for (r, json) in page
-            .runs
-            .iter()
-            .zip(body["runs"].as_array_mut().into_iter().flatten())
-        {
-            if let Some(outcome) = outcome(&*inner.store, r).await? {
-                json["outcome"] = outcome;
-            }
-        }
+    let with_outcomes = (1..=MAX_OUTCOMES).contains(&filter.limit);
+    let mut runs = Vec::with_capacity(page.runs.len());
+    for run in page.runs {
+        let outcome = if with_outcomes {
+            outcome(&*inner.store, &run).await?
+        } else {
+            None
+        };
+        runs.push(ListedRun {
+            run: Camel(run),
+            outcome,
+        });
     }
-    Ok(Json(body))
+    Ok(Json(RunsPage {
+        runs,
+        next: page.next,
+        counts: page
+            .counts
+            .into_iter()
+            .map(|(s, n)| (s.to_owned(), n))
+            .collect(),
+    }))
 }
 
 /// Pages of at most this many runs carry each run's `outcome`.
 const MAX_OUTCOMES: usize = 500;
 
-/// `{"kind", "detail", "code"}` of an ended or blocked run, from its last event (`code` is the
-/// error's `EVE-…` code, when it has one); `None` for a live run.
+/// The [`Outcome`] of an ended or blocked run, from its last event (`code` is the error's
+/// `EVE-…` code, when it has one); `None` for a live run.
 async fn outcome(
     store: &dyn eve_core::JournalStore,
     r: &eve_core::RunRecord,
-) -> Result<Option<serde_json::Value>, ApiError> {
+) -> Result<Option<Outcome>, ApiError> {
     if !(r.status.is_terminal() || r.status == RunStatus::Blocked) {
         return Ok(None);
     }
@@ -119,28 +202,52 @@ async fn outcome(
         return Ok(None);
     };
     let (kind, detail) = match &e.event {
-        Event::RunCompleted { .. } => ("completed", String::new()),
-        Event::RunFailed { error } => ("failed", error.clone()),
-        Event::RunCancelled => ("cancelled", String::new()),
-        Event::RunBlocked { reason } => ("blocked", reason.clone()),
+        Event::RunCompleted { .. } => (OutcomeKind::Completed, String::new()),
+        Event::RunFailed { error } => (OutcomeKind::Failed, error.clone()),
+        Event::RunCancelled => (OutcomeKind::Cancelled, String::new()),
+        Event::RunBlocked { reason } => (OutcomeKind::Blocked, reason.clone()),
         _ => return Ok(None),
     };
     let code = detail
         .split('[')
         .skip(1)
         .filter_map(|s| s.split_once(']').map(|(c, _)| c))
-        .find(|c| c.starts_with("EVE-"));
-    Ok(Some(
-        serde_json::json!({ "kind": kind, "detail": detail, "code": code }),
-    ))
+        .find(|c| c.starts_with("EVE-"))
+        .map(str::to_owned);
+    Ok(Some(Outcome { kind, detail, code }))
 }
 
+/// A run and its journal.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct RunJournal {
+    /// The run's record.
+    #[schema(value_type = RunRecord)]
+    run: Camel<RunRecord>,
+    /// Its journal, from seq 0, webhook tokens redacted.
+    #[schema(value_type = Vec<StoredEvent>)]
+    events: Camel<Vec<StoredEvent>>,
+}
+
+/// One run's record and journal.
+///
 /// `GET /v1/runs/{id}`: `{"run": RunRecord, "events": [StoredEvent…]}` with webhook tokens
 /// redacted (they are capabilities; the run's body knows its own).
+#[utoipa::path(
+    get,
+    path = "/v1/runs/{id}",
+    operation_id = "getRun",
+    tag = "runs",
+    params(("id" = String, Path, description = "The run")),
+    responses(
+        (status = 200, description = "The run and its journal", body = RunJournal),
+        (status = 404, description = "No such run (or purged by retention)", body = crate::error::ErrorBody),
+    ),
+    security(("bearer" = ["read"])),
+)]
 pub(crate) async fn show(
     State(inner): State<Arc<Inner>>,
     Path(id): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<RunJournal>, ApiError> {
     let run_id = RunId::new(id);
     let run = inner.store.get_run(&run_id).await?;
     let events: Vec<StoredEvent> = inner
@@ -153,18 +260,28 @@ pub(crate) async fn show(
             e
         })
         .collect();
-    Ok(Json(
-        serde_json::json!({ "run": Camel(&run), "events": Camel(&events) }),
-    ))
+    Ok(Json(RunJournal {
+        run: Camel(run),
+        events: Camel(events),
+    }))
 }
 
 /// The body of the operator routes: why (cancel, optional) or the error a failed run ends with
 /// (fail, required).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Decision {
+    /// Why the run is cancelled (cancel; optional).
     reason: Option<String>,
+    /// The error the run fails with (fail; required there).
     error: Option<String>,
+}
+
+/// The seq of the event an operator action wrote.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct Written {
+    /// Its seq in the run's journal.
+    seq: u64,
 }
 
 fn decision(inner: &Inner, body: Result<Bytes, BytesRejection>) -> Result<Decision, ApiError> {
@@ -178,9 +295,25 @@ fn decision(inner: &Inner, body: Result<Bytes, BytesRejection>) -> Result<Decisi
 /// The reason `POST /v1/runs/{id}/cancel` writes when the body gives none.
 pub(crate) const REASON_OPERATOR_CANCEL: &str = "cancelled by an operator";
 
+/// Cancel a run.
+///
 /// `POST /v1/runs/{id}/cancel` (operate) with an optional `{"reason"}`: cancels any run, a
 /// default-execution call included (its call settles cancelled); answers as the task cancel
 /// route does (202 requested, 200 already requested or already ended, 404 unknown).
+#[utoipa::path(
+    post,
+    path = "/v1/runs/{id}/cancel",
+    operation_id = "cancelRun",
+    tag = "runs",
+    params(("id" = String, Path, description = "The run")),
+    request_body(content = Option<Decision>, description = "`{\"reason\": …}`, optional (an empty body is fine)"),
+    responses(
+        (status = 202, description = "The cancel was written (`outcome: requested`)", body = crate::session::CancelAnswer),
+        (status = 200, description = "Nothing written: `already_requested` or `already_ended`", body = crate::session::CancelAnswer),
+        (status = 404, description = "No such run", body = crate::error::ErrorBody),
+    ),
+    security(("bearer" = ["operate"])),
+)]
 pub(crate) async fn cancel(
     State(inner): State<Arc<Inner>>,
     Path(id): Path<String>,
@@ -196,8 +329,23 @@ pub(crate) async fn cancel(
     .await
 }
 
+/// Resume a blocked run.
+///
 /// `POST /v1/runs/{id}/resume` (operate): makes a blocked run claimable again (after a fix was
 /// deployed): 200 `{"seq"}` of its `RunResumed`; 400 `invalid_input` when it is not blocked.
+#[utoipa::path(
+    post,
+    path = "/v1/runs/{id}/resume",
+    operation_id = "resumeRun",
+    tag = "runs",
+    params(("id" = String, Path, description = "The run")),
+    responses(
+        (status = 200, description = "Resumed: the seq of `RunResumed`", body = Written),
+        (status = 400, description = "`invalid_input`: the run is not blocked", body = crate::error::ErrorBody),
+        (status = 404, description = "No such run", body = crate::error::ErrorBody),
+    ),
+    security(("bearer" = ["operate"])),
+)]
 pub(crate) async fn resume(
     State(inner): State<Arc<Inner>>,
     Path(id): Path<String>,
@@ -207,11 +355,27 @@ pub(crate) async fn resume(
         .resolve_blocked(&RunId::new(id), Resolution::Resume, inner.clock.now())
         .await?;
     inner.wrote();
-    Ok(Json(serde_json::json!({ "seq": seq })).into_response())
+    Ok(Json(Written { seq }).into_response())
 }
 
+/// Fail a blocked run.
+///
 /// `POST /v1/runs/{id}/fail` (operate) with `{"error"}`: ends a blocked run failed, settling
 /// its call with that error; 400 when the error is missing or the run is not blocked.
+#[utoipa::path(
+    post,
+    path = "/v1/runs/{id}/fail",
+    operation_id = "failRun",
+    tag = "runs",
+    params(("id" = String, Path, description = "The run")),
+    request_body(content = Decision, description = "`{\"error\": \"why the run failed\"}`"),
+    responses(
+        (status = 200, description = "Failed: the seq of `RunFailed`", body = Written),
+        (status = 400, description = "No error given, or the run is not blocked", body = crate::error::ErrorBody),
+        (status = 404, description = "No such run", body = crate::error::ErrorBody),
+    ),
+    security(("bearer" = ["operate"])),
+)]
 pub(crate) async fn fail(
     State(inner): State<Arc<Inner>>,
     Path(id): Path<String>,
@@ -230,5 +394,5 @@ pub(crate) async fn fail(
         )
         .await?;
     inner.wrote();
-    Ok(Json(serde_json::json!({ "seq": seq })).into_response())
+    Ok(Json(Written { seq }).into_response())
 }

@@ -69,7 +69,8 @@ fn compact_partials(entries: Vec<SessionEntry>) -> Vec<SessionEntry> {
 }
 
 /// Query of the events route.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct EventsQuery {
     /// The first seq to send when there is no `Last-Event-ID` header (default 0).
     from: Option<u64>,
@@ -80,11 +81,29 @@ pub(crate) fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiErro
         .map_err(|e| ApiError::malformed(format!("bad query string: {}", e.body_text())))
 }
 
+/// Follow a session's channel (Server-Sent Events).
+///
 /// `GET /v1/sessions/{id}/events`: the session log as SSE, from `Last-Event-ID` + 1 (or
 /// `?from=`, or 0). Each event has `id:` = its session seq, `event:` = its type, and `data:` =
 /// the [`SessionEntry`] as JSON. The backlog is sent with superseded `action.partial` entries
 /// left out; then the stream follows new entries as they land. The stream reads only the
 /// store, so a client reconnecting to another (or a restarted) server misses nothing.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{id}/events",
+    operation_id = "followSession",
+    tag = "sessions",
+    params(
+        ("id" = String, Path, description = "The session"),
+        ("Last-Event-ID" = Option<u64>, Header, description = "The session seq of the last event received: the stream resumes after it"),
+        EventsQuery,
+    ),
+    responses(
+        (status = 200, description = "An SSE stream: `id:` the session seq, `event:` the event's type (`input.requested`, `tool.settled`, …), `data:` a `SessionEntry` as JSON", content_type = "text/event-stream", body = String),
+        (status = 400, description = "A `Last-Event-ID` that is not a seq, or a bad query", body = crate::error::ErrorBody),
+    ),
+    security(("bearer" = ["read"])),
+)]
 pub(crate) async fn events(
     State(inner): State<Arc<Inner>>,
     Path(session): Path<String>,
@@ -241,12 +260,30 @@ impl Follow {
 /// pending requests do not break it.
 pub const MAX_STREAM_SESSIONS: usize = 500;
 
+/// Follow several sessions on one SSE stream.
+///
 /// `GET /v1/events?session=A&session=B…`: several sessions' logs as one SSE stream, so a
 /// page follows any number of sessions over one connection (browsers allow six per host over
 /// HTTP/1.1). Each event is as on the per-session route, except `id:`: a cursor, the JSON object
 /// of the last seq sent per session (`{"A":4,"B":9}`), which `Last-Event-ID` (or `?from=`)
 /// sends back to resume every session where it was; a session missing from it starts at 0.
 /// Entries of one session come in order; sessions interleave as their entries land.
+#[utoipa::path(
+    get,
+    path = "/v1/events",
+    operation_id = "followSessions",
+    tag = "sessions",
+    params(
+        ("session" = Vec<String>, Query, description = "A session to follow (repeat for several, at most 500)", explode = true),
+        ("from" = Option<String>, Query, description = "Where to resume when there is no `Last-Event-ID`: a cursor, the `id:` of the last event received"),
+        ("Last-Event-ID" = Option<String>, Header, description = "The cursor of the last event received (`{\"A\":4,\"B\":9}`): every session resumes after its seq"),
+    ),
+    responses(
+        (status = 200, description = "An SSE stream: `id:` a cursor (the JSON object of the last seq sent per session), `event:` the event's type, `data:` a `SessionEntry` as JSON", content_type = "text/event-stream", body = String),
+        (status = 400, description = "No session, more than 500, an unknown parameter or a bad cursor", body = crate::error::ErrorBody),
+    ),
+    security(("bearer" = ["read"])),
+)]
 pub(crate) async fn events_many(
     State(inner): State<Arc<Inner>>,
     headers: HeaderMap,
@@ -327,46 +364,92 @@ fn sse_event(entry: &SessionEntry, id: String) -> SseEvent {
         .data(data)
 }
 
+/// The pending input requests of a session.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct SessionRequests {
+    /// Oldest first.
+    #[schema(value_type = Vec<eve_core::PendingRequest>)]
+    requests: Camel<Vec<eve_core::PendingRequest>>,
+}
+
+/// A session's pending input requests.
+///
 /// `GET /v1/sessions/{id}/requests`: `{"requests": [PendingRequest…]}`, oldest first.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{id}/requests",
+    operation_id = "sessionRequests",
+    tag = "sessions",
+    params(("id" = String, Path, description = "The session")),
+    responses((status = 200, description = "The session's pending requests", body = SessionRequests)),
+    security(("bearer" = ["read"])),
+)]
 pub(crate) async fn requests(
     State(inner): State<Arc<Inner>>,
     Path(session): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<SessionRequests>, ApiError> {
     check_client_id("session", &session)?;
     let pending = inner
         .store
         .pending_requests(&SessionId::new(session))
         .await?;
-    Ok(Json(serde_json::json!({ "requests": Camel(&pending) })))
+    Ok(Json(SessionRequests {
+        requests: Camel(pending),
+    }))
 }
 
 /// The body of an answer: `{"optionId": "approve"}` or `{"text": "..."}` (or both when the
 /// request allows free text beside an option).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct AnswerBody {
+pub(crate) struct AnswerBody {
+    /// The chosen option's id.
     #[serde(default)]
     option_id: Option<String>,
+    /// Free text, where the request allows it.
     #[serde(default)]
     text: Option<String>,
 }
 
 /// What an accepted answer returns.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Answered {
+    /// The request answered.
     request_id: RequestId,
+    /// Its run.
     run_id: RunId,
+    /// The seq of the `InputAnswered` event in the run's journal.
     seq: u64,
+    /// Whether the same answer had been given before (nothing was written this time).
     duplicate: bool,
 }
 
+/// Answer an input request.
+///
 /// `POST /v1/requests/{id}/answer`: 200 when accepted (also for the same answer again, with
 /// `duplicate: true`, whichever key sends it); 404 unknown request, 409 answered with another
 /// response, 410 withdrawn, 422 not an answer the request accepts, 400 malformed body. The
 /// journal's `InputAnswered` records the name of the API key that answered as `answeredBy`
 /// (the first answer's, on a duplicate); a body cannot set it, and with `insecure_no_auth`
 /// no name is recorded.
+#[utoipa::path(
+    post,
+    path = "/v1/requests/{id}/answer",
+    operation_id = "answerRequest",
+    tag = "requests",
+    params(("id" = String, Path, description = "The request")),
+    request_body(content = AnswerBody, description = "`{\"optionId\": …}` or `{\"text\": …}` (or both where free text is allowed beside an option)"),
+    responses(
+        (status = 200, description = "Accepted, or the same answer again (`duplicate: true`)", body = Answered),
+        (status = 400, description = "A body that is not such an object", body = crate::error::ErrorBody),
+        (status = 404, description = "No such request", body = crate::error::ErrorBody),
+        (status = 409, description = "`already_answered`, with another answer", body = crate::error::ErrorBody),
+        (status = 410, description = "`withdrawn`: the request's run ended", body = crate::error::ErrorBody),
+        (status = 422, description = "`invalid_answer`: an option the request does not offer, or text where it takes none", body = crate::error::ErrorBody),
+    ),
+    security(("bearer" = ["answer"])),
+)]
 pub(crate) async fn answer(
     State(inner): State<Arc<Inner>>,
     key: Option<Extension<ApiKey>>,
@@ -411,24 +494,49 @@ pub(crate) async fn answer(
 }
 
 /// One background run of a session, as the task index shows it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct TaskView {
+pub(crate) struct TaskView {
+    /// The task's id: its run id.
     task_id: RunId,
+    /// The tool call that started it.
     call_id: CallId,
+    /// The tool.
     tool: String,
+    /// Where it stands.
     status: RunStatus,
+    /// Whether a cancel was requested.
     cancel_requested: bool,
+    /// When it was created.
     created_at: Timestamp,
+    /// When it last changed.
     updated_at: Timestamp,
 }
 
+/// A session's background runs.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct SessionTasks {
+    /// Oldest first.
+    tasks: Vec<TaskView>,
+}
+
+/// A session's background runs (its task index).
+///
 /// `GET /v1/sessions/{id}/tasks`: `{"tasks": [...]}`, the session's background runs, oldest
 /// first.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{id}/tasks",
+    operation_id = "sessionTasks",
+    tag = "sessions",
+    params(("id" = String, Path, description = "The session")),
+    responses((status = 200, description = "The session's background runs", body = SessionTasks)),
+    security(("bearer" = ["read"])),
+)]
 pub(crate) async fn tasks(
     State(inner): State<Arc<Inner>>,
     Path(session): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<SessionTasks>, ApiError> {
     check_client_id("session", &session)?;
     let runs = inner
         .store
@@ -450,13 +558,29 @@ pub(crate) async fn tasks(
             updated_at: r.updated_at,
         })
         .collect();
-    Ok(Json(serde_json::json!({ "tasks": tasks })))
+    Ok(Json(SessionTasks { tasks }))
 }
 
+/// Request the cancellation of a background task.
+///
 /// `POST /v1/tasks/{id}/cancel`: 202 `{"outcome": "requested", "seq": n}` when the cancel was
 /// written; 200 `{"outcome": "already_requested"}` or `{"outcome": "already_ended", "status":
 /// …}` otherwise. 404 unknown run; 409 `not_a_task` for a default-execution run (cancel its
 /// turn instead).
+#[utoipa::path(
+    post,
+    path = "/v1/tasks/{id}/cancel",
+    operation_id = "cancelTask",
+    tag = "sessions",
+    params(("id" = String, Path, description = "The task (its run id)")),
+    responses(
+        (status = 202, description = "The cancel was written (`outcome: requested`)", body = CancelAnswer),
+        (status = 200, description = "Nothing written: `already_requested` or `already_ended`", body = CancelAnswer),
+        (status = 404, description = "No such task", body = crate::error::ErrorBody),
+        (status = 409, description = "`not_a_task`: a default-execution call", body = crate::error::ErrorBody),
+    ),
+    security(("bearer" = ["operate"])),
+)]
 pub(crate) async fn cancel(
     State(inner): State<Arc<Inner>>,
     Path(task): Path<String>,
@@ -479,8 +603,19 @@ pub(crate) async fn cancel(
     cancel_run(&inner, &run_id, REASON_TASK_CANCEL).await
 }
 
+/// A session's record.
+///
 /// `GET /v1/sessions/{id}`: the session's record (contract clause 10): `endedAt` (null while
 /// it takes calls) and the user messages queued for its next turn.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{id}",
+    operation_id = "getSession",
+    tag = "sessions",
+    params(("id" = String, Path, description = "The session")),
+    responses((status = 200, description = "The session's record (a session never heard of reads as live with an empty queue)", body = eve_core::SessionRecord)),
+    security(("bearer" = ["read"])),
+)]
 pub(crate) async fn record(
     State(inner): State<Arc<Inner>>,
     Path(session): Path<String>,
@@ -491,11 +626,32 @@ pub(crate) async fn record(
     )))
 }
 
+/// The end of a session.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SessionEnded {
+    /// When the session was ended (the first end's time, also on a repeated end).
+    ended_at: Timestamp,
+    /// The runs of the session whose cancellation this end requested.
+    cancelled: Vec<RunId>,
+}
+
+/// End a session and cancel its runs.
+///
 /// `POST /v1/sessions/{id}/end`: ends the session in the store — no handle, process or
 /// `POST /v1/tools/{name}/calls` starts a call in it afterwards (409 `session_ended`) — and
 /// requests cancellation of every run of it that had not ended (background tasks and parked
 /// calls alike). 200 `{"endedAt", "cancelled": [run ids]}`; ending again keeps the first time
 /// and lists the runs still unwinding.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{id}/end",
+    operation_id = "endSession",
+    tag = "sessions",
+    params(("id" = String, Path, description = "The session")),
+    responses((status = 200, description = "Ended", body = SessionEnded)),
+    security(("bearer" = ["operate"])),
+)]
 pub(crate) async fn end(
     State(inner): State<Arc<Inner>>,
     Path(session): Path<String>,
@@ -517,10 +673,29 @@ pub(crate) async fn end(
     if !cancelled.is_empty() {
         inner.wrote();
     }
-    Ok(
-        Json(serde_json::json!({ "endedAt": end.ended_at, "cancelled": cancelled }))
-            .into_response(),
-    )
+    Ok(Json(SessionEnded {
+        ended_at: end.ended_at,
+        cancelled,
+    })
+    .into_response())
+}
+
+/// What a cancel route answers: whether it wrote the cancel, and if not why.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub(crate) enum CancelAnswer {
+    /// The cancel was written (202).
+    Requested {
+        /// The seq of `CancelRequested` in the run's journal.
+        seq: u64,
+    },
+    /// A cancel had been requested before (200).
+    AlreadyRequested,
+    /// The run had ended (200).
+    AlreadyEnded {
+        /// How it ended.
+        status: RunStatus,
+    },
 }
 
 /// Requests cancellation of `run_id` and answers as `POST /v1/tasks/{id}/cancel` does.
@@ -536,18 +711,11 @@ pub(crate) async fn cancel_run(
     Ok(match outcome {
         CancelOutcome::Requested { seq } => {
             inner.wrote();
-            (
-                StatusCode::ACCEPTED,
-                Json(serde_json::json!({ "outcome": "requested", "seq": seq })),
-            )
-                .into_response()
+            (StatusCode::ACCEPTED, Json(CancelAnswer::Requested { seq })).into_response()
         }
-        CancelOutcome::AlreadyRequested => {
-            Json(serde_json::json!({ "outcome": "already_requested" })).into_response()
-        }
+        CancelOutcome::AlreadyRequested => Json(CancelAnswer::AlreadyRequested).into_response(),
         CancelOutcome::AlreadyEnded { status } => {
-            Json(serde_json::json!({ "outcome": "already_ended", "status": status }))
-                .into_response()
+            Json(CancelAnswer::AlreadyEnded { status }).into_response()
         }
     })
 }

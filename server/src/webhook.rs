@@ -93,6 +93,40 @@ struct WireRequest<'a> {
     body: &'a RawValue,
 }
 
+/// The default answer to a delivery.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct Accepted {
+    /// Always true.
+    accepted: bool,
+}
+
+/// Deliver a request to the run waiting on a webhook.
+///
+/// The URL `ctx.create_webhook()` minted: the token is the credential, so no API key is needed.
+/// The run receives `{method, headers, body}` (the body as its own JSON when it parses, else a
+/// JSON string; an empty body is `null`; sensitive headers are left out). With an
+/// `Idempotency-Key` a retry gets the same answer and the run sees one payload (for as long as
+/// the run is kept); without one, delivery is at least once.
+#[utoipa::path(
+    method(post, put, patch),
+    path = "/.well-known/workflow/v1/webhook/{token}",
+    operation_id = "deliverWebhook",
+    tag = "webhooks",
+    params(
+        ("token" = String, Path, description = "The webhook's token: `wh_` and 32 to 128 lower-case hex digits"),
+        ("Idempotency-Key" = Option<String>, Header, description = "1 to 255 visible ASCII characters: retries with the same key are delivered once"),
+    ),
+    request_body(description = "Any body; JSON (`application/json`) is kept as JSON", content(("application/json"), ("*/*"))),
+    responses(
+        (status = 202, description = "Delivered (or a retry of a delivered key), when the webhook sets no response of its own", body = Accepted),
+        (status = 400, description = "`malformed`: a JSON body that does not parse or nests too deep, a non-UTF-8 body or header, several or a bad `Idempotency-Key`", body = crate::error::ErrorBody),
+        (status = 404, description = "`unknown_webhook`: never created, its run ended, or not a token", body = crate::error::ErrorBody),
+        (status = 409, description = "`idempotency_mismatch`: this `Idempotency-Key` was delivered before with another method or body; nothing was delivered (send the new payload under a new key)", body = crate::error::ErrorBody),
+        (status = 413, description = "`too_large`: over the body limit", body = crate::error::ErrorBody),
+        (status = "default", description = "The webhook's own response (`respond_with`: its status, headers and JSON body)", body = serde_json::Value),
+    ),
+    security(()),
+)]
 pub(crate) async fn receive(
     State(inner): State<Arc<Inner>>,
     Path(token): Path<String>,
@@ -204,7 +238,7 @@ async fn check_same_request(
 fn accepted() -> Response {
     (
         StatusCode::ACCEPTED,
-        axum::Json(serde_json::json!({ "accepted": true })),
+        axum::Json(Accepted { accepted: true }),
     )
         .into_response()
 }
