@@ -6,7 +6,8 @@ use crate::error::ApiError;
 use crate::Inner;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{Path, Query, RawQuery, State};
+use axum::extract::{FromRequestParts, Path, Query, RawQuery, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -106,7 +107,7 @@ pub(crate) fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiErro
 )]
 pub(crate) async fn events(
     State(inner): State<Arc<Inner>>,
-    Path(session): Path<String>,
+    SessionPath(session): SessionPath,
     headers: HeaderMap,
     q: Result<Query<EventsQuery>, QueryRejection>,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
@@ -126,8 +127,7 @@ pub(crate) async fn events(
         }
         None => q.from.unwrap_or(0),
     };
-    check_client_id("session", &session)?;
-    let state = Follow::new(inner, SessionId::new(session), from).await;
+    let state = Follow::new(inner, session, from).await;
     let stream = futures::stream::unfold(state, |mut s| async move {
         let event = s.next_event().await?;
         Some((Ok(event), s))
@@ -386,13 +386,9 @@ pub(crate) struct SessionRequests {
 )]
 pub(crate) async fn requests(
     State(inner): State<Arc<Inner>>,
-    Path(session): Path<String>,
+    SessionPath(session): SessionPath,
 ) -> Result<Json<SessionRequests>, ApiError> {
-    check_client_id("session", &session)?;
-    let pending = inner
-        .store
-        .pending_requests(&SessionId::new(session))
-        .await?;
+    let pending = inner.store.pending_requests(&session).await?;
     Ok(Json(SessionRequests {
         requests: Camel(pending),
     }))
@@ -513,6 +509,22 @@ pub(crate) struct TaskView {
     updated_at: Timestamp,
 }
 
+/// The `{id}` of a `/v1/sessions/{id}/…` route, checked by [`check_client_id`] (400
+/// `invalid_id`) before the handler runs, so every session route refuses the same ids.
+pub(crate) struct SessionPath(SessionId);
+
+impl<S: Send + Sync> FromRequestParts<S> for SessionPath {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        let Path(session) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        check_client_id("session", &session).map_err(|e| ApiError::from(e).into_response())?;
+        Ok(SessionPath(SessionId::new(session)))
+    }
+}
+
 /// A session's background runs.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(crate) struct SessionTasks {
@@ -535,13 +547,12 @@ pub(crate) struct SessionTasks {
 )]
 pub(crate) async fn tasks(
     State(inner): State<Arc<Inner>>,
-    Path(session): Path<String>,
+    SessionPath(session): SessionPath,
 ) -> Result<Json<SessionTasks>, ApiError> {
-    check_client_id("session", &session)?;
     let runs = inner
         .store
         .list_runs(&RunQuery {
-            session: Some(SessionId::new(session)),
+            session: Some(session),
             ..RunQuery::default()
         })
         .await?;
@@ -618,12 +629,9 @@ pub(crate) async fn cancel(
 )]
 pub(crate) async fn record(
     State(inner): State<Arc<Inner>>,
-    Path(session): Path<String>,
+    SessionPath(session): SessionPath,
 ) -> Result<Json<Camel<eve_core::SessionRecord>>, ApiError> {
-    check_client_id("session", &session)?;
-    Ok(Json(Camel(
-        inner.store.get_session(&SessionId::new(session)).await?,
-    )))
+    Ok(Json(Camel(inner.store.get_session(&session).await?)))
 }
 
 /// The end of a session.
@@ -654,14 +662,10 @@ pub(crate) struct SessionEnded {
 )]
 pub(crate) async fn end(
     State(inner): State<Arc<Inner>>,
-    Path(session): Path<String>,
+    SessionPath(session): SessionPath,
 ) -> Result<Response, ApiError> {
-    check_client_id("session", &session)?;
     let now = inner.clock.now();
-    let end = inner
-        .store
-        .end_session(&SessionId::new(session), now)
-        .await?;
+    let end = inner.store.end_session(&session, now).await?;
     // The same reason and the same skips as the library's `Session::end`.
     let cancelled = eve_core::engine::cancel_runs(
         &*inner.store,
