@@ -671,20 +671,7 @@ async fn raw_json_rpc_errors_over_http_tell_the_truth() {
         (413, (json!(null), json!(-32600))),
         "{body}"
     );
-    for (params, method, field) in [
-        (json!({}), "tasks/get", "taskId"),
-        (
-            json!({ "taskId": "run_x" }),
-            "tasks/update",
-            "inputResponses",
-        ),
-        (
-            json!({ "name": "weigh", "arguments": "x" }),
-            "tools/call",
-            "arguments",
-        ),
-        (json!({ "name": 5 }), "tools/call", "name"),
-    ] {
+    for (params, method, field) in malformed_params() {
         let msg = json!({ "jsonrpc": "2.0", "id": 7, "method": method, "params": params });
         let (status, body) = post_raw(&f.url, msg.to_string()).await;
         assert_eq!(

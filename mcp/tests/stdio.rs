@@ -210,20 +210,7 @@ async fn raw_json_rpc_over_stdio() {
         let r = raw.ask(&invalid).await;
         assert_eq!(id_and_code(&r), (null.clone(), json!(-32600)), "{r}");
     }
-    for (params, method, field) in [
-        (json!({}), "tasks/get", "taskId"),
-        (
-            json!({ "taskId": "run_x" }),
-            "tasks/update",
-            "inputResponses",
-        ),
-        (
-            json!({ "name": "weigh", "arguments": "x" }),
-            "tools/call",
-            "arguments",
-        ),
-        (json!({ "name": 5 }), "tools/call", "name"),
-    ] {
+    for (params, method, field) in malformed_params() {
         let msg = json!({ "jsonrpc": "2.0", "id": 3, "method": method, "params": params });
         let r = raw.ask(&msg.to_string()).await;
         assert_eq!(id_and_code(&r), (json!(3), json!(-32602)), "{r}");

@@ -279,3 +279,24 @@ pub fn completed_output(task: &rmcp::model::GetTaskResult) -> serde_json::Value 
         other => panic!("not completed: {other:?}"),
     }
 }
+
+/// Known methods with malformed params, each with the field its -32602 must name: the same
+/// cases on every transport.
+#[allow(dead_code)]
+pub fn malformed_params() -> [(serde_json::Value, &'static str, &'static str); 4] {
+    use serde_json::json;
+    [
+        (json!({}), "tasks/get", "taskId"),
+        (
+            json!({ "taskId": "run_x" }),
+            "tasks/update",
+            "inputResponses",
+        ),
+        (
+            json!({ "name": "weigh", "arguments": "x" }),
+            "tools/call",
+            "arguments",
+        ),
+        (json!({ "name": 5 }), "tools/call", "name"),
+    ]
+}
