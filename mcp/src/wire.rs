@@ -18,6 +18,7 @@ use rmcp::model::{
     InitializeRequestParams, PaginatedRequestParams, UpdateTaskParams,
 };
 use serde::de::DeserializeOwned;
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 /// The longest string request id accepted: ids are echoed in replies and logs.
@@ -111,6 +112,7 @@ fn check_inner(raw: &[u8], limit: usize) -> Result<Checked, Rejection> {
     if raw.len() > limit {
         return Err(Rejection::too_long(limit));
     }
+    // Parsed once: the checks and rmcp's message are both read from this value.
     let value: Value = serde_json::from_slice(raw).map_err(|e| {
         if e.to_string().starts_with("recursion limit exceeded") {
             Rejection::invalid_request(
@@ -164,7 +166,7 @@ fn check_inner(raw: &[u8], limit: usize) -> Result<Checked, Rejection> {
                 r.data = Some(json!({ "code": "invalid_input", "field": field }));
                 return Err(r);
             }
-            match serde_json::from_slice::<ClientJsonRpcMessage>(raw) {
+            match ClientJsonRpcMessage::deserialize(&value) {
                 Ok(m) => Ok(Checked::Message(Box::new(m))),
                 Err(e) => {
                     let mut r = Rejection::new(
@@ -184,7 +186,7 @@ fn check_inner(raw: &[u8], limit: usize) -> Result<Checked, Rejection> {
                     "Invalid Request: a message needs a \"method\" (a request or notification) or a \"result\" or \"error\" (a response)",
                 ));
             }
-            match serde_json::from_slice::<ClientJsonRpcMessage>(raw) {
+            match ClientJsonRpcMessage::deserialize(&value) {
                 Ok(m) => Ok(Checked::Message(Box::new(m))),
                 Err(e) => {
                     tracing::debug!(method = %clip(method.unwrap_or("")), error = %clip(&e.to_string()), "dropping a notification or response that does not parse");
