@@ -439,6 +439,7 @@ async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<
                 option_id: option.clone(),
                 text: text.clone(),
                 answered_by: answered_by.clone(),
+                agent: None,
             };
             inspect::answer(&*store, request, response, now(), out).await
         }

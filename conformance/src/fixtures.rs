@@ -97,6 +97,7 @@ pub fn ask(run: &RunId, cmd: u64) -> (RequestId, Event) {
             display: eve_core::Display::Confirmation,
             options: vec![opt("yes"), opt("no")],
             allow_freeform: true,
+            agent: None,
         },
     };
     (id, event)

@@ -135,6 +135,9 @@ pub enum Display {
     Select,
     /// Free text.
     Text,
+    /// A subagent call for the host to serve ([`InputRequest::agent`]); answered with an
+    /// [`AgentReply`], never by a person's button.
+    Agent,
 }
 
 /// Visual weight of an option.
@@ -207,6 +210,41 @@ pub struct InputRequest {
     /// Whether an answer may carry free text instead of (or beside) an option.
     #[serde(default)]
     pub allow_freeform: bool,
+    /// Set when this request is a subagent call (`ctx.agent` served by the host over MCP or
+    /// HTTP): what the child is asked; the answer is an [`InputResponse::agent`] reply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentRequest>,
+}
+
+/// A subagent call as a request: what `ctx.agent` asked the host for (wire hosts, Wave 3
+/// decision "`ctx.agent` through the host").
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentRequest {
+    /// The call's key, unique within the run.
+    pub key: String,
+    /// The model-visible subagent name.
+    pub target: String,
+    /// The message the child starts with.
+    pub message: serde_json::Value,
+    /// The child to continue, when continuing one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    /// A JSON schema the child's output must satisfy; checked before an answer is recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<serde_json::Value>,
+}
+
+/// The host's reply to an [`AgentRequest`]: the child's output or why it failed.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum AgentReply {
+    /// The child's output (`{"output": …}`).
+    Output(serde_json::Value),
+    /// Why the child failed (`{"error": "…"}`).
+    Error(String),
 }
 
 impl InputRequest {
@@ -220,6 +258,7 @@ impl InputRequest {
                 InputOption::new("cancel", "Cancel"),
             ],
             allow_freeform: false,
+            agent: None,
         }
     }
 
@@ -230,6 +269,7 @@ impl InputRequest {
             display: Display::Select,
             options,
             allow_freeform: false,
+            agent: None,
         }
     }
 
@@ -240,6 +280,7 @@ impl InputRequest {
             display: Display::Text,
             options: Vec::new(),
             allow_freeform: true,
+            agent: None,
         }
     }
 
@@ -255,6 +296,19 @@ impl InputRequest {
     /// # Errors
     /// A message that says what was wrong with the response.
     pub fn accepts(&self, response: &InputResponse) -> Result<(), String> {
+        match (&self.agent, &response.agent) {
+            (Some(call), Some(reply)) => return call.accepts(reply),
+            (Some(call), None) => {
+                return Err(format!(
+                    "request is the subagent call {:?}: answer it with an agent reply (output or error), not an option or text",
+                    call.key
+                ))
+            }
+            (None, Some(_)) => {
+                return Err("this request is not a subagent call; answer with an optionId or a text".into())
+            }
+            (None, None) => {}
+        }
         match (&response.option_id, &response.text) {
             (None, None) => Err("an answer needs an optionId or a text".into()),
             (Some(id), _) => {
@@ -274,6 +328,33 @@ impl InputRequest {
                     Err("this request does not allow free text; answer with an optionId".into())
                 }
             }
+        }
+    }
+}
+
+impl AgentRequest {
+    /// Checks that `reply` answers this call: an error, or an output that satisfies
+    /// `output_schema` when there is one.
+    ///
+    /// # Errors
+    /// A message naming what in the output does not match the schema.
+    pub fn accepts(&self, reply: &AgentReply) -> Result<(), String> {
+        let (AgentReply::Output(output), Some(schema)) = (reply, &self.output_schema) else {
+            return Ok(());
+        };
+        let validator = jsonschema::validator_for(schema)
+            .map_err(|e| format!("the call's outputSchema is not a valid JSON schema: {e}"))?;
+        let errors: Vec<String> = validator
+            .iter_errors(output)
+            .map(|e| format!("{} (at {})", e, e.instance_path()))
+            .collect();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "the output does not match the call's outputSchema: {}",
+                errors.join("; ")
+            ))
         }
     }
 }
@@ -340,6 +421,9 @@ pub struct InputResponse {
     /// [`InputResponse::same_answer`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answered_by: Option<String>,
+    /// The host's reply to a subagent call ([`InputRequest::agent`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentReply>,
 }
 
 impl InputResponse {
@@ -371,7 +455,7 @@ impl InputResponse {
     /// journal keeps the first answer's `answered_by`. Every store's
     /// [`answer`](crate::JournalStore::answer) compares with this.
     pub fn same_answer(&self, other: &InputResponse) -> bool {
-        self.option_id == other.option_id && self.text == other.text
+        self.option_id == other.option_id && self.text == other.text && self.agent == other.agent
     }
 }
 

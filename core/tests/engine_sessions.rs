@@ -48,6 +48,7 @@ fn approval() -> InputRequest {
             },
         ],
         allow_freeform: false,
+        agent: None,
     }
 }
 
@@ -242,6 +243,7 @@ mod leftovers {
             display: eve_core::Display::Text,
             options: vec![],
             allow_freeform: true,
+            agent: None,
         });
         let _hook = ctx.create_hook::<serde_json::Value>(format!("left-{}", ctx.run_id()));
         first.await;

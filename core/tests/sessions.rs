@@ -66,6 +66,7 @@ mod tools {
                 },
             ],
             allow_freeform: false,
+            agent: None,
         }
     }
 
@@ -179,6 +180,7 @@ mod tools {
                 display: Display::Text,
                 options: vec![],
                 allow_freeform: true,
+                agent: None,
             });
             let answer = first.await;
             if input.fail {

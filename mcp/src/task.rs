@@ -355,6 +355,7 @@ pub(crate) fn response(
                 option_id,
                 text,
                 answered_by: None,
+                agent: None,
             }))
         }
         "decline" | "cancel" => Ok(options

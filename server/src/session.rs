@@ -463,6 +463,7 @@ pub(crate) async fn answer(
         option_id: body.option_id,
         text: body.text,
         answered_by: key.map(|Extension(k)| k.name),
+        agent: None,
     };
     let d = match inner
         .store

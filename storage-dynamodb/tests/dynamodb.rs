@@ -192,6 +192,7 @@ async fn transaction_item_limit_is_refused_whole() {
                 display: Default::default(),
                 options: vec![],
                 allow_freeform: true,
+                agent: None,
             },
         });
     }
@@ -358,6 +359,7 @@ async fn calls_per_operation() {
                         display: Default::default(),
                         options: vec![],
                         allow_freeform: true,
+                        agent: None,
                     },
                 },
             ],

@@ -146,7 +146,6 @@ use sqlx::sqlite::{
 };
 use sqlx::{AssertSqlSafe, Connection, Row, SqliteConnection};
 use std::path::Path;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -216,10 +215,12 @@ pub struct SqliteStore {
     hub: WatchHub,
     /// [`JournalStore::store_id`]: the file's canonical path.
     id: Arc<str>,
-    /// The database file's canonical path (`None` in memory): worker lock files go beside it.
-    path: Option<Arc<Path>>,
-    /// Sees other processes' writes (files only); see the `watch` module.
-    _data_watch: Option<Arc<watch::DataWatch>>,
+    /// The database file's canonical path: worker lock files go beside it.
+    path: Arc<Path>,
+    /// Sees other processes' writes; see the `watch` module.
+    _data_watch: Arc<watch::DataWatch>,
+    /// The directory of an [`SqliteStore::in_memory`] store, removed with the last handle.
+    _temp: Option<Arc<tempfile::TempDir>>,
 }
 
 impl SqliteStore {
@@ -264,35 +265,35 @@ impl SqliteStore {
             .busy_timeout(options.busy_timeout)
             .foreign_keys(false)
             .statement_cache_capacity(512);
-        Self::start(connect, &options, id, Some(file)).await
+        Self::start(connect, &options, id, file).await
     }
 
-    /// A private in-memory database, gone when the store is dropped: for quick tests. (The
-    /// conformance suite runs on files.)
+    /// A private database in a fresh temporary directory, deleted when the last clone of this
+    /// handle is dropped: for quick tests. It is a file like any other (WAL, busy timeout), not
+    /// SQLite's shared-cache memory mode, whose table locks fail a writer that meets a reader
+    /// with `SQLITE_LOCKED` at once instead of waiting.
     ///
     /// # Errors
-    /// `Other` if SQLite cannot be initialised.
+    /// `Other` if the directory cannot be created or SQLite cannot be initialised.
     pub async fn in_memory() -> Result<Self, StoreError> {
-        // A uniquely named shared-cache memory database, so the read pool sees the writer's.
-        let options = SqliteOptions::default();
-        let connect = SqliteConnectOptions::from_str("sqlite::memory:")
-            .map_err(map_sqlx)?
-            .busy_timeout(options.busy_timeout)
-            .foreign_keys(false)
-            .statement_cache_capacity(512);
-        let id = format!("sqlite::memory:{}", eve_core::AppendId::random());
-        Self::start(connect, &options, id, None).await
+        let dir = tempfile::Builder::new()
+            .prefix("eve-sqlite-")
+            .tempdir()
+            .map_err(|e| error::other(format!("cannot create a temporary directory: {e}")))?;
+        let mut store =
+            Self::open_with(dir.path().join("journal.db"), SqliteOptions::default()).await?;
+        store._temp = Some(Arc::new(dir));
+        Ok(store)
     }
 
-    /// Opens the store on `connect` (the file at `path`, else the in-memory database): the
-    /// migrations, the read pool, the writer thread on the same database, the data watch.
+    /// Opens the store on `connect` (the file at `path`): the migrations, the read pool, the
+    /// writer thread on the same file, the data watch.
     async fn start(
         connect: SqliteConnectOptions,
         options: &SqliteOptions,
         id: String,
-        path: Option<Arc<Path>>,
+        path: Arc<Path>,
     ) -> Result<Self, StoreError> {
-        let file = path.is_some();
         let mut conn = SqliteConnection::connect_with(&connect)
             .await
             .map_err(map_sqlx)?;
@@ -308,23 +309,14 @@ impl SqliteStore {
         let hub = WatchHub::default();
         let wake = eve_core::WakeSignal::default();
         let commits = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let data_watch = if file {
-            let w = watch::spawn(&connect, commits.clone(), wake.clone(), hub.clone()).await?;
-            Some(Arc::new(w))
-        } else {
-            None
-        };
+        let data_watch =
+            Arc::new(watch::spawn(&connect, commits.clone(), wake.clone(), hub.clone()).await?);
         let writer = writer::WriterConfig {
-            // The path, or the shared-cache name sqlx gave the in-memory database
-            // (`file:sqlx-in-memory-N`).
             filename: connect.get_filename().to_string_lossy().into_owned(),
-            in_memory: !file,
             synchronous: options.synchronous.pragma(),
             busy_timeout: options.busy_timeout,
         };
         writer::spawn(&writer, rx, max_batch, hub.clone(), commits)?;
-        // The migrating connection closes only now: an in-memory database lives while a
-        // connection to it is open, and the writer's is.
         let _ = sqlx::Connection::close(conn).await;
         Ok(Self {
             writer: tx,
@@ -334,6 +326,7 @@ impl SqliteStore {
             id: id.into(),
             path,
             _data_watch: data_watch,
+            _temp: None,
         })
     }
 
@@ -454,7 +447,7 @@ impl JournalStore for SqliteStore {
     }
 
     async fn lock_worker(&self, worker: &WorkerId) -> Result<eve_core::WorkerLock, StoreError> {
-        lock::lock_worker(self.path.as_deref(), &self.id, worker)
+        lock::lock_worker(&self.path, &self.id, worker)
     }
 
     async fn create_key(&self, key: ApiKey) -> Result<(), StoreError> {

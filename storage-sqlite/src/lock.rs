@@ -4,22 +4,29 @@
 //! holder (pid, host, since when), which a refused process reports; the holder deletes it when
 //! it lets go.
 
-use eve_core::worker_lock::{lock_in_process, this_process};
+#[cfg(not(unix))]
+use eve_core::worker_lock::lock_in_process;
+use eve_core::worker_lock::this_process;
 use eve_core::{StoreError, Timestamp, WorkerId, WorkerLock};
 use std::path::{Path, PathBuf};
 
-/// Takes the lock of `worker` for the database file `db`, or within this process for an
-/// in-memory database (`db` = `None`, which no other process can open).
+/// Takes the lock of `worker` for the database file `db` (where `flock` is missing, within
+/// this process only).
 pub(crate) fn lock_worker(
-    db: Option<&Path>,
+    db: &Path,
     store_id: &str,
     worker: &WorkerId,
 ) -> Result<WorkerLock, StoreError> {
     eve_core::store::check_worker_id(worker)?;
-    match db {
-        #[cfg(unix)]
-        Some(db) => lock_file(lock_path(db, worker), worker),
-        _ => lock_in_process(store_id, worker),
+    #[cfg(unix)]
+    {
+        let _ = store_id;
+        lock_file(lock_path(db, worker), worker)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = db;
+        lock_in_process(store_id, worker)
     }
 }
 

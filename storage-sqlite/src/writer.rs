@@ -110,9 +110,8 @@ fn copy(e: &StoreError) -> StoreError {
 /// How the writer opens its connection (the same file and settings as the read pool's).
 #[derive(Debug, Clone)]
 pub(crate) struct WriterConfig {
-    /// A path, or for the in-memory store the shared-cache name the read pool opened.
+    /// The database file's path.
     pub(crate) filename: String,
-    pub(crate) in_memory: bool,
     /// `FULL` or `NORMAL`.
     pub(crate) synchronous: &'static str,
     pub(crate) busy_timeout: Duration,
@@ -133,25 +132,21 @@ pub(crate) fn spawn(
 ) -> Result<(), StoreError> {
     let conn = open(config)?;
     conn.set_prepared_statement_cache_capacity(512);
-    let checkpoints = if config.in_memory {
-        None
-    } else {
-        // SQLite's automatic checkpoint would run inside a commit of this connection and stall
-        // every op of that batch; a second connection checkpoints beside the writer instead.
-        conn.execute_batch("PRAGMA wal_autocheckpoint = 0")
-            .map_err(map_rusqlite)?;
-        let ck = open(config)?;
-        let (tx, rx) = std::sync::mpsc::sync_channel::<()>(1);
-        let done = Arc::new(AtomicBool::new(false));
-        let copied = done.clone();
-        thread("eve-sqlite-checkpoint", move || {
-            while rx.recv().is_ok() {
-                checkpoint(&ck);
-                copied.store(true, Ordering::Release);
-            }
-        })?;
-        Some(Checkpoints { start: tx, done })
-    };
+    // SQLite's automatic checkpoint would run inside a commit of this connection and stall
+    // every op of that batch; a second connection checkpoints beside the writer instead.
+    conn.execute_batch("PRAGMA wal_autocheckpoint = 0")
+        .map_err(map_rusqlite)?;
+    let ck = open(config)?;
+    let (tx, rx_ck) = std::sync::mpsc::sync_channel::<()>(1);
+    let done = Arc::new(AtomicBool::new(false));
+    let copied = done.clone();
+    thread("eve-sqlite-checkpoint", move || {
+        while rx_ck.recv().is_ok() {
+            checkpoint(&ck);
+            copied.store(true, Ordering::Release);
+        }
+    })?;
+    let checkpoints = Checkpoints { start: tx, done };
     thread("eve-sqlite-writer", move || {
         batches(&conn, rx, max_batch, &hub, &commits, checkpoints)
     })
@@ -187,13 +182,10 @@ fn checkpoint(conn: &Conn) {
 /// A connection to the configured database with the writer's settings.
 fn open(config: &WriterConfig) -> Result<Conn, StoreError> {
     use rusqlite::OpenFlags as F;
-    let mut flags = F::SQLITE_OPEN_READ_WRITE
+    let flags = F::SQLITE_OPEN_READ_WRITE
         | F::SQLITE_OPEN_CREATE
         | F::SQLITE_OPEN_URI
         | F::SQLITE_OPEN_NO_MUTEX;
-    if config.in_memory {
-        flags |= F::SQLITE_OPEN_MEMORY | F::SQLITE_OPEN_SHARED_CACHE;
-    }
     let conn = Conn::open_with_flags(&config.filename, flags).map_err(map_rusqlite)?;
     conn.busy_timeout(config.busy_timeout)
         .map_err(map_rusqlite)?;
@@ -219,7 +211,7 @@ fn batches(
     max_batch: usize,
     hub: &WatchHub,
     commits: &AtomicU64,
-    checkpoints: Option<Checkpoints>,
+    checkpoints: Checkpoints,
 ) {
     let mut committed = 0u64;
     let mut ops = Vec::with_capacity(max_batch);
@@ -277,14 +269,12 @@ fn batches(
                     hub.wake(key);
                 }
                 committed += 1;
-                if let Some(ck) = &checkpoints {
-                    if ck.done.swap(false, Ordering::Acquire) {
-                        checkpoint(conn);
-                    }
-                    if committed % CHECKPOINT_EVERY == 0 {
-                        // Full: a checkpoint is under way and will copy this batch too.
-                        let _ = ck.start.try_send(());
-                    }
+                if checkpoints.done.swap(false, Ordering::Acquire) {
+                    checkpoint(conn);
+                }
+                if committed % CHECKPOINT_EVERY == 0 {
+                    // Full: a checkpoint is under way and will copy this batch too.
+                    let _ = checkpoints.start.try_send(());
                 }
             }
             Err(err) => {

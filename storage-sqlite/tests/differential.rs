@@ -72,6 +72,7 @@ fn request(prompt: &str) -> InputRequest {
             },
         ],
         allow_freeform: false,
+        agent: None,
     }
 }
 

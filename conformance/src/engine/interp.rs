@@ -436,6 +436,7 @@ fn request() -> eve_core::InputRequest {
         display: eve_core::Display::Text,
         options: Vec::new(),
         allow_freeform: true,
+        agent: None,
     }
 }
 

@@ -471,6 +471,7 @@ impl Harness {
                         display: eve_core::Display::Select,
                         options: vec![opt("yes"), opt("no")],
                         allow_freeform: cmd % 2 == 0,
+                        agent: None,
                     },
                 }
             }

@@ -258,6 +258,7 @@ pub async fn deploy(ctx: WorkflowCtx, input: DeployInput) -> Result<Value, Workf
                 },
             ],
             allow_freeform: false,
+            agent: None,
         })
         .await;
     if answer.option_id.as_deref() != Some("approve") {
@@ -297,6 +298,7 @@ pub async fn refund(ctx: WorkflowCtx, input: RefundInput) -> Result<Value, Workf
                 },
             ],
             allow_freeform: true,
+            agent: None,
         })
         .await;
     Ok(
@@ -320,6 +322,7 @@ pub async fn report(ctx: WorkflowCtx, input: ReportInput) -> Result<Value, Workf
             display: eve_core::Display::Text,
             options: vec![],
             allow_freeform: true,
+            agent: None,
         })
         .await;
     Ok(json!({ "note": note.text }))
