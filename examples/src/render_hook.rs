@@ -1,5 +1,6 @@
-//! "Wait for an external system to call back": submit a render, wait on a hook that another
-//! process resumes (`render resume`).
+//! "Wait for an external system to call back", the hook version: submit a render, wait on a hook
+//! with a caller-chosen token that another process resumes (`render resume`). The seed's own
+//! form, with a webhook URL, is [`render_video`](crate::render_video).
 
 use eve::prelude::*;
 use serde::Deserialize;
@@ -27,7 +28,7 @@ pub fn token(project_id: &str) -> String {
 }
 
 /// Render a video. Returns the URL once the render farm finishes.
-#[workflow(name = "render_video")]
+#[workflow(name = "render_hook")]
 pub async fn execute(ctx: WorkflowCtx, input: Input) -> Result<serde_json::Value, WorkflowError> {
     let done = ctx.create_hook::<Callback>(token(&input.project_id));
     let job = submit_render(&ctx, input.project_id).await?;
