@@ -12,9 +12,7 @@ use eve_core::engine::{
     WorkflowTool,
 };
 use eve_core::testing::{Fault, FaultyStore};
-use eve_core::{
-    workflow, Event, RunId, RunQuery, RunStatus, SessionId, StoreError,
-};
+use eve_core::{workflow, Event, RunId, RunQuery, RunStatus, SessionId, StoreError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -73,9 +71,7 @@ mod parent {
                 let token = token.clone();
                 async move {
                     let child = s.start_call("child", &json!({ "x": 7 })).await?;
-                    let delivered = s
-                        .resume_hook(&token, &json!({ "approved": true }))
-                        .await?;
+                    let delivered = s.resume_hook(&token, &json!({ "approved": true })).await?;
                     let n = {
                         let mut e = executions().lock().unwrap();
                         let n = e.entry(s.run_id().clone()).or_default();
@@ -127,7 +123,9 @@ mod child {
     /// One step doubling `x`.
     pub async fn execute(ctx: WorkflowCtx, input: ChildIn) -> Result<i64, WorkflowError> {
         let x = input.x;
-        Ok(ctx.step("double", move |_| async move { Ok(2 * x) }).await?)
+        Ok(ctx
+            .step("double", move |_| async move { Ok(2 * x) })
+            .await?)
     }
 
     pub fn tool() -> WorkflowTool {
@@ -210,10 +208,19 @@ async fn one_child_one_delivery(env: Env, mode: Mode) {
         .start(&reg, "wait-1", "waiter", json!({ "token": token }))
         .await;
     env.worker(&reg).await.drain().await.unwrap();
-    assert_eq!(env.status(&waiter).await, RunStatus::Running, "waits on its hook");
+    assert_eq!(
+        env.status(&waiter).await,
+        RunStatus::Running,
+        "waits on its hook"
+    );
 
     let parent = env
-        .start(&reg, "parent-1", "parent", json!({ "token": token, "mode": mode }))
+        .start(
+            &reg,
+            "parent-1",
+            "parent",
+            json!({ "token": token, "mode": mode }),
+        )
         .await;
     let faulty = FaultyStore::new(env.store.clone());
     crashes()
@@ -237,7 +244,9 @@ async fn one_child_one_delivery(env: Env, mode: Mode) {
     } else {
         let events = env.events(&parent).await;
         assert!(
-            events.iter().any(|e| matches!(e, Event::StepFailed { attempt: 1, .. })),
+            events
+                .iter()
+                .any(|e| matches!(e, Event::StepFailed { attempt: 1, .. })),
             "{events:?}"
         );
     }
@@ -245,7 +254,11 @@ async fn one_child_one_delivery(env: Env, mode: Mode) {
     env.clock.advance(LEASE + Duration::from_secs(1));
     finish(&env, &reg, &[&parent, &waiter]).await;
 
-    assert_eq!(executions().lock().unwrap()[&parent], 2, "the step ran twice");
+    assert_eq!(
+        executions().lock().unwrap()[&parent],
+        2,
+        "the step ran twice"
+    );
     let out: FanOut = serde_json::from_value(env.output(&parent).await).unwrap();
     let cmd = 0;
     assert_eq!(

@@ -829,9 +829,11 @@ async fn serve_runs_the_webhook_render_the_cleanup_and_the_progress_ask() {
         serde_json::json!({"project_id": "w9"}),
     )
     .await;
-    let events = until_event(&*store, &render, |e| {
-        matches!(e, eve_core::Event::StepCompleted { name, .. } if name == "submit_render")
-    })
+    let events = until_event(
+        &*store,
+        &render,
+        |e| matches!(e, eve_core::Event::StepCompleted { name, .. } if name == "submit_render"),
+    )
     .await;
     let submitted: eve_examples::render_video::Submitted = events
         .iter()
@@ -868,9 +870,11 @@ async fn serve_runs_the_webhook_render_the_cleanup_and_the_progress_ask() {
         serde_json::json!({"project_id": "k9"}),
     )
     .await;
-    until_event(&*store, &cleanup, |e| {
-        matches!(e, eve_core::Event::StepCompleted { name, .. } if name == "submit_render")
-    })
+    until_event(
+        &*store,
+        &cleanup,
+        |e| matches!(e, eve_core::Event::StepCompleted { name, .. } if name == "submit_render"),
+    )
     .await;
     assert!(ok(d, &["cancel", cleanup.as_str()]).contains("cancel requested"));
     assert_eq!(until_ended(&*store, &cleanup).await, RunStatus::Cancelled);
@@ -883,7 +887,10 @@ async fn serve_runs_the_webhook_render_the_cleanup_and_the_progress_ask() {
     let ask = start(&*store, "w3", "progress_then_ask", serde_json::json!({})).await;
     let request = first_request(&*store).await;
     let events = until_event(&*store, &ask, |e| e.kind() == "Progress").await;
-    assert!(events.iter().any(|e| e.kind() == "InputRequested"), "{events:?}");
+    assert!(
+        events.iter().any(|e| e.kind() == "InputRequested"),
+        "{events:?}"
+    );
     assert!(ok(d, &["answer", &request, "approve"]).contains("answered"));
     assert_eq!(until_ended(&*store, &ask).await, RunStatus::Completed);
     assert_eq!(

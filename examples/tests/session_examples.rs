@@ -10,10 +10,10 @@ use eve_core::{
     Event, InputResponse, JournalStore, JournalStoreExt, Payload, RequestId, RunId, RunStatus,
     SessionEntry, SessionEvent, SessionId, Timestamp, ToolResult, WebhookRequest,
 };
-use eve_examples::render_cleanup::farm::{self, JobState};
-use eve_examples::security_review;
 use eve_examples::channel::kind;
 use eve_examples::registry;
+use eve_examples::render_cleanup::farm::{self, JobState};
+use eve_examples::security_review;
 use eve_storage_sqlite::SqliteStore;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -444,12 +444,22 @@ async fn progress_then_ask() {
         panic!("{log:?}")
     };
     assert_eq!(request.prompt, "Continue?");
-    assert!(env.session.settlement(&"call-1".into()).await.unwrap().is_none());
+    assert!(env
+        .session
+        .settlement(&"call-1".into())
+        .await
+        .unwrap()
+        .is_none());
     env.clock.advance(3 * HOUR);
     env.answer("approve").await;
     assert_eq!(
         env.kinds().await,
-        ["action.partial", "input.requested", "input.answered", "tool.settled"]
+        [
+            "action.partial",
+            "input.requested",
+            "input.answered",
+            "tool.settled"
+        ]
     );
     assert_eq!(
         env.settled().await,
@@ -460,18 +470,27 @@ async fn progress_then_ask() {
 #[tokio::test]
 async fn security_review_by_a_subagent() {
     let reviews = [
-        (json!({"approved": true, "findings": ["no open ports"]}), true),
-        (json!({"approved": false, "findings": ["port 22 is open"]}), false),
+        (
+            json!({"approved": true, "findings": ["no open ports"]}),
+            true,
+        ),
+        (
+            json!({"approved": false, "findings": ["port 22 is open"]}),
+            false,
+        ),
     ];
     for (review, approved) in reviews {
         let asked = Arc::new(std::sync::Mutex::new(Vec::new()));
         let host = Arc::new(std::sync::Mutex::new(None));
         let (seen, slot) = (asked.clone(), host.clone());
         let env = Env::with_registry(move |store, clock| {
-            let h = ScriptedAgentHost::new(store).with_clock(clock).reply(security_review::TARGET, move |start| {
-                seen.lock().unwrap().push(start.message.clone());
-                Ok(review.clone())
-            });
+            let h = ScriptedAgentHost::new(store).with_clock(clock).reply(
+                security_review::TARGET,
+                move |start| {
+                    seen.lock().unwrap().push(start.message.clone());
+                    Ok(review.clone())
+                },
+            );
             *slot.lock().unwrap() = Some(h.clone());
             registry().with_agent_host(Arc::new(h))
         })
@@ -512,7 +531,11 @@ async fn render_cleanup_aborts_the_job_on_cancel() {
     let env = Env::new().await;
     let start = env
         .session
-        .call_tool("call-1", "render_cleanup", json!({"project_id": "c-cancel"}))
+        .call_tool(
+            "call-1",
+            "render_cleanup",
+            json!({"project_id": "c-cancel"}),
+        )
         .await
         .unwrap();
     let run = start.run_id().clone();
@@ -586,7 +609,10 @@ async fn wait_for_a_callback_webhook() {
             .call("render_video", json!({ "project_id": project }))
             .await;
         let run = start.run_id();
-        assert!(env.kinds().await.is_empty(), "nothing on the channel while waiting");
+        assert!(
+            env.kinds().await.is_empty(),
+            "nothing on the channel while waiting"
+        );
         // The farm was handed the webhook's absolute URL: EVE_BASE_URL + the webhook's path.
         let events = env.store.read_all(run, 0).await.unwrap();
         let token = events
@@ -618,9 +644,15 @@ async fn wait_for_a_callback_webhook() {
             headers: [("content-type".to_owned(), "application/json".to_owned())].into(),
             body: json!({"status": status, "url": "https://cdn.example/w.mp4"}),
         };
-        resume_hook(&*env.other, &token, &request, Some("delivery-1"), env.clock.now())
-            .await
-            .expect("the render farm calls back");
+        resume_hook(
+            &*env.other,
+            &token,
+            &request,
+            Some("delivery-1"),
+            env.clock.now(),
+        )
+        .await
+        .expect("the render farm calls back");
         env.drain().await;
         assert_eq!(env.kinds().await, ["tool.settled"]);
         if ok {

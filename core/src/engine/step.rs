@@ -176,9 +176,9 @@ impl StepCtx {
     /// refer to it.
     ///
     /// # Errors
-    /// `UnknownTool` or `InvalidInput` (nothing started; fatal as a [`StepError`]); the store's
+    /// `UnknownTool` or `InvalidInput` (nothing started; fatal as a [`StepError`](super::StepError)); the store's
     /// `IdempotencyMismatch` when an earlier attempt started this child with another input,
-    /// `SessionEnded`, or a transient fault (retryable as a [`StepError`]).
+    /// `SessionEnded`, or a transient fault (retryable as a [`StepError`](super::StepError)).
     pub async fn start_call<T: Serialize + ?Sized>(
         &self,
         tool: &str,
@@ -190,18 +190,8 @@ impl StepCtx {
         })?;
         let n = self.starts.fetch_add(1, Ordering::SeqCst);
         let call = self.child_call_id(n);
-        let new = tool_call_run(
-            &self.env.registry,
-            &self.env.session_id,
-            &call,
-            tool,
-            input,
-        )?;
-        Ok(self
-            .env
-            .store
-            .create_run(new, self.env.clock.now())
-            .await?)
+        let new = tool_call_run(&self.env.registry, &self.env.session_id, &call, tool, input)?;
+        Ok(self.env.store.create_run(new, self.env.clock.now()).await?)
     }
 
     /// Delivers `payload` to the live hook of `token` (any run's, from any worker), deduped by
@@ -210,7 +200,7 @@ impl StepCtx {
     /// answers `duplicate: true`, also after the hook's run ended).
     ///
     /// # Errors
-    /// `NotFound` when no live hook has the token yet (retryable as a [`StepError`]: the hook
+    /// `NotFound` when no live hook has the token yet (retryable as a [`StepError`](super::StepError): the hook
     /// may be created later); `InvalidInput` when the payload does not serialize; the store's
     /// errors.
     pub async fn resume_hook<T: Serialize + ?Sized>(

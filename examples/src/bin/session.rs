@@ -27,8 +27,8 @@ use eve_core::engine::{
     SystemClock, ToolCallStart, TurnPolicy, Worker, WorkerConfig, WorkerHandle, WEBHOOK_PATH,
 };
 use eve_core::{
-    Event, InputResponse, JournalStore, JournalStoreExt, RequestId, RunId, SessionEvent,
-    SessionId, StoreError, Timestamp, WebhookRequest,
+    Event, InputResponse, JournalStore, JournalStoreExt, RequestId, RunId, SessionEvent, SessionId,
+    StoreError, Timestamp, WebhookRequest,
 };
 use eve_examples::channel::{describe_entry, follow_until_ended, kind};
 use eve_examples::{
@@ -161,20 +161,26 @@ async fn run(
     };
     if tool == "render_video" {
         let status = arg(args, "--status").unwrap_or_else(|| "ok".into());
-        tokio::spawn(deliver_render_webhook(other.clone(), run_id.clone(), status));
+        tokio::spawn(deliver_render_webhook(
+            other.clone(),
+            run_id.clone(),
+            status,
+        ));
     }
     if tool == "render_cleanup" {
         let cancel_after = arg(args, "--cancel-after").unwrap_or_else(|| "1s".into());
         if cancel_after != "none" {
-            let after = parse_duration(&cancel_after)
-                .unwrap_or_else(|e| panic!("--cancel-after: {e}"));
+            let after =
+                parse_duration(&cancel_after).unwrap_or_else(|e| panic!("--cancel-after: {e}"));
             let steerer = session_on(other.clone(), &session_id);
             let project = input["project_id"].as_str().unwrap_or_default().to_owned();
             tokio::spawn(async move {
                 // Once the farm renders the job, the user steers: the turn's waiting call is
                 // cancelled, and its cleanup step aborts the job within the grace period.
                 let job = format!("job-{project}");
-                while render_cleanup::farm::state(&job) != Some(render_cleanup::farm::JobState::Rendering) {
+                while render_cleanup::farm::state(&job)
+                    != Some(render_cleanup::farm::JobState::Rendering)
+                {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 tokio::time::sleep(after).await;
