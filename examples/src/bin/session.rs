@@ -27,8 +27,8 @@ use eve_core::engine::{
     SystemClock, ToolCallStart, TurnPolicy, Worker, WorkerConfig, WorkerHandle, WEBHOOK_PATH,
 };
 use eve_core::{
-    Event, InputResponse, JournalStore, JournalStoreExt, RequestId, RunId, SessionEvent, SessionId,
-    StoreError, Timestamp, WebhookRequest,
+    InputResponse, JournalStore, RequestId, SessionEvent, SessionId, StoreError, Timestamp,
+    WebhookRequest,
 };
 use eve_examples::channel::{describe_entry, follow_until_ended, kind};
 use eve_examples::{
@@ -161,11 +161,8 @@ async fn run(
     };
     if tool == "render_video" {
         let status = arg(args, "--status").unwrap_or_else(|| "ok".into());
-        tokio::spawn(deliver_render_webhook(
-            other.clone(),
-            run_id.clone(),
-            status,
-        ));
+        let job = format!("job-{}", input["project_id"].as_str().unwrap_or_default());
+        tokio::spawn(deliver_render_webhook(other.clone(), job, status));
     }
     if tool == "render_cleanup" {
         let cancel_after = arg(args, "--cancel-after").unwrap_or_else(|| "1s".into());
@@ -333,33 +330,22 @@ async fn reviewer_worker(store: Arc<dyn JournalStore>, args: &[String]) -> Worke
 /// The render farm of `render_video`: once the run's `submit_render` step has handed it the
 /// webhook URL, it calls back with `{status, url}` — delivered as the `WebhookRequest` that
 /// `eve serve` makes of a POST to that URL — from a second store handle.
-async fn deliver_render_webhook(store: Arc<dyn JournalStore>, run: RunId, status: String) {
-    let submitted = loop {
-        let events = store.read_all(&run, 0).await.expect("read journal");
-        let found = events.into_iter().find_map(|e| match e.event {
-            Event::StepCompleted { name, output, .. } if name == "submit_render" => {
-                output.to_value::<render_video::Submitted>().ok()
-            }
-            _ => None,
-        });
-        match found {
-            Some(s) => break s,
+async fn deliver_render_webhook(store: Arc<dyn JournalStore>, job_id: String, status: String) {
+    let callback_url = loop {
+        match render_video::farm::callback_url(&job_id) {
+            Some(url) => break url,
             None => tokio::time::sleep(Duration::from_millis(50)).await,
         }
     };
-    let token = submitted
-        .callback_url
+    let token = callback_url
         .rsplit_once(WEBHOOK_PATH)
         .map(|(_, t)| t.to_owned())
         .expect("the callback URL is a webhook URL");
     let body = serde_json::json!({
         "status": status,
-        "url": format!("https://cdn.example/{}.mp4", submitted.job_id),
+        "url": format!("https://cdn.example/{job_id}.mp4"),
     });
-    println!(
-        "(the render farm POSTs {body} to {})",
-        submitted.callback_url
-    );
+    println!("(the render farm POSTs {body} to the webhook)");
     let request = WebhookRequest {
         method: "POST".into(),
         headers: [("content-type".to_owned(), "application/json".to_owned())].into(),
