@@ -1401,3 +1401,90 @@ fn call_purge_and_serve_retain_on_sqlite() {
     assert!(stdout(&mcp).is_empty(), "stdout: {}", stdout(&mcp));
     assert!(ok(d, &["runs", "show", &live]).contains("running"));
 }
+
+/// Three of the seed's examples driven end to end by the official MCP Python SDK against
+/// `eve serve` (see `tests/python/seed_examples.py`): `progress_then_ask` answered through
+/// elicitation, `render_video` completed by the farm's POST to its webhook URL, and
+/// `render_cleanup` cancelled over HTTP while the call blocks, its cleanup step run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_examples_through_the_python_mcp_sdk() {
+    let Ok(python) = std::env::var("EVE_TEST_MCP_PYTHON") else {
+        println!("SKIPPED: the seed's examples through the MCP Python SDK: EVE_TEST_MCP_PYTHON is not set (scripts/test-all.sh sets it)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let farm = d.to_str().unwrap().to_owned();
+    let mut served = Served::start_env(d, "127.0.0.1:0", &[], &[("RENDER_FARM_DIR", &farm)]);
+    let base = served.base();
+    let line = served.wait_for("eve serve:   eve_");
+    let key = line.trim_start_matches("eve serve:").trim().to_owned();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/seed_examples.py");
+    let out = Command::new(&python)
+        .arg(&script)
+        .arg(&base)
+        .env("EVE_MCP_BEARER", &key)
+        .env("RENDER_FARM_DIR", &farm)
+        .output()
+        .expect("run the Python client");
+    let text = stdout(&out);
+    assert!(
+        out.status.success(),
+        "the Python client failed: {text}{}",
+        stderr(&out)
+    );
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let example = |name: &str| {
+        lines
+            .iter()
+            .find(|s| s["example"] == name)
+            .unwrap_or_else(|| panic!("no {name}: {text}"))
+            .clone()
+    };
+    let names = example("tools")["names"].clone();
+    for tool in [
+        "progress_then_ask",
+        "security_review",
+        "render_cleanup",
+        "render_video",
+    ] {
+        assert!(
+            names.as_array().unwrap().contains(&serde_json::json!(tool)),
+            "{names}"
+        );
+    }
+    let ask = example("progress_then_ask");
+    assert_eq!(ask["is_error"], false, "{ask}");
+    assert_eq!(
+        ask["asked"][0]["options"],
+        serde_json::json!(["approve", "cancel"])
+    );
+    assert!(
+        ask["asked"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Continue?"),
+        "{ask}"
+    );
+    assert_eq!(ask["structured"]["answer"]["optionId"], "approve", "{ask}");
+    let render = example("render_video");
+    assert_eq!(render["farm_status"], 202, "{render}");
+    assert_eq!(render["is_error"], false, "{render}");
+    assert_eq!(
+        render["structured"],
+        serde_json::json!({"url": "https://cdn.example/py1.mp4"}),
+        "{render}"
+    );
+    let cleanup = example("render_cleanup");
+    assert_eq!(cleanup["cancel_status"], 202, "{cleanup}");
+    assert_eq!(cleanup["is_error"], true, "{cleanup}");
+    assert_eq!(cleanup["status"], "cancelled", "{cleanup}");
+    assert_eq!(
+        cleanup["steps"],
+        serde_json::json!(["submit_render", "abort_render"]),
+        "{cleanup}"
+    );
+}
