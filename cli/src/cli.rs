@@ -135,7 +135,9 @@ pub struct ServeArgs {
     pub listen: SocketAddr,
     /// The URL the server is reached at from outside (for webhook URLs and the Host check:
     /// requests naming another host than this or a loopback name get 421); default
-    /// http://ADDRESS of --listen. Give it with --listen 0.0.0.0:PORT.
+    /// http://ADDRESS of --listen. Give it with --listen 0.0.0.0:PORT. Bodies see it as the
+    /// environment variable EVE_BASE_URL (set from this option; without it, an EVE_BASE_URL
+    /// already set is kept, else the listen address is used).
     #[arg(long, value_name = "URL")]
     pub base_url: Option<String>,
     /// Also run the demo: a scripted agent calls `deploy`, which asks for approval; prints the

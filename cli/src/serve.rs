@@ -60,6 +60,12 @@ pub async fn run(
         .clone()
         .unwrap_or_else(|| format!("http://{addr}"));
     let base = base.trim_end_matches('/').to_owned();
+    // Bodies build webhook URLs in steps from EVE_BASE_URL (the seed's `createWebhook().url`):
+    // --base-url when given, else the environment's value, else the bound address. Set
+    // before the worker runs any step.
+    if args.base_url.is_some() || std::env::var_os("EVE_BASE_URL").is_none() {
+        std::env::set_var("EVE_BASE_URL", &base);
+    }
     let worker_id = worker.lease().worker;
     let local_worker = worker.clone();
     let mut worker = worker.spawn();

@@ -2,7 +2,10 @@
 //! job that waits for a callback from another process, a deploy approval with a deadline and an
 //! escalation (hook version: `deploy`; `ask` version: `deploy_deadline`), a deploy with
 //! approval (`deploy_approval`), a background refund that asks now and acts when answered
-//! (`refund_order`), and a background reminder that reports progress (`remind_with_progress`).
+//! (`refund_order`), and a background reminder that reports progress (`remind_with_progress`);
+//! progress then an ask (`progress_then_ask`), a security review by a subagent
+//! (`security_review`), a render that cleans up when cancelled (`render_cleanup`), and the
+//! render that waits for a webhook (`render_video`; the hook version is `render_hook`).
 //!
 //! Each binary opens the SQLite file given by `--db` (default `eve-examples.db`), so several
 //! processes can share it: one runs the worker, another delivers the callback or the answer.
@@ -18,10 +21,14 @@ pub mod channel;
 pub mod deploy;
 pub mod deploy_approval;
 pub mod deploy_deadline;
+pub mod progress_then_ask;
 pub mod refund_order;
 pub mod remind;
 pub mod remind_with_progress;
+pub mod render_cleanup;
+pub mod render_hook;
 pub mod render_video;
+pub mod security_review;
 
 /// The deployment id the examples run under.
 pub const DEPLOYMENT: &str = "examples-v1";
@@ -30,12 +37,16 @@ pub const DEPLOYMENT: &str = "examples-v1";
 pub fn registry() -> Registry {
     Registry::new(DEPLOYMENT)
         .with(remind::execute)
-        .with(render_video::execute)
+        .with(render_hook::execute)
         .with(deploy::execute)
         .with(deploy_approval::execute)
         .with(deploy_deadline::execute)
         .with(refund_order::execute)
         .with(remind_with_progress::execute)
+        .with(progress_then_ask::execute)
+        .with(security_review::execute)
+        .with(render_cleanup::execute)
+        .with(render_video::execute)
 }
 
 /// `--name value` from the command line.

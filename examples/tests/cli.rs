@@ -122,7 +122,7 @@ async fn inspect_answer_hook_cancel_resolve_on_sqlite() {
     let render = start(
         &*store,
         "c2",
-        "render_video",
+        "render_hook",
         serde_json::json!({"project_id": "p9"}),
     )
     .await;
@@ -199,7 +199,7 @@ async fn inspect_answer_hook_cancel_resolve_on_sqlite() {
     );
     let help = ok(d, &["runs", "--help"]);
     assert!(help.contains("List runs, newest first"), "{help}");
-    assert_eq!(listed(&["--tool", "render_video"]), [render.to_string()]);
+    assert_eq!(listed(&["--tool", "render_hook"]), [render.to_string()]);
     assert_eq!(listed(&["--since", "1h"]).len(), 3);
     assert!(listed(&["--until", "1h"]).is_empty());
     fails(d, &["runs", "list", "--before", "run_nope"], 2, "--before");
@@ -485,11 +485,19 @@ impl Served {
 
     /// `eve serve --listen LISTEN extra…`.
     fn start_on(dir: &Path, listen: &str, extra: &[&str]) -> Self {
+        Self::start_env(dir, listen, extra, &[])
+    }
+
+    /// [`Served::start_on`] with these environment variables (and no `EVE_BASE_URL` but one
+    /// given here).
+    fn start_env(dir: &Path, listen: &str, extra: &[&str], envs: &[(&str, &str)]) -> Self {
         let mut child = Command::new(EVE)
             .args(["serve", "--listen", listen])
             .args(extra)
             .current_dir(dir)
             .env_remove("EVE_STORE_URL")
+            .env_remove("EVE_BASE_URL")
+            .envs(envs.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -740,6 +748,155 @@ async fn serve_runs_the_tools_and_answers_over_http() {
     );
     let (status, _) = http(&base, &read_key, "GET", "/v1/runs", "");
     assert_eq!(status, 401, "a revoked key opens nothing");
+}
+
+/// The journal's events of `run`, once `pred` holds for one of them (within a minute).
+async fn until_event(
+    store: &dyn JournalStore,
+    run: &RunId,
+    pred: impl Fn(&eve_core::Event) -> bool,
+) -> Vec<eve_core::Event> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let events: Vec<_> = store
+            .read_all(run, 0)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.event)
+            .collect();
+        if events.iter().any(&pred) {
+            return events;
+        }
+        assert!(Instant::now() < deadline, "run {run}: {events:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The names of the completed steps of `run`.
+async fn completed_steps(store: &dyn JournalStore, run: &RunId) -> Vec<String> {
+    store
+        .read_all(run, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| match e.event {
+            eve_core::Event::StepCompleted { name, .. } => Some(name),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The output of `run`, which completed.
+async fn output_of(store: &dyn JournalStore, run: &RunId) -> serde_json::Value {
+    match store.read_all(run, 0).await.unwrap().pop().map(|e| e.event) {
+        Some(eve_core::Event::RunCompleted { output }) => output.to_value().unwrap(),
+        other => panic!("run {run} did not complete: {other:?}"),
+    }
+}
+
+/// Three of the seed's examples through `eve serve`: `render_video` hands its render farm a
+/// webhook URL built in a step from `EVE_BASE_URL`, which `--base-url` sets (over the
+/// environment's value), and the farm's POST to it completes the render; `render_cleanup`,
+/// cancelled with `eve cancel`, runs its cleanup step; `progress_then_ask` records its progress
+/// and is answered with `eve answer`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_runs_the_webhook_render_the_cleanup_and_the_progress_ask() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let public = format!("http://localhost:{port}");
+    let mut served = Served::start_env(
+        d,
+        &format!("127.0.0.1:{port}"),
+        &["--base-url", &public],
+        &[
+            ("EVE_BASE_URL", "http://not-this.example"),
+            ("RENDER_FARM_DIR", d.to_str().unwrap()),
+        ],
+    );
+    served.wait_for("runs deployment");
+    let local = format!("http://127.0.0.1:{port}");
+    let store: Arc<dyn JournalStore> = Arc::new(SqliteStore::open(d.join("eve.db")).await.unwrap());
+
+    // The webhook render: the farm is handed the URL, and POSTs to it (no key: the token is
+    // the credential).
+    let render = start(
+        &*store,
+        "w1",
+        "render_video",
+        serde_json::json!({"project_id": "w9"}),
+    )
+    .await;
+    // The farm (another process: the served one writes the job's callback URL to our dir).
+    let farm_file = d.join("job-w9.url");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let callback_url = loop {
+        if let Ok(url) = std::fs::read_to_string(&farm_file) {
+            break url;
+        }
+        assert!(Instant::now() < deadline, "the render was not submitted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let prefix = format!("{public}{}", eve_core::engine::WEBHOOK_PATH);
+    assert!(
+        callback_url.starts_with(&prefix),
+        "{callback_url} is not under {prefix}"
+    );
+    let path = callback_url.trim_start_matches(&public);
+    let (status, body) = http(
+        &local,
+        "",
+        "POST",
+        path,
+        r#"{"status":"ok","url":"https://cdn.example/w9.mp4"}"#,
+    );
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(until_ended(&*store, &render).await, RunStatus::Completed);
+    assert_eq!(
+        output_of(&*store, &render).await,
+        serde_json::json!({"url": "https://cdn.example/w9.mp4"})
+    );
+
+    // The abort-cleanup render, cancelled from another process while it waits for the farm.
+    let cleanup = start(
+        &*store,
+        "w2",
+        "render_cleanup",
+        serde_json::json!({"project_id": "k9"}),
+    )
+    .await;
+    until_event(
+        &*store,
+        &cleanup,
+        |e| matches!(e, eve_core::Event::StepCompleted { name, .. } if name == "submit_render"),
+    )
+    .await;
+    assert!(ok(d, &["cancel", cleanup.as_str()]).contains("cancel requested"));
+    assert_eq!(until_ended(&*store, &cleanup).await, RunStatus::Cancelled);
+    assert_eq!(
+        completed_steps(&*store, &cleanup).await,
+        ["submit_render", "abort_render"]
+    );
+
+    // Progress, then an ask answered by `eve answer`.
+    let ask = start(&*store, "w3", "progress_then_ask", serde_json::json!({})).await;
+    let request = first_request(&*store).await;
+    let events = until_event(&*store, &ask, |e| e.kind() == "Progress").await;
+    assert!(
+        events.iter().any(|e| e.kind() == "InputRequested"),
+        "{events:?}"
+    );
+    assert!(ok(d, &["answer", &request, "approve"]).contains("answered"));
+    assert_eq!(until_ended(&*store, &ask).await, RunStatus::Completed);
+    assert_eq!(
+        output_of(&*store, &ask).await["answer"]["optionId"],
+        "approve"
+    );
 }
 
 /// The first pending request of session `s1`, within a minute.
@@ -1243,4 +1400,91 @@ fn call_purge_and_serve_retain_on_sqlite() {
     );
     assert!(stdout(&mcp).is_empty(), "stdout: {}", stdout(&mcp));
     assert!(ok(d, &["runs", "show", &live]).contains("running"));
+}
+
+/// Three of the seed's examples driven end to end by the official MCP Python SDK against
+/// `eve serve` (see `tests/python/seed_examples.py`): `progress_then_ask` answered through
+/// elicitation, `render_video` completed by the farm's POST to its webhook URL, and
+/// `render_cleanup` cancelled over HTTP while the call blocks, its cleanup step run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_examples_through_the_python_mcp_sdk() {
+    let Ok(python) = std::env::var("EVE_TEST_MCP_PYTHON") else {
+        println!("SKIPPED: the seed's examples through the MCP Python SDK: EVE_TEST_MCP_PYTHON is not set (scripts/test-all.sh sets it)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let farm = d.to_str().unwrap().to_owned();
+    let mut served = Served::start_env(d, "127.0.0.1:0", &[], &[("RENDER_FARM_DIR", &farm)]);
+    let base = served.base();
+    let line = served.wait_for("eve serve:   eve_");
+    let key = line.trim_start_matches("eve serve:").trim().to_owned();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/seed_examples.py");
+    let out = Command::new(&python)
+        .arg(&script)
+        .arg(&base)
+        .env("EVE_MCP_BEARER", &key)
+        .env("RENDER_FARM_DIR", &farm)
+        .output()
+        .expect("run the Python client");
+    let text = stdout(&out);
+    assert!(
+        out.status.success(),
+        "the Python client failed: {text}{}",
+        stderr(&out)
+    );
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let example = |name: &str| {
+        lines
+            .iter()
+            .find(|s| s["example"] == name)
+            .unwrap_or_else(|| panic!("no {name}: {text}"))
+            .clone()
+    };
+    let names = example("tools")["names"].clone();
+    for tool in [
+        "progress_then_ask",
+        "security_review",
+        "render_cleanup",
+        "render_video",
+    ] {
+        assert!(
+            names.as_array().unwrap().contains(&serde_json::json!(tool)),
+            "{names}"
+        );
+    }
+    let ask = example("progress_then_ask");
+    assert_eq!(ask["is_error"], false, "{ask}");
+    assert_eq!(
+        ask["asked"][0]["options"],
+        serde_json::json!(["approve", "cancel"])
+    );
+    assert!(
+        ask["asked"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Continue?"),
+        "{ask}"
+    );
+    assert_eq!(ask["structured"]["answer"]["optionId"], "approve", "{ask}");
+    let render = example("render_video");
+    assert_eq!(render["farm_status"], 202, "{render}");
+    assert_eq!(render["is_error"], false, "{render}");
+    assert_eq!(
+        render["structured"],
+        serde_json::json!({"url": "https://cdn.example/py1.mp4"}),
+        "{render}"
+    );
+    let cleanup = example("render_cleanup");
+    assert_eq!(cleanup["cancel_status"], 202, "{cleanup}");
+    assert_eq!(cleanup["is_error"], true, "{cleanup}");
+    assert_eq!(cleanup["status"], "cancelled", "{cleanup}");
+    assert_eq!(
+        cleanup["steps"],
+        serde_json::json!(["submit_render", "abort_render"]),
+        "{cleanup}"
+    );
 }

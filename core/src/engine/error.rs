@@ -101,6 +101,42 @@ impl From<serde_json::Error> for StepError {
     }
 }
 
+/// An engine call made in a step ([`StepCtx::start_call`](super::StepCtx::start_call),
+/// [`StepCtx::resume_hook`](super::StepCtx::resume_hook)) that failed, as the step's error (so
+/// `?` works in a step): fatal when no retry can succeed (an unknown tool, an invalid input,
+/// an idempotency key reused with another input, an ended session or run, a limit, a corrupt
+/// row), retryable otherwise (a transient fault, a hook not created yet, an unknown backend
+/// failure).
+impl From<EngineError> for StepError {
+    fn from(e: EngineError) -> Self {
+        let fatal = matches!(
+            e,
+            EngineError::InvalidInput { .. }
+                | EngineError::UnknownTool { .. }
+                | EngineError::InvalidDuration { .. }
+        ) || matches!(
+            &e,
+            EngineError::Store(
+                StoreError::AlreadyExists { .. }
+                    | StoreError::IdempotencyMismatch { .. }
+                    | StoreError::InvalidInput(_)
+                    | StoreError::LimitExceeded { .. }
+                    | StoreError::Corrupt { .. }
+                    | StoreError::SessionEnded { .. }
+                    | StoreError::RunEnded { .. }
+                    | StoreError::AlreadyAnswered { .. }
+                    | StoreError::Withdrawn { .. }
+                    | StoreError::InvalidAnswer { .. }
+            )
+        );
+        if fatal {
+            StepError::fatal(e)
+        } else {
+            StepError::retryable(e)
+        }
+    }
+}
+
 /// A step that failed for good: a fatal error, or its retries are exhausted. Escaping the body
 /// (with `?`) fails the run.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -1,7 +1,13 @@
 //! Retry policy of steps, the context a step closure receives, and duration parsing.
 
+use super::clock::Clock;
 use super::error::EngineError;
-use crate::ids::RunId;
+use super::tool::{tool_call_run, Registry};
+use crate::ids::{CallId, RunId, SessionId};
+use crate::store::{CreatedRun, Delivered, JournalStore};
+use serde::Serialize;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How a step's failed attempts are retried. "3 retries" means 4 attempts in all. A retry wait
@@ -59,7 +65,20 @@ impl RetryPolicy {
     }
 }
 
-/// What a step closure receives: its identity, stable across retries, replays and workers.
+/// What the worker running a step lends it: its store, registry and clock, and the run's
+/// session. One per activation, shared by its step attempts.
+#[derive(Clone, Debug)]
+pub(crate) struct StepEnv {
+    pub(crate) store: Arc<dyn JournalStore>,
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) session_id: SessionId,
+}
+
+/// What a step closure receives: its identity, stable across retries, replays and workers, and
+/// the effects a step may have on other runs ([`StepCtx::start_call`],
+/// [`StepCtx::resume_hook`]) without capturing a store: they go to the store of the worker
+/// running the step, keyed by the step's identity so a repeated attempt has no second effect.
 #[derive(Clone, Debug)]
 pub struct StepCtx {
     pub(crate) run_id: RunId,
@@ -68,6 +87,11 @@ pub struct StepCtx {
     pub(crate) attempt: u32,
     pub(crate) fence: crate::FencingToken,
     pub(crate) abort: tokio::sync::watch::Receiver<bool>,
+    pub(crate) env: Arc<StepEnv>,
+    /// `start_call`s made by this attempt so far (shared by its clones).
+    pub(crate) starts: Arc<AtomicU32>,
+    /// `resume_hook`s made by this attempt so far (shared by its clones).
+    pub(crate) resumes: Arc<AtomicU32>,
 }
 
 impl StepCtx {
@@ -124,6 +148,76 @@ impl StepCtx {
     /// request.
     pub fn fencing_token(&self) -> crate::FencingToken {
         self.fence
+    }
+
+    /// The session of the run (where [`start_call`](Self::start_call) starts children).
+    pub fn session_id(&self) -> &SessionId {
+        &self.env.session_id
+    }
+
+    /// The call id of the `n`-th (0-based) [`start_call`](Self::start_call) of an attempt of
+    /// this step: `"{run id}:{cmd}:{n}"`, the same for every attempt, replay and worker.
+    pub fn child_call_id(&self, n: u32) -> CallId {
+        CallId::new(format!("{}:{}:{n}", self.run_id, self.cmd))
+    }
+
+    /// The dedupe key of the `n`-th (0-based) [`resume_hook`](Self::resume_hook) of an attempt
+    /// of this step: `"{run id}:{cmd}:resume:{n}"`, the same for every attempt.
+    pub fn resume_key(&self, n: u32) -> String {
+        format!("{}:{}:resume:{n}", self.run_id, self.cmd)
+    }
+
+    /// Starts a child call of the tool named `tool` (of the worker's registry and deployment)
+    /// in the run's session, with the call id [`child_call_id(n)`](Self::child_call_id) for
+    /// the `n`-th start of this attempt. Idempotent per step: a later attempt (after a failure
+    /// or a crash before the outcome was recorded) that makes the same starts in the same
+    /// order gets the same runs back (`created: false`) and starts no second child. The child
+    /// runs on its own (in the background of this run); pass its run id out of the step to
+    /// refer to it.
+    ///
+    /// # Errors
+    /// `UnknownTool` or `InvalidInput` (nothing started; fatal as a [`StepError`](super::StepError)); the store's
+    /// `IdempotencyMismatch` when an earlier attempt started this child with another input,
+    /// `SessionEnded`, or a transient fault (retryable as a [`StepError`](super::StepError)).
+    pub async fn start_call<T: Serialize + ?Sized>(
+        &self,
+        tool: &str,
+        input: &T,
+    ) -> Result<CreatedRun, EngineError> {
+        let input = serde_json::to_value(input).map_err(|e| EngineError::InvalidInput {
+            tool: tool.to_owned(),
+            reason: format!("the input does not serialize as JSON: {e}"),
+        })?;
+        let n = self.starts.fetch_add(1, Ordering::SeqCst);
+        let call = self.child_call_id(n);
+        let new = tool_call_run(&self.env.registry, &self.env.session_id, &call, tool, input)?;
+        Ok(self.env.store.create_run(new, self.env.clock.now()).await?)
+    }
+
+    /// Delivers `payload` to the live hook of `token` (any run's, from any worker), deduped by
+    /// [`resume_key(n)`](Self::resume_key) for the `n`-th resume of this attempt: a later
+    /// attempt that resumes the same hooks in the same order delivers nothing twice (the store
+    /// answers `duplicate: true`, also after the hook's run ended).
+    ///
+    /// # Errors
+    /// `NotFound` when no live hook has the token yet (retryable as a [`StepError`](super::StepError): the hook
+    /// may be created later); `InvalidInput` when the payload does not serialize; the store's
+    /// errors.
+    pub async fn resume_hook<T: Serialize + ?Sized>(
+        &self,
+        token: &str,
+        payload: &T,
+    ) -> Result<Delivered, EngineError> {
+        let n = self.resumes.fetch_add(1, Ordering::SeqCst);
+        let key = self.resume_key(n);
+        super::tool::resume_hook(
+            &*self.env.store,
+            token,
+            payload,
+            Some(&key),
+            self.env.clock.now(),
+        )
+        .await
     }
 }
 

@@ -7,7 +7,7 @@
 
 use eve_core::engine::{resume_hook, start_tool_call};
 use eve_core::{CallId, SessionId, Timestamp};
-use eve_examples::render_video::{token, Callback};
+use eve_examples::render_hook::{token, Callback};
 use eve_examples::{arg, follow, open, worker};
 use std::time::Duration;
 
@@ -24,7 +24,7 @@ async fn main() {
                 &eve_examples::registry(),
                 &SessionId::new("examples"),
                 &CallId::new(format!("render-{project}")),
-                "render_video",
+                "render_hook",
                 serde_json::json!({ "project_id": project }),
                 Timestamp::now(),
             )

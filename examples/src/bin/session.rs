@@ -5,7 +5,11 @@
 //! ```text
 //! session deploy   [--service api] [--answer approve|cancel|none] [--answer-after 1s]
 //! session deadline [--service api] [--first 3s] [--second 6s] [--answer approve] [--answer-after 4s]
-//! session render   [--project s1] [--status ok|failed] [--manual]
+//! session render   [--project s1] [--status ok|failed]      # the webhook version
+//! session render-hook [--project s1] [--status ok|failed] [--manual]
+//! session render-cleanup [--project s1] [--render-for 1h] [--cancel-after 1s|none]
+//! session progress-ask [--answer approve|cancel|none] [--answer-after 1s]
+//! session security-review [--service api] [--verdict approve|reject]
 //! session refund   [--order o-1] [--amount 25] [--answer approve|deny|none] [--answer-after 1s]
 //! session remind   [--note "stretch"] [--delay 3s]
 //! session remind-progress [--note "stretch"] [--delay 3s]
@@ -13,16 +17,23 @@
 //! ```
 //! Every command takes `--db FILE` (default `eve-examples.db`). With `--answer none` (or
 //! `--manual` for render) the run waits for you: the command to answer from another shell is
-//! printed. Answers go through a second store handle, as another process would.
+//! printed. Answers go through a second store handle, as another process would; so do the render
+//! farm's webhook and hook callbacks. `security-review`'s reviewer subagent is a scripted
+//! in-process agent host answering with `--verdict`; `render-cleanup` steers the turn (which
+//! cancels the waiting call) after `--cancel-after`, and the cleanup step aborts the job.
 
 use eve_core::engine::{
-    parse_duration, resume_hook, EngineError, Session, SessionError, SystemClock, ToolCallStart,
+    parse_duration, resume_hook, EngineError, ScriptedAgentHost, Session, SessionError,
+    SystemClock, ToolCallStart, TurnPolicy, Worker, WorkerConfig, WorkerHandle, WEBHOOK_PATH,
 };
 use eve_core::{
     InputResponse, JournalStore, RequestId, SessionEvent, SessionId, StoreError, Timestamp,
+    WebhookRequest,
 };
 use eve_examples::channel::{describe_entry, follow_until_ended, kind};
-use eve_examples::{arg, open, registry, render_video, worker};
+use eve_examples::{
+    arg, open, registry, render_cleanup, render_hook, render_video, security_review, worker,
+};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,6 +57,32 @@ async fn main() {
         Some("render") => {
             let input = serde_json::json!({ "project_id": s("--project", "s1") });
             run(&args, "render", "render_video", input, None).await
+        }
+        Some("render-hook") => {
+            let input = serde_json::json!({ "project_id": s("--project", "s1") });
+            run(&args, "render-hook", "render_hook", input, None).await
+        }
+        Some("render-cleanup") => {
+            let input = serde_json::json!({
+                "project_id": s("--project", "s1"),
+                "render_for": s("--render-for", "1h"),
+            });
+            run(&args, "render-cleanup", "render_cleanup", input, None).await
+        }
+        Some("progress-ask") => {
+            let input = serde_json::json!({});
+            run(
+                &args,
+                "progress-ask",
+                "progress_then_ask",
+                input,
+                Some("approve"),
+            )
+            .await
+        }
+        Some("security-review") => {
+            let input = serde_json::json!({ "service": s("--service", "api") });
+            run(&args, "security-review", "security_review", input, None).await
         }
         Some("refund") => {
             let amount: f64 = s("--amount", "25").parse().expect("--amount is a number");
@@ -72,7 +109,7 @@ async fn main() {
         Some("answer") => answer(&args).await,
         _ => {
             eprintln!(
-                "use: session deploy|deadline|render|refund|remind|remind-progress|answer [options] [--db FILE]"
+                "use: session deploy|deadline|render|render-hook|render-cleanup|refund|remind|remind-progress|progress-ask|security-review|answer [options] [--db FILE]"
             );
             std::process::exit(2);
         }
@@ -117,9 +154,48 @@ async fn run(
         println!("(background: the turn continues; the task reports on the channel)");
     }
     let run_id = receipt.run_id().clone();
-    let w = worker(store.clone(), Duration::from_secs(10)).await;
-
+    let w = if tool == "security_review" {
+        reviewer_worker(store.clone(), args).await
+    } else {
+        worker(store.clone(), Duration::from_secs(10)).await
+    };
     if tool == "render_video" {
+        let status = arg(args, "--status").unwrap_or_else(|| "ok".into());
+        let job = format!("job-{}", input["project_id"].as_str().unwrap_or_default());
+        tokio::spawn(deliver_render_webhook(other.clone(), job, status));
+    }
+    if tool == "render_cleanup" {
+        let cancel_after = arg(args, "--cancel-after").unwrap_or_else(|| "1s".into());
+        if cancel_after != "none" {
+            let after =
+                parse_duration(&cancel_after).unwrap_or_else(|e| panic!("--cancel-after: {e}"));
+            let steerer = session_on(other.clone(), &session_id);
+            let project = input["project_id"].as_str().unwrap_or_default().to_owned();
+            tokio::spawn(async move {
+                // Once the farm renders the job, the user steers: the turn's waiting call is
+                // cancelled, and its cleanup step aborts the job within the grace period.
+                let job = format!("job-{project}");
+                while render_cleanup::farm::state(&job)
+                    != Some(render_cleanup::farm::JobState::Rendering)
+                {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                tokio::time::sleep(after).await;
+                match steerer
+                    .user_message(TurnPolicy::Steer, serde_json::json!("stop the render"))
+                    .await
+                {
+                    Ok(outcome) => println!(
+                        "(the user steered: {})",
+                        serde_json::to_string(&outcome).unwrap_or_default()
+                    ),
+                    Err(e) => println!("(steer refused: {e})"),
+                }
+            });
+        }
+    }
+
+    if tool == "render_hook" {
         let project = input["project_id"].as_str().unwrap_or_default().to_owned();
         let status = arg(args, "--status").unwrap_or_else(|| "ok".into());
         if args.iter().any(|a| a == "--manual") {
@@ -164,6 +240,13 @@ async fn run(
     .await
     .unwrap_or_else(|e| panic!("following the channel failed: {e}"));
     w.shutdown().await;
+    if tool == "render_cleanup" {
+        let job = format!("job-{}", input["project_id"].as_str().unwrap_or_default());
+        println!(
+            "(render farm: job {job} is {:?})",
+            render_cleanup::farm::state(&job)
+        );
+    }
     let kinds: Vec<String> = log
         .iter()
         .filter(|e| e.run_id == run_id)
@@ -183,14 +266,14 @@ async fn run(
 /// Delivers the render farm's callback once the run's hook is live (as another process
 /// would, retrying until the token exists).
 async fn deliver_render_callback(store: Arc<dyn JournalStore>, project: String, status: String) {
-    let callback = render_video::Callback {
+    let callback = render_hook::Callback {
         status,
         url: Some(format!("https://cdn.example/{project}.mp4")),
     };
     loop {
         match resume_hook(
             &*store,
-            &render_video::token(&project),
+            &render_hook::token(&project),
             &callback,
             Some("farm-delivery-1"),
             Timestamp::now(),
@@ -209,6 +292,75 @@ async fn deliver_render_callback(store: Arc<dyn JournalStore>, project: String, 
                 return;
             }
         }
+    }
+}
+
+/// A worker whose registry has an agent host: the `reviewer` subagent, scripted to answer
+/// with `--verdict` (approve or reject) at once, as a host's model would.
+async fn reviewer_worker(store: Arc<dyn JournalStore>, args: &[String]) -> WorkerHandle {
+    let approve = arg(args, "--verdict").as_deref() != Some("reject");
+    let host = ScriptedAgentHost::new(store.clone()).reply(security_review::TARGET, move |start| {
+        println!(
+            "(subagent {} asked: {})",
+            start.target,
+            start.message.as_str().unwrap_or_default()
+        );
+        Ok(if approve {
+            serde_json::json!({ "approved": true, "findings": ["no secrets or open ports in the plan"] })
+        } else {
+            serde_json::json!({ "approved": false, "findings": ["the plan opens port 22 to the internet"] })
+        })
+    });
+    let config = WorkerConfig {
+        lease_ttl: Duration::from_secs(10),
+        poll_interval: Duration::from_millis(50),
+        ..WorkerConfig::default()
+    };
+    Worker::new(
+        store,
+        registry().with_agent_host(Arc::new(host)),
+        Arc::new(SystemClock),
+        config,
+    )
+    .await
+    .expect("register worker")
+    .spawn()
+}
+
+/// The render farm of `render_video`: once the run's `submit_render` step has handed it the
+/// webhook URL, it calls back with `{status, url}` — delivered as the `WebhookRequest` that
+/// `eve serve` makes of a POST to that URL — from a second store handle.
+async fn deliver_render_webhook(store: Arc<dyn JournalStore>, job_id: String, status: String) {
+    let callback_url = loop {
+        match render_video::farm::callback_url(&job_id) {
+            Some(url) => break url,
+            None => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    };
+    let token = callback_url
+        .rsplit_once(WEBHOOK_PATH)
+        .map(|(_, t)| t.to_owned())
+        .expect("the callback URL is a webhook URL");
+    let body = serde_json::json!({
+        "status": status,
+        "url": format!("https://cdn.example/{job_id}.mp4"),
+    });
+    println!("(the render farm POSTs {body} to the webhook)");
+    let request = WebhookRequest {
+        method: "POST".into(),
+        headers: [("content-type".to_owned(), "application/json".to_owned())].into(),
+        body,
+    };
+    if let Err(e) = resume_hook(
+        &*store,
+        &token,
+        &request,
+        Some("farm-delivery-1"),
+        Timestamp::now(),
+    )
+    .await
+    {
+        println!("(callback refused: {e})");
     }
 }
 

@@ -166,6 +166,13 @@ impl Inner {
         let mut outbox: Vec<Event> = Vec::new();
         // Deliveries to this run (an answer, a hook payload, a cancel) while its steps run.
         let mut deliveries = self.watch(WatchKey::Run(run.clone())).await;
+        // What the steps of this activation may reach (StepCtx::start_call, resume_hook).
+        let step_env = Arc::new(crate::engine::step::StepEnv {
+            store: self.store.clone(),
+            registry: self.registry.clone(),
+            clock: self.clock.clone(),
+            session_id: exec.session_id(),
+        });
         let abort_all = |running: &HashMap<u64, Running>| {
             for r in running.values() {
                 r.abort.abort();
@@ -303,6 +310,9 @@ impl Inner {
                     attempt: s.attempt,
                     fence,
                     abort: abort_rx.clone(),
+                    env: step_env.clone(),
+                    starts: Default::default(),
+                    resumes: Default::default(),
                 };
                 let tx = tx.clone();
                 let runner = s.runner.clone();
