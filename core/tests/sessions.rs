@@ -9,8 +9,9 @@
 //! test-controlled semaphores, never on wall-clock sleeps.
 
 use eve_core::engine::{
-    requests_turn, resume_hook, ActivationEnd, NotATaskKind, Clock, EngineError, ManualClock, Registry, Session,
-    SessionError, SessionEventExt, ToolCallStart, TurnOutcome, TurnPolicy, Worker, WorkerConfig,
+    requests_turn, resume_hook, ActivationEnd, Clock, EngineError, ManualClock, NotATaskKind,
+    Registry, Session, SessionError, SessionEventExt, ToolCallStart, TurnOutcome, TurnPolicy,
+    Worker, WorkerConfig,
 };
 use eve_core::{
     CallId, CancelOutcome, Event, InputResponse, JournalStore, JournalStoreExt, MemoryStore,
@@ -1420,9 +1421,21 @@ async fn task_cancel_rules(env: Env) {
     let w = env.worker().await;
     w.drain().await.unwrap();
     for (id, why, want) in [
-        (fg.clone(), "default-execution", NotATaskKind::DefaultExecution),
-        (foreign.clone(), "another session", NotATaskKind::OtherSession),
-        (RunId::new("run_unknown"), "no such run", NotATaskKind::Unknown),
+        (
+            fg.clone(),
+            "default-execution",
+            NotATaskKind::DefaultExecution,
+        ),
+        (
+            foreign.clone(),
+            "another session",
+            NotATaskKind::OtherSession,
+        ),
+        (
+            RunId::new("run_unknown"),
+            "no such run",
+            NotATaskKind::Unknown,
+        ),
     ] {
         match s.task_cancel(&id).await {
             Err(SessionError::NotATask {
@@ -2243,18 +2256,30 @@ async fn try_next_turn_waits_for_parked_calls_and_collects_task_notices(env: Env
             waiting_on: vec![call("fg")]
         }
     );
-    resume_hook(&*env.store, "turn-bg", &json!("seen"), None, env.clock.now())
-        .await
-        .unwrap();
+    resume_hook(
+        &*env.store,
+        "turn-bg",
+        &json!("seen"),
+        None,
+        env.clock.now(),
+    )
+    .await
+    .unwrap();
     w.drain().await.unwrap();
     assert_eq!(
         s.try_next_turn(Some(0)).await.unwrap(),
         None,
         "a parked call holds the turn, notices and messages alike"
     );
-    resume_hook(&*env.store, "turn-fg", &json!("done"), None, env.clock.now())
-        .await
-        .unwrap();
+    resume_hook(
+        &*env.store,
+        "turn-fg",
+        &json!("done"),
+        None,
+        env.clock.now(),
+    )
+    .await
+    .unwrap();
     w.drain().await.unwrap();
     let turn = s.try_next_turn(Some(0)).await.unwrap().expect("a turn");
     let messages: Vec<Value> = turn

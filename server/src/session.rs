@@ -15,8 +15,8 @@ use axum::{Extension, Json};
 use eve_core::engine::{NotATaskKind, SessionError};
 use eve_core::wake::{Waiter, WatchKey};
 use eve_core::{
-    check_client_id, ApiKey, CallId, CancelOutcome, InputResponse, RequestId, RunId,
-    RunStatus, SessionEntry, SessionEvent, SessionId, Timestamp,
+    check_client_id, ApiKey, CallId, CancelOutcome, InputResponse, RequestId, RunId, RunStatus,
+    SessionEntry, SessionEvent, SessionId, Timestamp,
 };
 use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};

@@ -283,7 +283,10 @@ async fn the_task_index_task_cancel_and_background_notices() {
     assert_eq!(tasks["tasks"][0]["cancelRequested"], false, "{tasks}");
     let seen = events.until("task.message").await;
     let message = seen.last().unwrap().json();
-    assert_eq!(message["event"]["data"]["message"]["note"], "watching prices");
+    assert_eq!(
+        message["event"]["data"]["message"]["note"],
+        "watching prices"
+    );
     let (status, turn) = api.get("/v1/sessions/t/turn?from=0&wait=60s").await;
     assert_eq!(status, 200, "{turn}");
     assert_eq!(turn["messages"], json!([]), "{turn}");
@@ -313,7 +316,11 @@ async fn the_task_index_task_cancel_and_background_notices() {
                 .await
                 .unwrap();
             let status = resp.status().as_u16();
-            (status, resp.json::<Value>().await.unwrap(), started.elapsed())
+            (
+                status,
+                resp.json::<Value>().await.unwrap(),
+                started.elapsed(),
+            )
         })
     };
     let (status, _) = api
@@ -343,20 +350,39 @@ async fn the_task_index_task_cancel_and_background_notices() {
     let (status, err) = api
         .post(&format!("/v1/sessions/t/tasks/{parked}/cancel"), json!({}))
         .await;
-    assert_eq!((status, err["code"].as_str()), (409, Some("not_a_task")), "{err}");
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (409, Some("not_a_task")),
+        "{err}"
+    );
     let (status, err) = api
         .post("/v1/sessions/t/tasks/run_unknown/cancel", json!({}))
         .await;
-    assert_eq!((status, err["code"].as_str()), (404, Some("not_found")), "{err}");
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (404, Some("not_found")),
+        "{err}"
+    );
     let (status, err) = api
-        .post(&format!("/v1/sessions/other/tasks/{task}/cancel"), json!({}))
+        .post(
+            &format!("/v1/sessions/other/tasks/{task}/cancel"),
+            json!({}),
+        )
         .await;
-    assert_eq!((status, err["code"].as_str()), (404, Some("not_found")), "{err}");
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (404, Some("not_found")),
+        "{err}"
+    );
     // The route without a session shares the rules.
     let (status, err) = api
         .post(&format!("/v1/tasks/{parked}/cancel"), json!({}))
         .await;
-    assert_eq!((status, err["code"].as_str()), (409, Some("not_a_task")), "{err}");
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (409, Some("not_a_task")),
+        "{err}"
+    );
     let (status, out) = api
         .post(&format!("/v1/sessions/t/tasks/{task}/cancel"), json!({}))
         .await;
@@ -365,13 +391,19 @@ async fn the_task_index_task_cancel_and_background_notices() {
     let (status, out) = api
         .post(&format!("/v1/sessions/t/tasks/{task}/cancel"), json!({}))
         .await;
-    assert_eq!((status, out["outcome"].as_str()), (200, Some("already_requested")));
+    assert_eq!(
+        (status, out["outcome"].as_str()),
+        (200, Some("already_requested"))
+    );
     events.until("task.cancelled").await;
     let (status, out) = api
         .post(&format!("/v1/sessions/t/tasks/{task}/cancel"), json!({}))
         .await;
     assert_eq!(status, 200, "{out}");
-    assert_eq!(out, json!({"outcome": "already_ended", "status": "cancelled"}));
+    assert_eq!(
+        out,
+        json!({"outcome": "already_ended", "status": "cancelled"})
+    );
     let (_, tasks) = api.get("/v1/sessions/t/tasks").await;
     let statuses: Vec<(&str, &str)> = tasks["tasks"]
         .as_array()
@@ -397,7 +429,11 @@ async fn the_task_index_task_cancel_and_background_notices() {
     let (status, err) = api
         .post("/v1/sessions/t/messages", json!({"message": "anyone?"}))
         .await;
-    assert_eq!((status, err["code"].as_str()), (409, Some("session_ended")), "{err}");
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (409, Some("session_ended")),
+        "{err}"
+    );
 
     srv.stop().await;
     worker.shutdown().await;
@@ -425,14 +461,25 @@ async fn bad_messages_and_turn_queries_name_the_field() {
         );
     }
     let (status, err) = api.get("/v1/sessions/b/turn?wait=soon").await;
-    assert_eq!((status, err["code"].as_str()), (400, Some("malformed")), "{err}");
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (400, Some("malformed")),
+        "{err}"
+    );
     let (status, err) = api.get("/v1/sessions/b/turn?from=-1").await;
     assert_eq!(status, 400, "{err}");
     let long = "s".repeat(300);
     let (status, err) = api
-        .post(&format!("/v1/sessions/{long}/messages"), json!({"message": "x"}))
+        .post(
+            &format!("/v1/sessions/{long}/messages"),
+            json!({"message": "x"}),
+        )
         .await;
-    assert_eq!((status, err["code"].as_str()), (400, Some("invalid_id")), "{err}");
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (400, Some("invalid_id")),
+        "{err}"
+    );
     // Nothing was queued by the refusals.
     let (_, record) = api.get("/v1/sessions/b").await;
     assert_eq!(record["queued"], json!([]), "{record}");

@@ -932,7 +932,10 @@ pub async fn task_cancel(
         Ok(r) => r,
         Err(StoreError::NotFound { .. }) => {
             let unknown = SessionId::new("");
-            return Err(not_a_task(session.unwrap_or(&unknown), NotATaskKind::Unknown));
+            return Err(not_a_task(
+                session.unwrap_or(&unknown),
+                NotATaskKind::Unknown,
+            ));
         }
         Err(e) => return Err(e.into()),
     };
