@@ -41,10 +41,14 @@ async fn park(ctx: WorkflowCtx, input: Topic) -> Result<Value, WorkflowError> {
     Ok(json!({ "answer": answer.text }))
 }
 
-/// A background task: posts a message to the parent (a turn), then waits for an answer.
+/// A background task: posts a message to the parent (a turn), then waits for an answer; fails
+/// when the answer is `fail`.
 async fn watch(ctx: WorkflowCtx, task: TaskHandle, input: Topic) -> Result<Value, WorkflowError> {
     task.post_message(&json!({ "note": format!("watching {}", input.topic) }));
     let answer = ctx.ask(question(&input.topic)).await;
+    if answer.text.as_deref() == Some("fail") {
+        return Err(WorkflowError::new("told to fail"));
+    }
     Ok(json!({ "seen": answer.text }))
 }
 
@@ -342,6 +346,30 @@ async fn the_task_index_task_cancel_and_background_notices() {
         .collect();
     assert_eq!(kinds, ["task.completed"], "{turn}");
     let next = turn["nextSeq"].as_u64().expect("a cursor");
+
+    // A task that fails: `task.failed` on the stream and in the next turn.
+    let failing = api.call("t", "watch-3", "watch", "fx").await;
+    events.until("task.message").await;
+    let request = api.request_of("t", &failing).await;
+    let (status, _) = api
+        .post(
+            &format!("/v1/requests/{request}/answer"),
+            json!({"text": "fail"}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let failed = events.until("task.failed").await.pop().unwrap().json();
+    assert_eq!(failed["event"]["data"]["error"], "told to fail", "{failed}");
+    let (status, turn) = api.get(&format!("/v1/sessions/t/turn?from={next}")).await;
+    assert_eq!(status, 200, "{turn}");
+    let kinds: Vec<&str> = turn["notices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["event"]["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["task.message", "task.failed"], "{turn}");
+    let next = turn["nextSeq"].as_u64().expect("a cursor");
     assert!(took < Duration::from_secs(20), "waited {took:?}");
 
     // task_cancel: a default-execution call is not a task (409), an unknown id or another
@@ -413,7 +441,11 @@ async fn the_task_index_task_cancel_and_background_notices() {
         .collect();
     assert_eq!(
         statuses,
-        vec![(task.as_str(), "cancelled"), (done.as_str(), "completed")],
+        vec![
+            (task.as_str(), "cancelled"),
+            (done.as_str(), "completed"),
+            (failing.as_str(), "failed")
+        ],
         "{tasks}"
     );
     // The parked call is part of the turn: the turn waits for it even with notices pending.
