@@ -19,8 +19,9 @@
 //!   parked default-execution calls; a `steer` message cancels the turn, i.e. those calls' runs
 //!   (the engine then withdraws their requests and settles them cancelled). Background runs are
 //!   not part of a turn and survive it. Queued messages are delivered in order, each exactly
-//!   once, once no call is parked ([`Session::next_turn`]), to whichever handle asks: the
-//!   queue survives this process. Answering a request ([`Session::answer`]) never steers.
+//!   once, once no call is parked ([`Session::next_turn`]; [`Session::try_next_turn`] without
+//!   the wait, with the background tasks' turn-requesting notices since a cursor), to
+//!   whichever handle asks: the queue survives this process. Answering a request ([`Session::answer`]) never steers.
 //! - **The task index.** [`Session::tasks`] lists the background runs with their status, from
 //!   the store; [`Session::task_cancel`] cancels one; [`Session::end`] ends the session in the
 //!   store (no handle, process or HTTP call starts a tool call in it afterwards) and cancels
