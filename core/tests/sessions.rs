@@ -9,8 +9,9 @@
 //! test-controlled semaphores, never on wall-clock sleeps.
 
 use eve_core::engine::{
-    requests_turn, resume_hook, ActivationEnd, Clock, EngineError, ManualClock, Registry, Session,
-    SessionError, SessionEventExt, ToolCallStart, TurnOutcome, TurnPolicy, Worker, WorkerConfig,
+    requests_turn, resume_hook, ActivationEnd, Clock, EngineError, ManualClock, NotATaskKind,
+    Registry, Session, SessionError, SessionEventExt, ToolCallStart, TurnOutcome, TurnPolicy,
+    Worker, WorkerConfig,
 };
 use eve_core::{
     CallId, CancelOutcome, Event, InputResponse, JournalStore, JournalStoreExt, MemoryStore,
@@ -551,6 +552,7 @@ on_both_stores!(
     return_rules_default_unit_is_last_progress,
     return_rules_background_null_is_null,
     return_rules_background_value_is_value,
+    try_next_turn_waits_for_parked_calls_and_collects_task_notices,
 );
 
 fn call(id: &str) -> CallId {
@@ -1418,14 +1420,29 @@ async fn task_cancel_rules(env: Env) {
     );
     let w = env.worker().await;
     w.drain().await.unwrap();
-    for (id, why) in [
-        (fg.clone(), "default-execution"),
-        (foreign.clone(), "another session"),
-        (RunId::new("run_unknown"), "no such run"),
+    for (id, why, want) in [
+        (
+            fg.clone(),
+            "default-execution",
+            NotATaskKind::DefaultExecution,
+        ),
+        (
+            foreign.clone(),
+            "another session",
+            NotATaskKind::OtherSession,
+        ),
+        (
+            RunId::new("run_unknown"),
+            "no such run",
+            NotATaskKind::Unknown,
+        ),
     ] {
         match s.task_cancel(&id).await {
-            Err(SessionError::NotATask { task, reason, .. }) => {
+            Err(SessionError::NotATask {
+                task, reason, kind, ..
+            }) => {
                 assert_eq!(task, id);
+                assert_eq!(kind, want, "{id}");
                 assert!(
                     reason.contains(why.split(' ').next().unwrap()),
                     "{reason} / {why}"
@@ -2210,5 +2227,86 @@ fn receipts_and_outcomes_serialize_as_documented() {
     assert_eq!(
         serde_json::to_value(TurnPolicy::Steer).unwrap(),
         json!("steer")
+    );
+}
+
+/// `try_next_turn`: no turn while a default-execution call is parked; then the queued messages
+/// (taken once) and, from the cursor, the background tasks' turn-requesting notices, without
+/// the parked call's own `tool.settled`; the cursor moves past them.
+async fn try_next_turn_waits_for_parked_calls_and_collects_task_notices(env: Env) {
+    let s = env.session("turns");
+    assert_eq!(s.try_next_turn(Some(0)).await.unwrap(), None, "nothing yet");
+    let fg = parked(
+        &s.call_tool("fg", "wait_hook", json!({"token": "turn-fg"}))
+            .await
+            .unwrap(),
+    );
+    let bg = working(
+        &s.call_tool("bg", "watch", json!({"token": "turn-bg"}))
+            .await
+            .unwrap(),
+    );
+    let w = env.worker().await;
+    w.drain().await.unwrap();
+    assert_eq!(
+        s.user_message(TurnPolicy::Queue, json!("later"))
+            .await
+            .unwrap(),
+        TurnOutcome::Queued {
+            waiting_on: vec![call("fg")]
+        }
+    );
+    resume_hook(
+        &*env.store,
+        "turn-bg",
+        &json!("seen"),
+        None,
+        env.clock.now(),
+    )
+    .await
+    .unwrap();
+    w.drain().await.unwrap();
+    assert_eq!(
+        s.try_next_turn(Some(0)).await.unwrap(),
+        None,
+        "a parked call holds the turn, notices and messages alike"
+    );
+    resume_hook(
+        &*env.store,
+        "turn-fg",
+        &json!("done"),
+        None,
+        env.clock.now(),
+    )
+    .await
+    .unwrap();
+    w.drain().await.unwrap();
+    let turn = s.try_next_turn(Some(0)).await.unwrap().expect("a turn");
+    let messages: Vec<Value> = turn
+        .messages
+        .iter()
+        .map(|m| m.message.to_value::<Value>().unwrap())
+        .collect();
+    assert_eq!(messages, [json!("later")]);
+    let notices: Vec<SessionEvent> = turn.notices.iter().map(|e| e.event.clone()).collect();
+    assert_eq!(kinds(&notices), ["task.completed"], "{turn:?}");
+    assert_eq!(turn.notices[0].run_id, bg);
+    let all = log(&s).await;
+    assert_eq!(turn.next_seq, Some(all.len() as u64));
+    assert!(
+        events_of(&all, &fg).contains(&SessionEvent::ToolSettled {
+            result: completed(json!("done"))
+        }),
+        "the settlement is on the log, not in the turn"
+    );
+    assert_eq!(
+        s.try_next_turn(turn.next_seq).await.unwrap(),
+        None,
+        "messages are taken once; the cursor is past the notices"
+    );
+    assert_eq!(
+        s.try_next_turn(None).await.unwrap(),
+        None,
+        "without a cursor only messages make a turn"
     );
 }

@@ -120,7 +120,7 @@ pub(crate) struct Settled {
 }
 
 /// Parses `30s`, `500ms`, `2m` (or plain seconds).
-fn parse_wait(s: &str) -> Option<Duration> {
+pub(crate) fn parse_wait(s: &str) -> Option<Duration> {
     let s = s.trim();
     let (n, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
         Some(i) => s.split_at(i),

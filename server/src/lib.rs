@@ -19,6 +19,9 @@
 //! | `GET /v1/events?session=A&session=B` | read | several sessions' logs (at most [`MAX_STREAM_SESSIONS`]) as one SSE stream; `id:` is a cursor (`{"A":4,"B":9}`) that `Last-Event-ID` or `?from=` resumes every session from |
 //! | `GET /v1/tools` | read | the tools this server starts: `name`, `description`, `execution`, `inputSchema` |
 //! | `POST /v1/tools/{name}/calls?wait=30s` | operate | starts a call with `{session, callId, input}`: 201, 200 on a retry, 409 on the same key with another input (`idempotency_mismatch`) or in an ended session (`session_ended`); `wait` long-polls a default-execution call until it settles |
+//! | `POST /v1/sessions/{id}/messages` | operate | a user message `{"message", "policy": "queue" \| "steer"}`, as `Session::user_message`: `delivered`, `queued` or `steered`; 409 `session_ended` |
+//! | `GET /v1/sessions/{id}/turn?wait=30s&from=N` | operate | `next_turn`: the queued messages (and, with `from`, background tasks' notices) once no call is parked; 204 when none within `wait` (at most [`MAX_TURN_WAIT`]) |
+//! | `POST /v1/sessions/{id}/tasks/{task}/cancel` | operate | `task_cancel` of the session's task; 404 not its task, 409 `not_a_task` for a default-execution call |
 //! | `GET /v1/keys`, `POST /v1/keys`, `POST /v1/keys/{id}/revoke` | admin | list, create (`{"name", "scope"}`; the key is in the answer only) and revoke API keys |
 //! | `POST /v1/auth/session`, `DELETE /v1/auth/session` | (the key in the body) | signs the page in with `{"key": …}` (an HttpOnly, SameSite=Strict cookie), signs it out |
 //! | `GET /` | none | a page for a person: sign in with a key, then pending requests to answer, live updates, the runs and their journals |
@@ -92,6 +95,7 @@ mod page;
 mod requests;
 mod runs;
 mod session;
+mod turns;
 mod webhook;
 
 pub use auth::{create_key, create_key_expiring, key_hash, NewKey, COOKIE, KEY_PREFIX};
@@ -100,6 +104,7 @@ pub use error::ApiError;
 pub use metrics::{Metrics, SpanMetrics};
 pub use requests::{DEFAULT_REQUESTS_PAGE, MAX_REQUESTS_PAGE};
 pub use session::MAX_STREAM_SESSIONS;
+pub use turns::MAX_TURN_WAIT;
 pub use webhook::{
     is_sensitive_header, is_webhook_token, IDEMPOTENCY_KEY_MAX, MAX_JSON_DEPTH, SENSITIVE_HEADERS,
     SENSITIVE_SUFFIXES,
@@ -317,7 +322,13 @@ fn build(state: AppState, shutdown: watch::Receiver<bool>) -> Router {
         .route("/v1/tools/{name}/calls", post(calls::start))
         .route("/v1/runs/{id}/cancel", post(runs::cancel))
         .route("/v1/runs/{id}/resume", post(runs::resume))
-        .route("/v1/runs/{id}/fail", post(runs::fail));
+        .route("/v1/runs/{id}/fail", post(runs::fail))
+        .route("/v1/sessions/{id}/messages", post(turns::message))
+        .route("/v1/sessions/{id}/turn", get(turns::turn))
+        .route(
+            "/v1/sessions/{id}/tasks/{task}/cancel",
+            post(turns::cancel_task),
+        );
     if let Some(mcp) = mcp {
         operate = operate.nest_service("/mcp", mcp);
     }

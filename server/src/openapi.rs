@@ -66,6 +66,9 @@ const COOKIE: &str = "cookie";
         crate::health::alive,
         crate::health::ready,
         document,
+        crate::turns::message,
+        crate::turns::turn,
+        crate::turns::cancel_task,
     ),
     // `SessionEntry` is the `data:` of each SSE event, which OpenAPI 3.1 cannot type in a response.
     components(schemas(crate::error::ErrorBody, eve_core::SessionEntry)),

@@ -12,10 +12,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
+use eve_core::engine::{NotATaskKind, SessionError};
 use eve_core::wake::{Waiter, WatchKey};
 use eve_core::{
-    check_client_id, ApiKey, CallId, CancelOutcome, Execution, InputResponse, RequestId, RunId,
-    RunQuery, RunStatus, SessionEntry, SessionEvent, SessionId, StoreError, Timestamp,
+    check_client_id, ApiKey, CallId, CancelOutcome, InputResponse, RequestId, RunId, RunStatus,
+    SessionEntry, SessionEvent, SessionId, Timestamp,
 };
 use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
@@ -26,10 +27,6 @@ use std::time::Duration;
 
 /// Entries read per store call while streaming.
 const PAGE: usize = 512;
-
-/// The reason written in `CancelRequested` by `POST /v1/tasks/{id}/cancel` (the same as the
-/// library's `task_cancel`).
-pub(crate) const REASON_TASK_CANCEL: &str = "task_cancel";
 
 /// The SSE `event:` name of a session event: its channel type (`input.requested`, …).
 pub(crate) fn event_type(e: &SessionEvent) -> &'static str {
@@ -512,7 +509,7 @@ pub(crate) struct TaskView {
 
 /// The `{id}` of a `/v1/sessions/{id}/…` route, checked by [`check_client_id`] (400
 /// `invalid_id`) before the handler runs, so every session route refuses the same ids.
-pub(crate) struct SessionPath(SessionId);
+pub(crate) struct SessionPath(pub(crate) SessionId);
 
 impl<S: Send + Sync> FromRequestParts<S> for SessionPath {
     type Rejection = Response;
@@ -550,24 +547,19 @@ pub(crate) async fn tasks(
     State(inner): State<Arc<Inner>>,
     SessionPath(session): SessionPath,
 ) -> Result<Json<SessionTasks>, ApiError> {
-    let runs = inner
-        .store
-        .list_runs(&RunQuery {
-            session: Some(session),
-            ..RunQuery::default()
-        })
-        .await?;
-    let tasks: Vec<TaskView> = runs
+    // The task index is the library's (`Session::tasks`), not a second listing.
+    let tasks = crate::turns::session(&inner, session)
+        .tasks()
+        .await?
         .into_iter()
-        .filter(|r| r.execution == Execution::Background)
-        .map(|r| TaskView {
-            task_id: r.run_id,
-            call_id: r.call_id,
-            tool: r.tool,
-            status: r.status,
-            cancel_requested: r.cancel_requested,
-            created_at: r.created_at,
-            updated_at: r.updated_at,
+        .map(|t| TaskView {
+            task_id: t.task_id,
+            call_id: t.call_id,
+            tool: t.tool,
+            status: t.status,
+            cancel_requested: t.cancel_requested,
+            created_at: t.created_at,
+            updated_at: t.updated_at,
         })
         .collect();
     Ok(Json(SessionTasks { tasks }))
@@ -598,21 +590,23 @@ pub(crate) async fn cancel(
     Path(task): Path<String>,
 ) -> Result<Response, ApiError> {
     let run_id = RunId::new(task);
-    let run = match inner.store.get_run(&run_id).await {
-        Ok(r) => r,
-        Err(StoreError::NotFound { .. }) => {
-            return Err(ApiError::not_found(format!("no task {run_id}")))
-        }
-        Err(e) => return Err(e.into()),
-    };
-    if run.execution != Execution::Background {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "not_a_task",
-            format!("{run_id} is a default-execution call, not a background task; steer its session's turn to cancel it"),
-        ));
-    }
-    cancel_run(&inner, &run_id, REASON_TASK_CANCEL).await
+    // The seed's `task_cancel`, shared with `POST /v1/sessions/{id}/tasks/{task}/cancel` and
+    // `Session::task_cancel`; any session's task.
+    let outcome = eve_core::engine::task_cancel(&*inner.store, None, &run_id, inner.clock.now())
+        .await
+        .map_err(|e| match e {
+            SessionError::NotATask {
+                kind: NotATaskKind::DefaultExecution,
+                ..
+            } => ApiError::new(
+                StatusCode::CONFLICT,
+                "not_a_task",
+                format!("{run_id} is a default-execution call, not a background task; steer its session's turn to cancel it"),
+            ),
+            SessionError::NotATask { .. } => ApiError::not_found(format!("no task {run_id}")),
+            e => e.into(),
+        })?;
+    Ok(cancel_answer(&inner, outcome))
 }
 
 /// A session's record.
@@ -713,7 +707,12 @@ pub(crate) async fn cancel_run(
         .store
         .request_cancel(run_id, reason, inner.clock.now())
         .await?;
-    Ok(match outcome {
+    Ok(cancel_answer(inner, outcome))
+}
+
+/// The answer of a cancel route for `outcome`: 202 when the cancel was written, else 200.
+pub(crate) fn cancel_answer(inner: &Inner, outcome: CancelOutcome) -> Response {
+    match outcome {
         CancelOutcome::Requested { seq } => {
             inner.wrote();
             (StatusCode::ACCEPTED, Json(CancelAnswer::Requested { seq })).into_response()
@@ -722,7 +721,7 @@ pub(crate) async fn cancel_run(
         CancelOutcome::AlreadyEnded { status } => {
             Json(CancelAnswer::AlreadyEnded { status }).into_response()
         }
-    })
+    }
 }
 
 #[cfg(test)]

@@ -19,8 +19,9 @@
 //!   parked default-execution calls; a `steer` message cancels the turn, i.e. those calls' runs
 //!   (the engine then withdraws their requests and settles them cancelled). Background runs are
 //!   not part of a turn and survive it. Queued messages are delivered in order, each exactly
-//!   once, once no call is parked ([`Session::next_turn`]), to whichever handle asks: the
-//!   queue survives this process. Answering a request ([`Session::answer`]) never steers.
+//!   once, once no call is parked ([`Session::next_turn`]; [`Session::try_next_turn`] without
+//!   the wait, with the background tasks' turn-requesting notices since a cursor), to
+//!   whichever handle asks: the queue survives this process. Answering a request ([`Session::answer`]) never steers.
 //! - **The task index.** [`Session::tasks`] lists the background runs with their status, from
 //!   the store; [`Session::task_cancel`] cancels one; [`Session::end`] ends the session in the
 //!   store (no handle, process or HTTP call starts a tool call in it afterwards) and cancels
@@ -147,6 +148,10 @@ pub struct TaskInfo {
     pub status: RunStatus,
     /// Whether a cancel was requested (the run may still be unwinding in its grace period).
     pub cancel_requested: bool,
+    /// When the task was started.
+    pub created_at: crate::time::Timestamp,
+    /// When the task's record last changed (its end, for an ended task).
+    pub updated_at: crate::time::Timestamp,
 }
 
 impl TaskInfo {
@@ -157,8 +162,57 @@ impl TaskInfo {
             tool: run.tool.clone(),
             status: run.status,
             cancel_requested: run.cancel_requested,
+            created_at: run.created_at,
+            updated_at: run.updated_at,
         }
     }
+}
+
+/// Why an id given to `task_cancel` names no background task of the session: what a surface
+/// maps to its answer (the HTTP API: 404 for [`NotATaskKind::Unknown`] and
+/// [`NotATaskKind::OtherSession`], 409 `not_a_task` for [`NotATaskKind::DefaultExecution`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NotATaskKind {
+    /// No run has this id (never started, or purged).
+    Unknown,
+    /// The run belongs to another session (told apart so a session never acts on another's
+    /// runs; surfaces show it as unknown).
+    OtherSession,
+    /// The run is a default-execution call: it is part of the turn, not a task, and is
+    /// cancelled by steering the turn (the seed: `task_cancel` is for background runs).
+    DefaultExecution,
+}
+
+impl NotATaskKind {
+    /// The sentence [`SessionError::NotATask`] shows as its reason.
+    pub fn reason(self) -> &'static str {
+        match self {
+            NotATaskKind::Unknown => "no such run",
+            NotATaskKind::OtherSession => "the run belongs to another session",
+            NotATaskKind::DefaultExecution => {
+                "it is a default-execution call; send a steering message to cancel the turn"
+            }
+        }
+    }
+}
+
+/// What makes the parent agent's next turn ([`Session::try_next_turn`]): the user messages
+/// queued for it and, when asked for, the background tasks' notices that request a turn.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Turn {
+    /// The queued user messages, oldest first, taken from the queue (each delivered exactly
+    /// once, across handles and processes).
+    pub messages: Vec<QueuedMessage>,
+    /// The session log's entries from the cursor on that request a turn and are not a parked
+    /// call's own result: `task.message` (a background task's `postMessage`),
+    /// `task.completed`, `task.failed`, `task.cancelled`, in seq order. Not consumed: the
+    /// cursor ([`Turn::next_seq`]) is the caller's.
+    pub notices: Vec<SessionEntry>,
+    /// Where the next call's notice cursor starts (the log's next seq when it was read);
+    /// `None` when notices were not asked for.
+    pub next_seq: Option<u64>,
 }
 
 /// What a [`Session`] call can fail with. The message says what to do.
@@ -226,8 +280,10 @@ pub enum SessionError {
         session: SessionId,
         /// The id given.
         task: RunId,
-        /// Why not (unknown, another session's run, a default-execution call).
+        /// Why not (unknown, another session's run, a default-execution call), as a sentence.
         reason: &'static str,
+        /// Why not, as a kind a caller matches on.
+        kind: NotATaskKind,
     },
     /// Starting the tool call failed (unknown tool, invalid input, store).
     #[error(transparent)]
@@ -676,34 +732,14 @@ impl Session {
     /// Cancels a background task of this session: writes `CancelRequested` once; the engine
     /// then gives the body its grace period and ends it `task.cancelled`. Cancelling a task
     /// that ended is a no-op answered with [`CancelOutcome::AlreadyEnded`]; cancelling twice
-    /// with [`CancelOutcome::AlreadyRequested`].
+    /// with [`CancelOutcome::AlreadyRequested`]. The same rules as every surface's
+    /// `task_cancel` ([`task_cancel`], which this calls).
     ///
     /// # Errors
     /// [`SessionError::NotATask`] when the id names no run, another session's run or a
     /// default-execution call (steer the turn to cancel that); the store's error.
     pub async fn task_cancel(&self, task_id: &RunId) -> Result<CancelOutcome, SessionError> {
-        let not_a_task = |reason| SessionError::NotATask {
-            session: self.id.clone(),
-            task: task_id.clone(),
-            reason,
-        };
-        let run = match self.store.get_run(task_id).await {
-            Ok(r) => r,
-            Err(StoreError::NotFound { .. }) => return Err(not_a_task("no such run")),
-            Err(e) => return Err(e.into()),
-        };
-        if run.session_id != self.id {
-            return Err(not_a_task("the run belongs to another session"));
-        }
-        if run.execution != Execution::Background {
-            return Err(not_a_task(
-                "it is a default-execution call; send a steering message to cancel the turn",
-            ));
-        }
-        Ok(self
-            .store
-            .request_cancel(task_id, REASON_TASK_CANCEL, self.clock.now())
-            .await?)
+        task_cancel(&*self.store, Some(&self.id), task_id, self.clock.now()).await
     }
 
     /// The session's default-execution calls that are not settled: the current turn's parked
@@ -782,6 +818,63 @@ impl Session {
         }
     }
 
+    /// [`Session::next_turn`] without the wait: `None` while a default-execution call of the
+    /// session is parked, or when nothing makes a turn; otherwise takes the queued user
+    /// messages (exactly once, as `next_turn` does) and, with `notices_from`, collects the
+    /// session log's turn-requesting notices of background tasks from that seq on
+    /// ([`Turn::notices`]). A turn has at least one message or notice.
+    ///
+    /// A host that waits for a turn subscribes with [`Session::watch`] first, then calls this
+    /// after each wake-up: the session log's notification covers calls settling and tasks'
+    /// notices; a message queued by another process is seen at the waiter's fallback poll.
+    ///
+    /// # Errors
+    /// The store's error.
+    ///
+    /// # Cancel safety
+    /// As [`Session::next_turn`]: once the store handed the messages over, they are this
+    /// call's; drop the future only before or after it.
+    pub async fn try_next_turn(
+        &self,
+        notices_from: Option<u64>,
+    ) -> Result<Option<Turn>, SessionError> {
+        if !self.parked().await?.is_empty() {
+            return Ok(None);
+        }
+        let mut notices = Vec::new();
+        let mut next_seq = None;
+        if let Some(mut from) = notices_from {
+            loop {
+                let page = self.store.read_session(&self.id, from, READ_PAGE).await?;
+                let Some(last) = page.last() else { break };
+                from = last.seq + 1;
+                let more = page.len() == READ_PAGE;
+                notices.extend(page.into_iter().filter(is_turn_notice));
+                if !more {
+                    break;
+                }
+            }
+            next_seq = Some(from);
+        }
+        let messages = self.store.take_messages(&self.id).await?;
+        if messages.is_empty() && notices.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Turn {
+            messages,
+            notices,
+            next_seq,
+        }))
+    }
+
+    /// A waiter on this session's log, woken by the store when it grows (a call settled, a
+    /// task ended or posted a message, a request was opened), with the handle's poll
+    /// interval as fallback ([`Session::with_poll_interval`]). Subscribe before reading, then
+    /// re-read after each [`Waiter::wait`].
+    pub async fn watch(&self) -> Waiter {
+        Self::waiter(&*self.store, &self.id, self.poll).await
+    }
+
     /// The session's record in the store: whether (and when) it ended, and the user messages
     /// queued for the next turn.
     ///
@@ -806,6 +899,58 @@ impl Session {
         let end = self.store.end_session(&self.id, now).await?;
         Ok(cancel_runs(&*self.store, end.live, REASON_SESSION_END, now).await?)
     }
+}
+
+/// Whether a session log entry is a notice that makes a turn ([`Turn::notices`]): it requests
+/// a turn ([`requests_turn`]) and is not a parked call's own result (`tool.settled`, which the
+/// turn that made the call continues with).
+fn is_turn_notice(e: &SessionEntry) -> bool {
+    requests_turn(&e.event) && !matches!(e.event, SessionEvent::ToolSettled { .. })
+}
+
+/// The seed's `task_cancel`, shared by [`Session::task_cancel`] and every surface (the HTTP
+/// API's task routes): cancels the background run `task_id` of `session` (of any session
+/// with `None`), writing `CancelRequested` with [`REASON_TASK_CANCEL`] once. A task that
+/// ended answers [`CancelOutcome::AlreadyEnded`]; a second cancel
+/// [`CancelOutcome::AlreadyRequested`].
+///
+/// # Errors
+/// [`SessionError::NotATask`] with its [`NotATaskKind`] when the id names no run, another
+/// session's run or a default-execution call; the store's error.
+pub async fn task_cancel(
+    store: &dyn JournalStore,
+    session: Option<&SessionId>,
+    task_id: &RunId,
+    now: crate::time::Timestamp,
+) -> Result<CancelOutcome, SessionError> {
+    let not_a_task = |session: &SessionId, kind: NotATaskKind| SessionError::NotATask {
+        session: session.clone(),
+        task: task_id.clone(),
+        reason: kind.reason(),
+        kind,
+    };
+    let run = match store.get_run(task_id).await {
+        Ok(r) => r,
+        Err(StoreError::NotFound { .. }) => {
+            let unknown = SessionId::new("");
+            return Err(not_a_task(
+                session.unwrap_or(&unknown),
+                NotATaskKind::Unknown,
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(session) = session {
+        if &run.session_id != session {
+            return Err(not_a_task(session, NotATaskKind::OtherSession));
+        }
+    }
+    if run.execution != Execution::Background {
+        return Err(not_a_task(&run.session_id, NotATaskKind::DefaultExecution));
+    }
+    Ok(store
+        .request_cancel(task_id, REASON_TASK_CANCEL, now)
+        .await?)
 }
 
 /// Requests cancellation of each run with `reason`, and returns those whose cancel is now

@@ -249,6 +249,29 @@ call("POST", f"/v1/tasks/{task_id}/cancel", expect=200)
 call("POST", f"/v1/tasks/{deploy_run}/cancel", expect=409)
 call("POST", "/v1/tasks/run-none/cancel", expect=404)
 
+# Turns: a message to an idle session is delivered; while a call is parked it is queued, or it
+# steers (the call is cancelled); the turn then delivers both. The session's task_cancel.
+_, out = call("POST", "/v1/sessions/py-turns/messages", body={"message": "hi"}, expect=200)
+assert out["outcome"] == "delivered" and out["messages"][0]["message"] == "hi", out
+call("POST", "/v1/sessions/py-turns/messages", body={"message": "hi", "policy": "later"}, expect=400)
+_, parked = call("POST", "/v1/tools/deploy/calls", body={"session": "py-turns", CALL_ID: "deploy-t", "input": {"service": "api"}}, expect=201)
+parked_run = get(parked["run"], "run_id")
+_, out = call("POST", "/v1/sessions/py-turns/messages", body={"message": "wait", "policy": "queue"}, expect=200)
+assert out["outcome"] == "queued" and out["waitingOn"] == ["deploy-t"], out
+call("GET", "/v1/sessions/py-turns/turn?wait=0s", expect=204)
+call("GET", "/v1/sessions/py-turns/turn?wait=soon", expect=400)
+_, out = call("POST", "/v1/sessions/py-turns/messages", body={"message": "stop", "policy": "steer"}, expect=200)
+assert out["outcome"] == "steered" and out["cancelled"] == [parked_run], out
+_, turn = call("GET", "/v1/sessions/py-turns/turn?wait=30s&from=0", expect=200)
+assert [m["message"] for m in turn["messages"]] == ["wait", "stop"], turn
+assert isinstance(turn["nextSeq"], int), turn
+_, task = call("POST", "/v1/tools/refund_order/calls", body={"session": "py-turns", CALL_ID: "refund-t", "input": {"order_id": "o-2"}}, expect=201)
+task_t = get(task["run"], "run_id")
+call("POST", f"/v1/sessions/py-turns/tasks/{parked_run}/cancel", expect=409)
+call("POST", "/v1/sessions/py-turns/tasks/run-none/cancel", expect=404)
+call("POST", f"/v1/sessions/py-turns/tasks/{task_t}/cancel", expect=202)
+call("POST", f"/v1/sessions/py-turns/tasks/{task_t}/cancel", expect=200)
+
 # Runs: a blocked run resumed, blocked again, failed; cancels of live and ended runs.
 _, broken = call("POST", "/v1/tools/broken/calls", body={"session": "ops", CALL_ID: "broken-1", "input": {"service": "api"}}, expect=201)
 broken_run = get(broken["run"], "run_id")
@@ -278,6 +301,8 @@ call("POST", "/v1/tools/deploy/calls", body={"session": "ending", CALL_ID: "depl
 _, ended = call("POST", "/v1/sessions/ending/end", expect=200)
 assert len(ended["cancelled"]) == 1, ended
 call("POST", "/v1/tools/deploy/calls", body={"session": "ending", CALL_ID: "deploy-4", "input": {"service": "cache"}}, expect=409)
+_, late = call("POST", "/v1/sessions/ending/messages", body={"message": "late"}, expect=409)
+assert late["code"] == "session_ended", late
 call("GET", "/v1/sessions/ending", expect=200)
 call("GET", "/v1/sessions/py", expect=200)
 
