@@ -45,7 +45,8 @@ pub use session::*;
 pub use step::{parse_duration, RetryPolicy, StepCtx};
 pub use tool::{
     define_tool, define_workflow_tool, resume_hook, start_tool_call, tool_call_run,
-    IntoWorkflowTool, Registry, Tool, ToolCtx, Workflow, WorkflowTool, DEFAULT_GRACE,
+    IntoTool, IntoWorkflowTool, Registrable, Registry, Tool, ToolCtx, Workflow, WorkflowTool,
+    DEFAULT_GRACE,
 };
 pub(crate) use worker::host_name;
 pub use worker::{
