@@ -7,13 +7,12 @@ mod common;
 
 use common::{completed_steps, Env, LEASE};
 use eve_core::engine::{
-    define_tool, define_workflow_tool, tool_call_run, ActivationEnd, EngineError, Registry, Tool,
-    ToolCtx, WorkflowCtx, WorkflowError,
+    define_tool, define_workflow_tool, tool_call_run, ActivationEnd, Clock as _, EngineError,
+    Registry, Tool, ToolCtx, WorkflowCtx, WorkflowError,
 };
 use eve_core::testing::{Fault, FaultyStore};
 use eve_core::{
-    workflow, CallId, CancelOutcome, Event, Execution, JournalStore, RunId, RunStatus,
-    SessionEvent, SessionId,
+    workflow, CallId, CancelOutcome, Event, Execution, RunId, RunStatus, SessionEvent, SessionId,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -214,6 +213,7 @@ async fn a_background_tool_is_a_run_of_one_step(env: Env) {
 async fn a_background_tool_survives_a_crash_at_every_store_call(env: Env) {
     let reg = background_registry();
     let mut crash_points = 0;
+    let mut reran = false;
     for n in 0.. {
         let faulty = FaultyStore::new(env.store.clone());
         let run = env
@@ -248,12 +248,17 @@ async fn a_background_tool_survives_a_crash_at_every_store_call(env: Env) {
             "crash after call {n}: the outcome recorded once"
         );
         assert!(executions_of(&run) >= 1);
+        reran |= executions_of(&run) > 1;
         if !tripped {
             break;
         }
         crash_points += 1;
     }
     assert!(crash_points >= 2, "claim and the step's append at least");
+    assert!(
+        reran,
+        "a crash before the step's outcome committed runs the tool again"
+    );
 }
 
 /// Waits for the abort signal of its step, then reports it saw it.

@@ -758,7 +758,7 @@ impl Tool {
                     ..super::RetryPolicy::default()
                 });
             Ok(Box::pin(async move {
-                let out: serde_json::Value = step.await.map_err(|e| e.message().to_owned())?;
+                let out: serde_json::Value = step.await.map_err(|e| e.message)?;
                 Payload::from_value(&out)
                     .map_err(|e| format!("the tool's output does not serialize: {e}"))
             }) as BoxFuture<BodyOutcome>)
