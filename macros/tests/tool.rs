@@ -43,7 +43,7 @@ mod shop {
 
     /// Archive an order, in the background, under a kept workflow id.
     #[tool(background, name = "archive", id = "shop::archive_v1")]
-    pub async fn archive_order(_ctx: ToolCtx, input: Lookup) -> Result<String, WorkflowError> {
+    pub(super) async fn archive_order(_ctx: ToolCtx, input: Lookup) -> Result<String, WorkflowError> {
         Ok(input.order_id)
     }
 }
