@@ -73,9 +73,13 @@ async fn eve_call_runs_ordinary_tools() {
     assert!(registry.by_name("export_orders").is_some());
 
     // Inline: one line with the output, nothing stored.
-    let got = lines(&store, registry, &request("lookup_order", json!({"order_id": "7"})))
-        .await
-        .unwrap();
+    let got = lines(
+        &store,
+        registry,
+        &request("lookup_order", json!({"order_id": "7"})),
+    )
+    .await
+    .unwrap();
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(got[0]["status"], "completed");
     assert_eq!(got[0]["output"], json!({ "order": "7" }));

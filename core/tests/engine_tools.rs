@@ -158,7 +158,9 @@ async fn an_inline_call_runs_the_tool_once_with_its_identity() {
         json!({"order": "7", "status": "shipped", "tool": "lookup_order"})
     );
     assert_eq!(
-        t.call(ctx, json!({"order_id": "fail-7"})).await.unwrap_err(),
+        t.call(ctx, json!({"order_id": "fail-7"}))
+            .await
+            .unwrap_err(),
         "no order fail-7 in the shop"
     );
 }

@@ -527,15 +527,7 @@ fn ok_type(ty: &Type) -> Option<&Type> {
 }
 
 fn tool_impl(o: Options, f: ItemFn) -> syn::Result<TokenStream2> {
-    o.only(
-        "tool",
-        &[
-            "name",
-            "description",
-            "id",
-            "background",
-        ],
-    )?;
+    o.only("tool", &["name", "description", "id", "background"])?;
     check_fn("tool", &f, "a tool runs once per call")?;
     no_workflow_ctx("tool", &f)?;
     if f.sig.inputs.len() != 2

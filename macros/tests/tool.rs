@@ -43,7 +43,10 @@ mod shop {
 
     /// Archive an order, in the background, under a kept workflow id.
     #[tool(background, name = "archive", id = "shop::archive_v1")]
-    pub(super) async fn archive_order(_ctx: ToolCtx, input: Lookup) -> Result<String, WorkflowError> {
+    pub(super) async fn archive_order(
+        _ctx: ToolCtx,
+        input: Lookup,
+    ) -> Result<String, WorkflowError> {
         Ok(input.order_id)
     }
 }
@@ -64,7 +67,10 @@ fn tool_attributes_register_both_kinds() {
     assert_eq!(bg.description(), "Export the orders, in the background.");
     // The function's module path (crate name left out) and name, as #[workflow]'s.
     assert_eq!(bg.workflow_id().as_str(), "export_orders");
-    assert_eq!(bg.input_schema()["required"], serde_json::json!(["order_id"]));
+    assert_eq!(
+        bg.input_schema()["required"],
+        serde_json::json!(["order_id"])
+    );
     assert!(!bg.may_wait_for_input());
 
     let kept = reg.by_name("archive").expect("the name override");

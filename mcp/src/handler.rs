@@ -370,7 +370,12 @@ impl ServerHandler for Connection {
                 .registry
                 .tools()
                 .map(|t| Self::tool(t))
-                .chain(self.server.registry.ordinary_tools().map(|t| Self::ordinary(t)))
+                .chain(
+                    self.server
+                        .registry
+                        .ordinary_tools()
+                        .map(|t| Self::ordinary(t)),
+                )
                 .collect(),
         ))
     }
@@ -380,7 +385,12 @@ impl ServerHandler for Connection {
             .registry
             .by_name(name)
             .map(|t| Self::tool(t))
-            .or_else(|| self.server.registry.ordinary(name).map(|t| Self::ordinary(t)))
+            .or_else(|| {
+                self.server
+                    .registry
+                    .ordinary(name)
+                    .map(|t| Self::ordinary(t))
+            })
     }
 
     async fn call_tool(

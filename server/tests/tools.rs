@@ -6,8 +6,8 @@
 mod common;
 
 use common::*;
-use eve_core::engine::{define_tool, Registry, SystemClock, ToolCtx, Worker, WorkerConfig};
 use eve_core::engine::WorkflowError;
+use eve_core::engine::{define_tool, Registry, SystemClock, ToolCtx, Worker, WorkerConfig};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -183,7 +183,10 @@ async fn ordinary_tools_are_listed_and_called() {
     let run = started["run"]["runId"].as_str().unwrap().to_owned();
     let journal = journal(&store, &run.as_str().into()).await;
     assert_eq!(
-        count(&journal, |e| matches!(e, eve_core::Event::StepCompleted { .. })),
+        count(&journal, |e| matches!(
+            e,
+            eve_core::Event::StepCompleted { .. }
+        )),
         1
     );
 
