@@ -50,7 +50,7 @@ fn lookup() -> Tool {
         "lookup_order",
         "Looks an order up.",
         |ctx: ToolCtx, input: Lookup| async move {
-            if let Some(step) = &ctx.step {
+            if let Some(step) = &ctx.attempt {
                 *executions()
                     .lock()
                     .unwrap()
@@ -152,7 +152,7 @@ async fn an_inline_call_runs_the_tool_once_with_its_identity() {
     let reg = Registry::new("v1").with(lookup());
     let t = reg.ordinary("lookup_order").unwrap();
     let ctx = ToolCtx::inline(SessionId::new("s"), CallId::new("c"), t.name());
-    assert!(ctx.step.is_none());
+    assert!(ctx.attempt.is_none());
     assert_eq!(
         t.call(ctx.clone(), json!({"order_id": "7"})).await.unwrap(),
         json!({"order": "7", "status": "shipped", "tool": "lookup_order"})
@@ -271,7 +271,7 @@ fn waits_for_cancel(running: Arc<tokio::sync::Notify>) -> Tool {
         move |ctx: ToolCtx, _: serde_json::Value| {
             let running = running.clone();
             async move {
-                let step = ctx.step.expect("a background call runs in a step");
+                let step = ctx.attempt.expect("a background call runs in a step");
                 running.notify_one();
                 step.aborted().await;
                 Ok::<_, WorkflowError>("stopped cleanly")

@@ -29,7 +29,7 @@ async fn lookup_order(_ctx: ToolCtx, input: Lookup) -> Result<String, WorkflowEr
 /// Export the orders, in the background.
 #[tool(background)]
 async fn export_orders(ctx: ToolCtx, input: Lookup) -> Result<String, WorkflowError> {
-    let step = ctx.step.expect("a background call runs in a step");
+    let step = ctx.attempt.expect("a background call runs in a step");
     Ok(format!(
         "exported {} as {} ({})",
         input.order_id,

@@ -41,7 +41,7 @@ fn tools() -> Registry {
                 "export_orders",
                 "Export orders in the background.",
                 |ctx: ToolCtx, input: Lookup| async move {
-                    assert!(ctx.step.is_some(), "a background call runs in a step");
+                    assert!(ctx.attempt.is_some(), "a background call runs in a step");
                     Ok(json!({ "exported": input.order_id }))
                 },
             )

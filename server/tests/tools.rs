@@ -30,7 +30,7 @@ fn tools() -> Registry {
                 "long_export",
                 "Exports until cancelled.",
                 |ctx: ToolCtx, _input: Value| async move {
-                    if let Some(step) = ctx.step {
+                    if let Some(step) = ctx.attempt {
                         step.aborted().await;
                     }
                     Ok::<_, WorkflowError>("stopped")

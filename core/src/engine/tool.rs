@@ -551,7 +551,7 @@ pub struct ToolCtx {
     /// [`StepCtx::idempotency_key`](super::StepCtx::idempotency_key) is stable across the
     /// attempts of one call, and [`StepCtx::aborted`](super::StepCtx::aborted) completes when
     /// the task is cancelled); `None` when the tool runs inline in the call.
-    pub step: Option<super::StepCtx>,
+    pub attempt: Option<super::StepCtx>,
 }
 
 impl ToolCtx {
@@ -561,7 +561,7 @@ impl ToolCtx {
             session_id,
             call_id,
             tool_name: tool_name.into(),
-            step: None,
+            attempt: None,
         }
     }
 }
@@ -724,7 +724,7 @@ impl Tool {
     /// This tool as a workflow tool whose body is one journaled step (named [`Tool::STEP`])
     /// running the tool with no retries: the step's outcome is the run's (an error fails the
     /// run with the tool's message). The step runs again only when the process died before
-    /// its outcome was recorded (at least once, like every step); [`ToolCtx::step`] gives the
+    /// its outcome was recorded (at least once, like every step); [`ToolCtx::attempt`] gives the
     /// attempt's idempotency key and abort signal. Its execution is the tool's; the registry
     /// uses this for background tools.
     pub fn into_workflow_tool(self) -> WorkflowTool {
@@ -738,14 +738,14 @@ impl Tool {
                 session_id: ctx.session_id().clone(),
                 call_id: ctx.call_id().clone(),
                 tool_name: ctx.tool_name().to_owned(),
-                step: None,
+                attempt: None,
             };
             let runner = runner.clone();
             let step = ctx
                 .step(Tool::STEP, move |sc| {
                     let (runner, input) = (runner.clone(), input.clone());
                     let mut tctx = base.clone();
-                    tctx.step = Some(sc);
+                    tctx.attempt = Some(sc);
                     async move {
                         runner
                             .call(tctx, input)
