@@ -5,7 +5,7 @@
 use crate::cli::{Cli, Command};
 use crate::error::CliError;
 use clap::Parser;
-use eve_core::engine::{AgentHost, IntoWorkflowTool, Registry};
+use eve_core::engine::{AgentHost, Registrable, Registry};
 use std::ffi::OsString;
 use std::io::Write;
 use std::process::ExitCode;
@@ -41,11 +41,13 @@ impl App {
         Self { registry }
     }
 
-    /// Adds a workflow tool (a `#[workflow]` function, or a [`eve_core::engine::WorkflowTool`]).
+    /// Adds a tool: a workflow tool (a `#[workflow]` function, a
+    /// [`eve_core::engine::WorkflowTool`]) or an ordinary one (a `#[tool]` function, a
+    /// [`eve_core::engine::Tool`]), served by `serve`, `mcp` and `call`.
     ///
     /// # Panics
     /// When another tool has the same name or workflow id (a programming error at startup).
-    pub fn tool(mut self, tool: impl IntoWorkflowTool) -> Self {
+    pub fn tool(mut self, tool: impl Registrable) -> Self {
         self.registry = self.registry.with(tool);
         self
     }

@@ -1,9 +1,11 @@
 //! `eve call TOOL --input JSON`: starts a call of one of the app's tools directly on the store,
-//! and with `--wait` waits until it settles and prints its result.
+//! and with `--wait` waits until it settles and prints its result. An ordinary tool of default
+//! execution runs inline, here, and prints its result at once.
 
 use crate::error::CliError;
 use eve_core::engine::{
-    default_worker_id, tool_call_run, EngineError, Registry, SystemClock, Worker, WorkerConfig,
+    default_worker_id, tool_call_run, EngineError, Registry, SystemClock, Tool, ToolCtx, Worker,
+    WorkerConfig,
 };
 use eve_core::wake::until_ended;
 use eve_core::{
@@ -58,6 +60,9 @@ pub async fn run(
             "--input must be a JSON object, not {input}"
         )));
     }
+    if let Some(t) = registry.ordinary(&req.tool) {
+        return inline(t, req, input, out).await;
+    }
     let new = tool_call_run(
         registry,
         &SessionId::new(req.session.clone()),
@@ -67,7 +72,11 @@ pub async fn run(
     )
     .map_err(|e| match e {
         EngineError::UnknownTool { .. } => {
-            let mut tools: Vec<&str> = registry.tools().map(|t| t.name()).collect();
+            let mut tools: Vec<&str> = registry
+                .tools()
+                .map(|t| t.name())
+                .chain(registry.ordinary_tools().map(|t| t.name()))
+                .collect();
             tools.sort_unstable();
             CliError::Usage(format!(
                 "unknown tool {:?}; this app serves: {}",
@@ -140,6 +149,44 @@ pub async fn run(
         )));
     }
     let _ = writeln!(out, "{}", result(&*store, &run).await?);
+    Ok(())
+}
+
+/// Calls an ordinary tool of default execution inline (nothing is stored, `--wait` changes
+/// nothing) and prints one line: `{"tool", "session", "call_id", "status": "completed",
+/// "output"}` or `{.., "status": "failed", "error"}`.
+///
+/// # Errors
+/// `Usage` for input that fails the tool's schema.
+async fn inline(
+    tool: &Tool,
+    req: &CallRequest,
+    input: serde_json::Value,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    tool.validate(&input)
+        .map_err(|e| CliError::Usage(format!("cannot call {}: {e}", req.tool)))?;
+    let ctx = ToolCtx::inline(
+        SessionId::new(req.session.clone()),
+        CallId::new(req.call_id.clone()),
+        tool.name(),
+    );
+    let mut line = serde_json::json!({
+        "tool": tool.name(),
+        "session": req.session,
+        "call_id": req.call_id,
+    });
+    match tool.call(ctx, input).await {
+        Ok(output) => {
+            line["status"] = "completed".into();
+            line["output"] = output;
+        }
+        Err(error) => {
+            line["status"] = "failed".into();
+            line["error"] = error.into();
+        }
+    }
+    let _ = writeln!(out, "{line}");
     Ok(())
 }
 

@@ -574,11 +574,7 @@ async fn ordinary_tools_run_once_and_validate() {
             Ok::<_, WorkflowError>(format!("hello {} from {}", g.name, ctx.tool_name))
         },
     );
-    let ctx = ToolCtx {
-        session_id: SessionId::new("s"),
-        call_id: CallId::new("c"),
-        tool_name: "greet".into(),
-    };
+    let ctx = ToolCtx::inline(SessionId::new("s"), CallId::new("c"), "greet");
     assert_eq!(
         tool.call(ctx.clone(), serde_json::json!({"name": "ada"}))
             .await

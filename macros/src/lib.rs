@@ -46,9 +46,13 @@ pub fn step(args: TokenStream, item: TokenStream) -> TokenStream {
 
 /// Makes an ordinary tool from `async fn name(ctx: ToolCtx, input: I) -> Result<O,
 /// WorkflowError>`: runs once per call, cannot suspend durably. The description is the doc
-/// comment; the function becomes a unit struct whose `into_tool()` gives the `Tool`.
+/// comment; the function becomes a unit struct whose `into_tool()` gives the `Tool`, and that
+/// `Registry::with` takes (`Registry::new("v1").with(name)`).
 ///
-/// Options: `name = ".."`, `description = ".."`.
+/// Options: `name = ".."`, `description = ".."`, `background` (each call is a durable run of
+/// one journaled step running the tool: a task receipt, task notices, `task_cancel`, and a
+/// restart runs the step again if its outcome was not recorded), `id = ".."` (the workflow id
+/// of background runs; default the module path, crate name left out, and the function name).
 #[proc_macro_attribute]
 pub fn tool(args: TokenStream, item: TokenStream) -> TokenStream {
     expand(args, item, tool_impl)
@@ -523,7 +527,7 @@ fn ok_type(ty: &Type) -> Option<&Type> {
 }
 
 fn tool_impl(o: Options, f: ItemFn) -> syn::Result<TokenStream2> {
-    o.only("tool", &["name", "description"])?;
+    o.only("tool", &["name", "description", "id", "background"])?;
     check_fn("tool", &f, "a tool runs once per call")?;
     no_workflow_ctx("tool", &f)?;
     if f.sig.inputs.len() != 2
@@ -540,10 +544,17 @@ fn tool_impl(o: Options, f: ItemFn) -> syn::Result<TokenStream2> {
     let krate = krate();
     let desc = description("tool", &f, &o)?;
     let ident = f.sig.ident.clone();
+    let fn_name = ident.to_string();
     let tool_name = o
         .name
         .clone()
-        .unwrap_or_else(|| LitStr::new(&ident.to_string(), ident.span()));
+        .unwrap_or_else(|| LitStr::new(&fn_name, ident.span()));
+    // The workflow id of background runs: as #[workflow]'s, module path and function name.
+    let with_id = match &o.id {
+        Some(id) => quote!(.with_id(#id)),
+        None => quote!(.with_id(#krate::engine::Tool::__id(::core::module_path!(), #fn_name))),
+    };
+    let background = o.background.map(|_| quote!(.background()));
     let ItemFn {
         attrs,
         vis,
@@ -567,6 +578,23 @@ fn tool_impl(o: Options, f: ItemFn) -> syn::Result<TokenStream2> {
             /// The tool.
             #vis fn into_tool(self) -> #krate::engine::Tool {
                 #krate::engine::define_tool(#tool_name, #desc, #ident::__body)
+                #with_id
+                #background
+            }
+        }
+
+        impl #krate::engine::IntoTool for #ident {
+            fn into_tool(self) -> #krate::engine::Tool {
+                #ident::into_tool(self)
+            }
+        }
+
+        impl #krate::engine::Registrable for #ident {
+            fn register_in(
+                self,
+                registry: &mut #krate::engine::Registry,
+            ) -> ::core::result::Result<(), #krate::engine::EngineError> {
+                registry.register_tool(self).map(|_| ())
             }
         }
     })

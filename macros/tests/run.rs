@@ -135,11 +135,7 @@ async fn attribute_tool_runs_once() {
     let tool = echo.into_tool();
     assert_eq!(tool.name(), "echo");
     assert_eq!(tool.description(), "Echo the order id.");
-    let ctx = ToolCtx {
-        session_id: SessionId::new("s"),
-        call_id: CallId::new("c"),
-        tool_name: "echo".into(),
-    };
+    let ctx = ToolCtx::inline(SessionId::new("s"), CallId::new("c"), "echo");
     let out = tool
         .call(ctx, serde_json::json!({"id": "7", "cents": 1}))
         .await

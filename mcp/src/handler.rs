@@ -61,6 +61,50 @@ impl Connection {
         }
     }
 
+    /// An ordinary tool of default execution as MCP lists it: it never waits for input and
+    /// runs inline in the call.
+    fn ordinary(t: &eve_core::engine::Tool) -> Tool {
+        let schema = match t.input_schema() {
+            Value::Object(m) => m.clone(),
+            _ => JsonObject::new(),
+        };
+        let mut meta = JsonObject::new();
+        meta.insert(META_MAY_ASK.into(), Value::Bool(false));
+        meta.insert(META_EXECUTION.into(), json!("default"));
+        Tool::new(
+            t.name().to_owned(),
+            t.description().to_owned(),
+            Arc::new(schema),
+        )
+        .with_meta(MetaObject(meta))
+    }
+
+    /// Calls an ordinary tool of default execution inline, in task mode too (there is no run
+    /// to make a task of): the arguments are checked as a workflow tool's (-32602
+    /// `invalid_input` naming what is wrong), then the tool runs once and its output (or its
+    /// error, as `isError`) is the result. Nothing is stored.
+    async fn call_inline(
+        &self,
+        tool: &eve_core::engine::Tool,
+        request: &CallToolRequestParams,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let args = Value::Object(request.arguments.clone().unwrap_or_default());
+        check_size(&request.name, &args, self.server.config.max_arguments_bytes)?;
+        tool.validate(&args).map_err(from_engine)?;
+        let tctx = eve_core::engine::ToolCtx::inline(
+            self.session(ctx),
+            CallId::new(format!("mcp-request:{}", ctx.id)),
+            tool.name(),
+        );
+        Ok(CallToolResponse::Complete(
+            match tool.call(tctx, args).await {
+                Ok(output) => task::completed(&eve_core::Payload::from(output)),
+                Err(error) => CallToolResult::error(vec![ContentBlock::text(error)]),
+            },
+        ))
+    }
+
     /// The eve session of a request: `mcp_<Mcp-Session-Id>` over streamable HTTP with sessions,
     /// else the connection's own.
     fn session(&self, ctx: &RequestContext<RoleServer>) -> SessionId {
@@ -85,16 +129,7 @@ impl Connection {
     ) -> Result<RunRecord, ErrorData> {
         let config = &self.server.config;
         let args = Value::Object(request.arguments.clone().unwrap_or_default());
-        let size = serde_json::to_vec(&args).map_or(usize::MAX, |v| v.len());
-        if size > config.max_arguments_bytes {
-            return Err(invalid(
-                "too_large",
-                format!(
-                    "the arguments of {:?} are {size} bytes of JSON, the limit is {}; pass large data by reference",
-                    clip(&request.name), config.max_arguments_bytes
-                ),
-            ));
-        }
+        check_size(&request.name, &args, config.max_arguments_bytes)?;
         // rmcp moves a request's `_meta` into the context.
         let key = match request
             .meta
@@ -279,6 +314,21 @@ impl Connection {
     }
 }
 
+/// -32602 `too_large` when the arguments are over `limit` bytes of JSON.
+fn check_size(name: &str, args: &Value, limit: usize) -> Result<(), ErrorData> {
+    let size = serde_json::to_vec(args).map_or(usize::MAX, |v| v.len());
+    if size > limit {
+        return Err(invalid(
+            "too_large",
+            format!(
+                "the arguments of {:?} are {size} bytes of JSON, the limit is {limit}; pass large data by reference",
+                clip(name)
+            ),
+        ));
+    }
+    Ok(())
+}
+
 impl ServerHandler for Connection {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
@@ -320,12 +370,27 @@ impl ServerHandler for Connection {
                 .registry
                 .tools()
                 .map(|t| Self::tool(t))
+                .chain(
+                    self.server
+                        .registry
+                        .ordinary_tools()
+                        .map(|t| Self::ordinary(t)),
+                )
                 .collect(),
         ))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.server.registry.by_name(name).map(|t| Self::tool(t))
+        self.server
+            .registry
+            .by_name(name)
+            .map(|t| Self::tool(t))
+            .or_else(|| {
+                self.server
+                    .registry
+                    .ordinary(name)
+                    .map(|t| Self::ordinary(t))
+            })
     }
 
     async fn call_tool(
@@ -365,7 +430,12 @@ impl ServerHandler for Connection {
                 }
                 run
             }
-            None => self.start(&request, &context).await?,
+            None => {
+                if let Some(t) = self.server.registry.ordinary(&request.name) {
+                    return self.call_inline(t, &request, &context).await;
+                }
+                self.start(&request, &context).await?
+            }
         };
         if context
             .client_capabilities()

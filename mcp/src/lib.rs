@@ -5,6 +5,7 @@
 //! | --- | --- |
 //! | `tools/list` | the [`Registry`]: name, description, `inputSchema` (schemars), `outputSchema` when the tool declares its output type (`WorkflowTool::output_schema_of`); `_meta` says whether the tool may wait for input ([`META_MAY_ASK`], `WorkflowTool::may_wait_for_input`) and how it executes ([`META_EXECUTION`]) |
 //! | `tools/call`, client declared tasks | a run; answered with a task whose `taskId` is the run id |
+//! | `tools/call` of an ordinary tool of default execution (`#[tool]`) | no run: the tool runs inline in the call, for every client (with or without tasks), and its output (or its error, as `isError`) is the result; its arguments are checked as a workflow tool's (-32602 `invalid_input`). An ordinary `#[tool(background)]` is a workflow tool of one step: a run and a task like any other |
 //! | `tools/call`, no tasks | a run; the call blocks until the run settles. Progress goes out as `notifications/progress` (when a progress token was sent); a pending `ctx.ask` goes to the client as `elicitation/create` (when it declared elicitation, protocol ≤ 2025-11-25) or as an `input_required` result whose `requestState` is the run id (protocol 2026-07-28) |
 //! | `tasks/get` | the run read from the store: `working`, `input_required` (pending asks as elicitation forms), `completed`, `failed`, `cancelled`; `statusMessage` = the last progress value |
 //! | `tasks/update` | `JournalStore::answer`, exactly once, with the HTTP API's errors as JSON-RPC errors; all or nothing: every response is checked before any is written |

@@ -69,6 +69,19 @@ pub(crate) async fn list(State(inner): State<Arc<Inner>>) -> Json<Tools> {
             input_schema: t.input_schema().clone(),
         })
         .collect();
+    // Ordinary tools of default execution run inline in the call.
+    tools.extend(
+        inner
+            .registry
+            .iter()
+            .flat_map(|r| r.ordinary_tools())
+            .map(|t| ToolView {
+                name: t.name().to_owned(),
+                description: t.description().to_owned(),
+                execution: t.execution(),
+                input_schema: t.input_schema().clone(),
+            }),
+    );
     tools.sort_by(|a, b| a.name.cmp(&b.name));
     Json(Tools { tools })
 }
@@ -96,12 +109,13 @@ pub(crate) struct StartQuery {
     wait: Option<String>,
 }
 
-/// A call started (or found again).
+/// A call started (or found again), or an ordinary tool's call run inline.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(crate) struct CallStarted {
-    /// The call's run.
-    #[schema(value_type = RunRecord)]
-    run: Camel<RunRecord>,
+    /// The call's run; `null` for an ordinary tool of default execution, which runs inline in
+    /// the call (no run, no journal) and is `settled` at once.
+    #[schema(value_type = Option<RunRecord>)]
+    run: Option<Camel<RunRecord>>,
     /// How it settled, once it has ended; `null` while it runs.
     settled: Option<Settled>,
 }
@@ -145,7 +159,9 @@ pub(crate) fn parse_wait(s: &str) -> Option<Duration> {
 /// call id that breaks [`eve_core::check_client_id`]'s limits (nothing is created). With `?wait=30s` a default-execution
 /// call is awaited (woken by the store's notifications, not a tight poll) until it settles or
 /// the time is up: `settled` then holds `{"status", "output"}` or `{"status", "error"}`, else
-/// `null`. Background calls are never awaited: they settle as tasks.
+/// `null`. Background calls are never awaited: they settle as tasks. An ordinary tool of default
+/// execution runs inline: 200 with `"run": null` and `settled` at once (nothing is stored; a
+/// retry runs it again).
 #[utoipa::path(
     post,
     path = "/v1/tools/{name}/calls",
@@ -155,7 +171,7 @@ pub(crate) fn parse_wait(s: &str) -> Option<Duration> {
     request_body = StartCall,
     responses(
         (status = 201, description = "Started", body = CallStarted),
-        (status = 200, description = "Started before by this session and call id (a retry)", body = CallStarted),
+        (status = 200, description = "Started before by this session and call id (a retry), or an ordinary tool run inline (`run` null, `settled` set)", body = CallStarted),
         (status = 400, description = "An input that fails the tool's schema (`invalid_input`), a session or call id that breaks the limits of ids a client chooses (`invalid_id`), a bad body or `wait` (`malformed`)", body = crate::error::ErrorBody),
         (status = 404, description = "No such tool", body = crate::error::ErrorBody),
         (status = 409, description = "`idempotency_mismatch` (this session and call id started it with another input) or `session_ended`", body = crate::error::ErrorBody),
@@ -187,6 +203,9 @@ pub(crate) async fn start(
             "this server was given no tools to start",
         ));
     };
+    if let Some(t) = registry.ordinary(&tool) {
+        return inline(t, req).await;
+    }
     let new = tool_call_run(
         registry,
         &SessionId::new(req.session),
@@ -225,8 +244,42 @@ pub(crate) async fn start(
     Ok((
         status,
         Json(CallStarted {
-            run: Camel(run),
+            run: Some(Camel(run)),
             settled,
+        }),
+    )
+        .into_response())
+}
+
+/// Calls an ordinary tool of default execution inline: validates the input as a workflow
+/// tool's (400 `invalid_input` naming what is wrong), runs the tool once and answers 200
+/// `{"run": null, "settled": {"status": "completed", "output"}}` or `{.., "status": "failed",
+/// "error"}`. Nothing is stored, so a retry runs the tool again.
+async fn inline(tool: &eve_core::engine::Tool, req: StartCall) -> Result<Response, ApiError> {
+    tool.validate(&req.input)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_input", e.to_string()))?;
+    let ctx = eve_core::engine::ToolCtx::inline(
+        SessionId::new(req.session),
+        CallId::new(req.call_id),
+        tool.name(),
+    );
+    let settled = match tool.call(ctx, req.input).await {
+        Ok(output) => Settled {
+            status: eve_core::RunStatus::Completed,
+            output: Some(output),
+            error: None,
+        },
+        Err(error) => Settled {
+            status: eve_core::RunStatus::Failed,
+            output: None,
+            error: Some(error),
+        },
+    };
+    Ok((
+        StatusCode::OK,
+        Json(CallStarted {
+            run: None,
+            settled: Some(settled),
         }),
     )
         .into_response())

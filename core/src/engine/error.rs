@@ -217,4 +217,11 @@ pub enum EngineError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The tool is an ordinary tool of default execution: it runs inline in the call
+    /// (`Registry::ordinary`, then `Tool::call`), so no run is started for it.
+    #[error("tool {name:?} is an ordinary tool: it runs inline in the call, not as a run; call it with Registry::ordinary(name) and Tool::call, or make it #[tool(background)]")]
+    InlineTool {
+        /// The tool's name.
+        name: String,
+    },
 }

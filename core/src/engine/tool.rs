@@ -372,6 +372,9 @@ pub struct Registry {
     agent_host: Option<Arc<dyn super::AgentHost>>,
     by_id: BTreeMap<WorkflowId, Arc<WorkflowTool>>,
     by_name: BTreeMap<String, WorkflowId>,
+    /// Ordinary tools of default execution, run inline in the call (background ones are
+    /// wrapped as workflow tools and live in `by_id`).
+    ordinary: BTreeMap<String, Arc<Tool>>,
 }
 
 impl Registry {
@@ -382,15 +385,20 @@ impl Registry {
             agent_host: None,
             by_id: BTreeMap::new(),
             by_name: BTreeMap::new(),
+            ordinary: BTreeMap::new(),
         }
     }
 
     /// Adds a tool.
     ///
     /// # Errors
-    /// `InvalidInput` when another tool has the same name or workflow id.
+    /// `InvalidInput` when another tool (workflow or ordinary) has the same name, or another
+    /// workflow tool the same workflow id.
     pub fn register(&mut self, tool: impl IntoWorkflowTool) -> Result<&mut Self, EngineError> {
         let tool = tool.into_tool();
+        if self.ordinary.contains_key(&tool.name) {
+            return Err(name_taken(&tool.name));
+        }
         if self.by_name.contains_key(&tool.name) || self.by_id.contains_key(&tool.workflow_id) {
             return Err(EngineError::InvalidInput {
                 tool: tool.name.clone(),
@@ -406,12 +414,13 @@ impl Registry {
         Ok(self)
     }
 
-    /// Adds a tool; builder form.
+    /// Adds a tool, workflow (a `#[workflow]` function, a [`WorkflowTool`]) or ordinary (a
+    /// `#[tool]` function, a [`Tool`]); builder form.
     ///
     /// # Panics
     /// When the name or workflow id is taken (a programming error at startup).
-    pub fn with(mut self, tool: impl IntoWorkflowTool) -> Self {
-        if let Err(e) = self.register(tool) {
+    pub fn with(mut self, tool: impl Registrable) -> Self {
+        if let Err(e) = tool.register_in(&mut self) {
             panic!("{e}");
         }
         self
@@ -482,11 +491,17 @@ pub fn tool_call_run(
     tool: &str,
     input: serde_json::Value,
 ) -> Result<NewRun, EngineError> {
-    let t = registry
-        .by_name(tool)
-        .ok_or_else(|| EngineError::UnknownTool {
-            name: tool.to_owned(),
-        })?;
+    let t = registry.by_name(tool).ok_or_else(|| {
+        if registry.ordinary(tool).is_some() {
+            EngineError::InlineTool {
+                name: tool.to_owned(),
+            }
+        } else {
+            EngineError::UnknownTool {
+                name: tool.to_owned(),
+            }
+        }
+    })?;
     t.validate(&input)?;
     Ok(NewRun {
         run_id: RunId::random(),
@@ -532,6 +547,23 @@ pub struct ToolCtx {
     pub call_id: CallId,
     /// The tool's name.
     pub tool_name: String,
+    /// In background execution, the step attempt that runs this call (its
+    /// [`StepCtx::idempotency_key`](super::StepCtx::idempotency_key) is stable across the
+    /// attempts of one call, and [`StepCtx::aborted`](super::StepCtx::aborted) completes when
+    /// the task is cancelled); `None` when the tool runs inline in the call.
+    pub attempt: Option<super::StepCtx>,
+}
+
+impl ToolCtx {
+    /// The context of an inline call (default execution): no step.
+    pub fn inline(session_id: SessionId, call_id: CallId, tool_name: impl Into<String>) -> Self {
+        Self {
+            session_id,
+            call_id,
+            tool_name: tool_name.into(),
+            attempt: None,
+        }
+    }
 }
 
 type ToolFn = Arc<
@@ -540,22 +572,34 @@ type ToolFn = Arc<
         + Sync,
 >;
 
-/// An ordinary tool: runs once per call, in the caller's task; it cannot suspend durably.
+/// An ordinary tool: its body runs once per call and cannot suspend durably. In default
+/// execution it runs inline in the call (no run, no journal: the call settles with its output or
+/// its error); in background execution ([`Tool::background`]) the call is a durable run whose
+/// body is one journaled step running the tool, so it gets a task receipt, task notices and
+/// cancellation like a workflow tool, and survives a restart (the step runs again, at least
+/// once, when the process died before its outcome was recorded).
 #[derive(Clone)]
 pub struct Tool {
     name: String,
     description: String,
     input_schema: serde_json::Value,
     run: ToolFn,
+    execution: Execution,
+    workflow_id: WorkflowId,
+    validate: fn(&serde_json::Value) -> Result<(), String>,
 }
 
 impl fmt::Debug for Tool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Tool").field("name", &self.name).finish()
+        f.debug_struct("Tool")
+            .field("name", &self.name)
+            .field("execution", &self.execution)
+            .finish()
     }
 }
 
-/// Defines an ordinary tool named `name`.
+/// Defines an ordinary tool named `name` (default execution: it runs inline in the call; see
+/// [`Tool::background`]).
 pub fn define_tool<I, O, F, Fut>(
     name: impl Into<String>,
     description: impl Into<String>,
@@ -582,11 +626,14 @@ where
         })
     });
     Tool {
+        workflow_id: WorkflowId::new(name.clone()),
         name,
         description: description.into(),
         input_schema: serde_json::to_value(schemars::schema_for!(I))
             .unwrap_or(serde_json::Value::Null),
         run,
+        execution: Execution::Default,
+        validate: validate_as::<I>,
     }
 }
 
@@ -606,6 +653,59 @@ impl Tool {
         &self.input_schema
     }
 
+    /// Default (inline in the call) or background (a durable run of one step).
+    pub fn execution(&self) -> Execution {
+        self.execution
+    }
+
+    /// Runs in the background: the call returns a task receipt at once, and the tool runs as a
+    /// durable run whose body is one journaled step (see [`Tool`]).
+    pub fn background(mut self) -> Self {
+        self.execution = Execution::Background;
+        self
+    }
+
+    /// Overrides the model-visible name.
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// The workflow id its background runs are pinned to (default: the tool's name when made
+    /// with [`define_tool`]; the function's module path and name for a `#[tool]`). Keep it when
+    /// moving or renaming a background tool, so runs in flight still find it.
+    pub fn with_id(mut self, id: impl Into<String>) -> Self {
+        self.workflow_id = WorkflowId::new(id);
+        self
+    }
+
+    /// Used by `#[tool]`: the workflow id of a tool function, as [`workflow!`](crate::workflow)
+    /// derives it (module path without the crate name, plus the function name).
+    #[doc(hidden)]
+    pub fn __id(module_path: &str, fn_name: &str) -> String {
+        match without_crate(module_path) {
+            Some(m) => format!("{m}::{fn_name}"),
+            None => fn_name.to_owned(),
+        }
+    }
+
+    /// The workflow id of its background runs (see [`Tool::with_id`]).
+    pub fn workflow_id(&self) -> &WorkflowId {
+        &self.workflow_id
+    }
+
+    /// Checks a tool input exactly as [`WorkflowTool::validate`] does: a JSON object that the
+    /// input type accepts.
+    ///
+    /// # Errors
+    /// [`EngineError::InvalidInput`] saying what was wrong (serde names the field).
+    pub fn validate(&self, input: &serde_json::Value) -> Result<(), EngineError> {
+        (self.validate)(input).map_err(|reason| EngineError::InvalidInput {
+            tool: self.name.clone(),
+            reason,
+        })
+    }
+
     /// Runs the tool once.
     ///
     /// # Errors
@@ -616,6 +716,143 @@ impl Tool {
         input: serde_json::Value,
     ) -> Result<serde_json::Value, String> {
         (self.run)(ctx, input).await
+    }
+
+    /// The step name of its background runs.
+    pub const STEP: &'static str = "tool";
+
+    /// This tool as a workflow tool whose body is one journaled step (named [`Tool::STEP`])
+    /// running the tool with no retries: the step's outcome is the run's (an error fails the
+    /// run with the tool's message). The step runs again only when the process died before
+    /// its outcome was recorded (at least once, like every step); [`ToolCtx::attempt`] gives the
+    /// attempt's idempotency key and abort signal. Its execution is the tool's; the registry
+    /// uses this for background tools.
+    pub fn into_workflow_tool(self) -> WorkflowTool {
+        let tool = Arc::new(self);
+        let runner = tool.clone();
+        let body: ErasedBody = Arc::new(move |ctx: WorkflowCtx, input: &Payload| {
+            let input: serde_json::Value = input
+                .to_value()
+                .map_err(|e| format!("recorded input is not JSON: {e}"))?;
+            let base = ToolCtx {
+                session_id: ctx.session_id().clone(),
+                call_id: ctx.call_id().clone(),
+                tool_name: ctx.tool_name().to_owned(),
+                attempt: None,
+            };
+            let runner = runner.clone();
+            let step = ctx
+                .step(Tool::STEP, move |sc| {
+                    let (runner, input) = (runner.clone(), input.clone());
+                    let mut tctx = base.clone();
+                    tctx.attempt = Some(sc);
+                    async move {
+                        runner
+                            .call(tctx, input)
+                            .await
+                            .map_err(super::StepError::fatal)
+                    }
+                })
+                .retry(super::RetryPolicy {
+                    max_retries: 0,
+                    ..super::RetryPolicy::default()
+                });
+            Ok(Box::pin(async move {
+                let out: serde_json::Value = step.await.map_err(|e| e.message)?;
+                Payload::from_value(&out)
+                    .map_err(|e| format!("the tool's output does not serialize: {e}"))
+            }) as BoxFuture<BodyOutcome>)
+        });
+        WorkflowTool {
+            name: tool.name.clone(),
+            description: tool.description.clone(),
+            workflow_id: tool.workflow_id.clone(),
+            execution: tool.execution,
+            grace: DEFAULT_GRACE,
+            input_schema: tool.input_schema.clone(),
+            output_schema: None,
+            waits_for_input: false,
+            validate: tool.validate,
+            body,
+        }
+    }
+}
+
+/// What makes an ordinary [`Tool`]: a `Tool`, or the unit struct a `#[tool]` function becomes.
+pub trait IntoTool {
+    /// The tool.
+    fn into_tool(self) -> Tool;
+}
+
+impl IntoTool for Tool {
+    fn into_tool(self) -> Tool {
+        self
+    }
+}
+
+/// What [`Registry::with`] accepts: any [`IntoWorkflowTool`] (a workflow tool), a [`Tool`], or
+/// a `#[tool]` function (the macro implements this trait for it).
+pub trait Registrable {
+    /// Adds itself to `registry`.
+    ///
+    /// # Errors
+    /// As [`Registry::register`] / [`Registry::register_tool`].
+    fn register_in(self, registry: &mut Registry) -> Result<(), EngineError>;
+}
+
+impl<T: IntoWorkflowTool> Registrable for T {
+    fn register_in(self, registry: &mut Registry) -> Result<(), EngineError> {
+        registry.register(self).map(|_| ())
+    }
+}
+
+impl Registrable for Tool {
+    fn register_in(self, registry: &mut Registry) -> Result<(), EngineError> {
+        registry.register_tool(self).map(|_| ())
+    }
+}
+
+/// The error of a name that is taken.
+fn name_taken(name: &str) -> EngineError {
+    EngineError::InvalidInput {
+        tool: name.to_owned(),
+        reason: format!(
+            "a tool named {name:?} is registered already (names are unique across workflow and ordinary tools); rename one with WorkflowTool::named, Tool::named or #[tool(name = \"..\")]"
+        ),
+    }
+}
+
+impl Registry {
+    /// Adds an ordinary tool. A default-execution tool is kept as it is and runs inline in each
+    /// call ([`Registry::ordinary`]); a background one is registered as the workflow tool
+    /// [`Tool::into_workflow_tool`] makes, so it is found by [`Registry::by_name`] and its calls
+    /// are runs.
+    ///
+    /// # Errors
+    /// `InvalidInput` when another tool (workflow or ordinary) has the same name, or (in the
+    /// background) another workflow tool the same workflow id.
+    pub fn register_tool(&mut self, tool: impl IntoTool) -> Result<&mut Self, EngineError> {
+        let tool = tool.into_tool();
+        if tool.execution == Execution::Background {
+            return self.register(tool.into_workflow_tool());
+        }
+        if self.ordinary.contains_key(&tool.name) || self.by_name.contains_key(&tool.name) {
+            return Err(name_taken(&tool.name));
+        }
+        self.ordinary.insert(tool.name.clone(), Arc::new(tool));
+        Ok(self)
+    }
+
+    /// The ordinary tool of default execution with this name: its calls run inline
+    /// ([`Tool::validate`], then [`Tool::call`]), not as runs.
+    pub fn ordinary(&self, name: &str) -> Option<&Arc<Tool>> {
+        self.ordinary.get(name)
+    }
+
+    /// The ordinary tools of default execution, by name (background ones are among
+    /// [`Registry::tools`]).
+    pub fn ordinary_tools(&self) -> impl Iterator<Item = &Arc<Tool>> {
+        self.ordinary.values()
     }
 }
 

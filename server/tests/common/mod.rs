@@ -344,6 +344,28 @@ pub fn registry() -> Registry {
     tools
         .into_iter()
         .fold(Registry::new(DEPLOYMENT), Registry::with)
+        .with(lookup_order())
+}
+
+/// The input of [`lookup_order`].
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct LookupInput {
+    pub order_id: String,
+}
+
+/// An ordinary tool of default execution (it runs inline in the call): looks an order up;
+/// the order `missing` is an error.
+pub fn lookup_order() -> eve_core::engine::Tool {
+    eve_core::engine::define_tool(
+        "lookup_order",
+        "Look an order up.",
+        |_ctx: eve_core::engine::ToolCtx, input: LookupInput| async move {
+            if input.order_id == "missing" {
+                return Err(WorkflowError::new("no order missing in the shop"));
+            }
+            Ok(json!({ "order": input.order_id, "status": "shipped" }))
+        },
+    )
 }
 
 /// A worker for [`registry`] on `store`, polling often.

@@ -197,6 +197,14 @@ call("GET", "/v1/runs", key=None, expect=401)
 _, tools = call("GET", "/v1/tools", expect=200)
 assert "deploy" in [t["name"] for t in tools["tools"]], tools
 CALL_ID = "callId"
+# An ordinary tool runs inline: 200, no run, settled at once; its input is checked the same way.
+_, inline = call("POST", "/v1/tools/lookup_order/calls", body={"session": "py", CALL_ID: "lookup-1", "input": {"order_id": "o-1"}}, expect=200)
+assert inline["run"] is None and inline["settled"]["status"] == "completed", inline
+assert inline["settled"]["output"] == {"order": "o-1", "status": "shipped"}, inline
+_, inline = call("POST", "/v1/tools/lookup_order/calls", body={"session": "py", CALL_ID: "lookup-2", "input": {"order_id": "missing"}}, expect=200)
+assert inline["settled"]["status"] == "failed" and "missing" in inline["settled"]["error"], inline
+_, bad = call("POST", "/v1/tools/lookup_order/calls", body={"session": "py", CALL_ID: "lookup-3", "input": {"order": 1}}, expect=400)
+assert bad["code"] == "invalid_input" and "order_id" in bad["message"], bad
 start = {"session": "py", CALL_ID: "deploy-1", "input": {"service": "api"}}
 _, started = call("POST", "/v1/tools/deploy/calls", body=start, expect=201)
 deploy_run = get(started["run"], "run_id")
