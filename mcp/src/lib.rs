@@ -67,11 +67,16 @@
 
 mod error;
 mod handler;
+mod sampling;
 mod stdio;
 mod task;
 mod wire;
 
 pub use error::McpServeError;
+pub use sampling::{
+    META_AGENT_ERROR, META_AGENT_ID, META_AGENT_KEY, META_MESSAGE, META_OUTPUT_SCHEMA,
+    META_REQUEST, META_RUN, META_TARGET,
+};
 
 use eve_core::engine::{Clock, Registry, SystemClock, Worker};
 use eve_core::{JournalStore, SessionId};
@@ -115,6 +120,9 @@ pub struct McpConfig {
     /// [`McpConfig::max_arguments_bytes`] of arguments): a longer stdio line is answered with
     /// -32600 (its rest skipped), a longer HTTP body with 413 and a -32600 body.
     pub max_message_bytes: usize,
+    /// The `maxTokens` of the `sampling/createMessage` request that serves a subagent call
+    /// (`ctx.agent`; default 4096).
+    pub sampling_max_tokens: u32,
 }
 
 impl Default for McpConfig {
@@ -124,6 +132,7 @@ impl Default for McpConfig {
             task_poll_interval: Duration::from_millis(500),
             fallback_poll: Duration::from_secs(2),
             max_message_bytes: 4 * 1024 * 1024,
+            sampling_max_tokens: 4096,
         }
     }
 }
