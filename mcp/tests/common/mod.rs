@@ -106,8 +106,10 @@ mod survey {
 }
 
 mod delegate {
-    use eve_core::engine::{define_workflow_tool, WorkflowCtx, WorkflowError, WorkflowTool};
-    use eve_core::{workflow, AgentReply, AgentRequest, Display, InputRequest};
+    use eve_core::engine::{
+        define_workflow_tool, AgentCall, AgentError, WorkflowCtx, WorkflowError, WorkflowTool,
+    };
+    use eve_core::workflow;
     use serde_json::{json, Value};
 
     #[derive(serde::Deserialize, schemars::JsonSchema)]
@@ -128,27 +130,21 @@ mod delegate {
         })
     }
 
-    /// Delegates a review of `topic` to the subagent `security-reviewer` (key `review`, output
-    /// schema [`verdict_schema`]) and returns `{"review": output}`, or `{"failed": why}`.
+    /// Delegates a review of `topic` to the subagent `security-reviewer` through `ctx.agent`
+    /// (key `review`, output schema [`verdict_schema`]; the registry has no `AgentHost`, so the
+    /// call is served over the wire) and returns `{"review": output}`, or `{"failed": why}`
+    /// when the child failed.
     pub async fn execute(ctx: WorkflowCtx, input: Input) -> Result<Value, WorkflowError> {
-        let call = AgentRequest {
-            key: "review".into(),
-            target: "security-reviewer".into(),
-            message: json!({ "topic": input.topic }),
-            agent_id: None,
-            output_schema: Some(verdict_schema()),
-        };
-        let request = InputRequest {
-            prompt: "Subagent security-reviewer".into(),
-            display: Display::Agent,
-            options: Vec::new(),
-            allow_freeform: false,
-            agent: Some(call),
-        };
-        Ok(match ctx.ask(request).await.agent {
-            Some(AgentReply::Output(v)) => json!({ "review": v }),
-            Some(AgentReply::Error(e)) => json!({ "failed": e }),
-            None => json!({ "failed": "no agent reply" }),
+        let call = AgentCall::new(
+            "review",
+            "security-reviewer",
+            json!({ "topic": input.topic }),
+        )
+        .schema(verdict_schema());
+        Ok(match ctx.agent(call)?.await {
+            Ok(v) => json!({ "review": v }),
+            Err(AgentError::Failed { message, .. }) => json!({ "failed": message }),
+            Err(e) => return Err(e.into()),
         })
     }
 
