@@ -322,9 +322,15 @@ impl Connection {
         let Some(call) = &request.agent else {
             return Ok(());
         };
-        let params = crate::sampling::params(&run, &id, call, self.server.config.sampling_max_tokens);
+        let params =
+            crate::sampling::params(&run, &id, call, self.server.config.sampling_max_tokens);
         let params: rmcp::model::CreateMessageRequestParams = serde_json::from_value(params)
-            .map_err(|e| ErrorData::internal_error(format!("the sampling request of {id} does not serialize: {e}"), None))?;
+            .map_err(|e| {
+                ErrorData::internal_error(
+                    format!("the sampling request of {id} does not serialize: {e}"),
+                    None,
+                )
+            })?;
         let result = match peer.create_message(params).await {
             Ok(r) => serde_json::to_value(r).unwrap_or_default(),
             Err(rmcp::ServiceError::McpError(e)) => {
@@ -350,7 +356,10 @@ impl Connection {
         view.refresh(&*self.server.store, &run).await?;
         match self.answer_all(&view, &run, &responses).await {
             Ok(()) => Ok(()),
-            Err(e) if e.data.as_ref().and_then(|d| d.get("code")) == Some(&json!("invalid_answer")) => {
+            Err(e)
+                if e.data.as_ref().and_then(|d| d.get("code"))
+                    == Some(&json!("invalid_answer")) =>
+            {
                 let mut e = e;
                 e.message = format!(
                     "{}; nothing was recorded: the subagent call stays pending (call again with the same identity to be asked again, or answer it over HTTP)",

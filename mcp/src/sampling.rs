@@ -50,7 +50,9 @@ pub(crate) fn params(run: &RunId, id: &RequestId, call: &AgentRequest, max_token
         call.target
     );
     if let Some(agent) = &call.agent_id {
-        system.push_str(&format!(" You continue the conversation of agent {agent:?}."));
+        system.push_str(&format!(
+            " You continue the conversation of agent {agent:?}."
+        ));
     }
     if let Some(schema) = &call.output_schema {
         system.push_str(&format!(

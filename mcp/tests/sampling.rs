@@ -72,7 +72,10 @@ fn rpc_error(r: Result<impl std::fmt::Debug, ServiceError>) -> rmcp::ErrorData {
     }
 }
 
-async fn start_task(c: &RunningService<RoleClient, TestClient>, p: CallToolRequestParams) -> String {
+async fn start_task(
+    c: &RunningService<RoleClient, TestClient>,
+    p: CallToolRequestParams,
+) -> String {
     match c.call_tool_once(p).await.expect("tools/call") {
         CallToolResponse::Task(t) => t.task.task_id,
         other => panic!("expected a task, got {other:?}"),
@@ -116,7 +119,10 @@ async fn pending_agent_call(store: &dyn JournalStore, run: &RunId) -> RequestId 
         if let Some(id) = asked {
             return id;
         }
-        assert!(start.elapsed() < Duration::from_secs(20), "no agent call in {run}");
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no agent call in {run}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -127,8 +133,16 @@ fn assert_sampling_params(params: &Value, run: &str, topic: &str) {
     assert_eq!(meta[eve_mcp::META_RUN], run, "{params}");
     assert_eq!(meta[eve_mcp::META_AGENT_KEY], "review", "{params}");
     assert_eq!(meta[eve_mcp::META_TARGET], "security-reviewer", "{params}");
-    assert_eq!(meta[eve_mcp::META_MESSAGE], json!({ "topic": topic }), "{params}");
-    assert_eq!(meta[eve_mcp::META_OUTPUT_SCHEMA], verdict_schema(), "{params}");
+    assert_eq!(
+        meta[eve_mcp::META_MESSAGE],
+        json!({ "topic": topic }),
+        "{params}"
+    );
+    assert_eq!(
+        meta[eve_mcp::META_OUTPUT_SCHEMA],
+        verdict_schema(),
+        "{params}"
+    );
     assert!(meta[eve_mcp::META_REQUEST]
         .as_str()
         .is_some_and(|r| !r.is_empty()));
@@ -193,13 +207,27 @@ async fn a_sampled_output_that_misses_the_schema_is_reported_and_nothing_is_reco
     assert_eq!(e.data.unwrap()["code"], "invalid_answer");
     assert!(e.message.contains("not JSON"), "{}", e.message);
     assert!(replies(&*f.store, &run.run_id).await.is_empty());
-    assert!(!f.store.get_run(&run.run_id).await.unwrap().status.is_terminal());
+    assert!(!f
+        .store
+        .get_run(&run.run_id)
+        .await
+        .unwrap()
+        .status
+        .is_terminal());
     // The same identity again, from a client whose output fits: the same run completes.
-    let good = connect(&f, TestClient::sampling(r#"```json
+    let good = connect(
+        &f,
+        TestClient::sampling(
+            r#"```json
 {"verdict": "fail"}
-```"#))
+```"#,
+        ),
+    )
     .await;
-    let result = good.call_tool(delegate("tls", Some("review-tls"))).await.unwrap();
+    let result = good
+        .call_tool(delegate("tls", Some("review-tls")))
+        .await
+        .unwrap();
     assert_eq!(
         result.structured_content,
         Some(json!({ "review": { "verdict": "fail" } }))
@@ -253,7 +281,10 @@ async fn wait_run(store: &dyn JournalStore, run: &RunId) -> RunStatus {
         if status.is_terminal() {
             return status;
         }
-        assert!(start.elapsed() < Duration::from_secs(20), "{run} never ended");
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{run} never ended"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -270,13 +301,20 @@ async fn a_client_that_answers_sampling_with_an_error_records_nothing() {
     let data = e.data.clone().unwrap();
     assert_eq!(data["code"], "sampling_failed", "{e:?}");
     assert!(
-        e.message.contains("the user rejected the sampling request") && e.message.contains("stays pending"),
+        e.message.contains("the user rejected the sampling request")
+            && e.message.contains("stays pending"),
         "{}",
         e.message
     );
     let run = only_run(&*f.store).await;
     assert!(replies(&*f.store, &run.run_id).await.is_empty());
-    assert!(!f.store.get_run(&run.run_id).await.unwrap().status.is_terminal());
+    assert!(!f
+        .store
+        .get_run(&run.run_id)
+        .await
+        .unwrap()
+        .status
+        .is_terminal());
     c.cancel().await.unwrap();
 }
 
@@ -289,17 +327,32 @@ async fn in_task_mode_a_subagent_call_is_a_sampling_input_request_answered_by_ta
     let (key, request) = only_request(&parked);
     assert_eq!(request["method"], "sampling/createMessage", "{request}");
     assert_sampling_params(&request["params"], &id, "uploads");
-    assert_eq!(request["params"]["_meta"][eve_mcp::META_REQUEST], key.as_str());
+    assert_eq!(
+        request["params"]["_meta"][eve_mcp::META_REQUEST],
+        key.as_str()
+    );
     let update = |result: Value| {
         UpdateTaskParams::new(id.clone(), [(key.clone(), result)].into_iter().collect())
     };
     let run = RunId::new(id.as_str());
     // Each bad answer is refused with the HTTP API's code, and writes nothing.
     for (bad, code, says) in [
-        (sampled(r#"{"verdict": 3}"#), "invalid_answer", "outputSchema"),
+        (
+            sampled(r#"{"verdict": 3}"#),
+            "invalid_answer",
+            "outputSchema",
+        ),
         (sampled("fine"), "invalid_answer", "not JSON"),
-        (json!({ "action": "accept", "content": { "option": "approve" } }), "invalid_answer", "content"),
-        (json!({ "role": "user", "content": { "type": "text", "text": "{}" } }), "invalid_answer", "assistant"),
+        (
+            json!({ "action": "accept", "content": { "option": "approve" } }),
+            "invalid_answer",
+            "content",
+        ),
+        (
+            json!({ "role": "user", "content": { "type": "text", "text": "{}" } }),
+            "invalid_answer",
+            "assistant",
+        ),
     ] {
         let e = rpc_error(c.update_task(update(bad.clone())).await);
         assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{bad}: {e:?}");
@@ -311,12 +364,18 @@ async fn in_task_mode_a_subagent_call_is_a_sampling_input_request_answered_by_ta
         .await
         .unwrap();
     let done = wait_status(c.peer(), &id, TaskStatus::Completed).await;
-    assert_eq!(completed_output(&done), json!({ "review": { "verdict": "pass" } }));
+    assert_eq!(
+        completed_output(&done),
+        json!({ "review": { "verdict": "pass" } })
+    );
     // The same answer again is a retry (nothing written); another answer is refused.
     c.update_task(update(sampled(r#"{"verdict": "pass"}"#)))
         .await
         .unwrap();
-    let e = rpc_error(c.update_task(update(sampled(r#"{"verdict": "fail"}"#))).await);
+    let e = rpc_error(
+        c.update_task(update(sampled(r#"{"verdict": "fail"}"#)))
+            .await,
+    );
     assert_eq!(e.data.unwrap()["code"], "already_answered");
     assert_eq!(
         replies(&*f.store, &run).await,
@@ -341,7 +400,10 @@ async fn a_child_failure_is_recorded_as_the_calls_error() {
     .await
     .unwrap();
     let done = wait_status(c.peer(), &id, TaskStatus::Completed).await;
-    assert_eq!(completed_output(&done), json!({ "failed": "the reviewer timed out" }));
+    assert_eq!(
+        completed_output(&done),
+        json!({ "failed": "the reviewer timed out" })
+    );
     c.cancel().await.unwrap();
 }
 
@@ -368,7 +430,9 @@ async fn a_sampling_answer_for_another_task_is_refused_and_changes_nothing() {
     assert_eq!(e.data.unwrap()["code"], "not_found");
     assert!(e.message.contains(&a), "{}", e.message);
     for id in [&a, &b] {
-        assert!(replies(&*f.store, &RunId::new(id.as_str())).await.is_empty());
+        assert!(replies(&*f.store, &RunId::new(id.as_str()))
+            .await
+            .is_empty());
         wait_status(c.peer(), id, TaskStatus::InputRequired).await;
     }
     c.cancel().await.unwrap();

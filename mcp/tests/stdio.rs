@@ -423,7 +423,10 @@ async fn sigkill_while_sampling_then_the_same_call_after_restart() {
     let (c, pid) = connect(hanging.clone()).await;
     let call = tokio::spawn({
         let peer = c.peer().clone();
-        async move { peer.call_tool(keyed_delegate("restart", "rs-restart")).await }
+        async move {
+            peer.call_tool(keyed_delegate("restart", "rs-restart"))
+                .await
+        }
     });
     let start = std::time::Instant::now();
     while hanging.sampled.lock().unwrap().is_empty() {
@@ -465,7 +468,9 @@ async fn sigkill_while_sampling_then_the_same_call_after_restart() {
 
 async fn python_sdk_serves_subagents_through_sampling() {
     let Ok(python) = std::env::var("EVE_TEST_MCP_PYTHON") else {
-        println!("SKIPPED: the official MCP Python SDK sampling test: EVE_TEST_MCP_PYTHON is not set");
+        println!(
+            "SKIPPED: the official MCP Python SDK sampling test: EVE_TEST_MCP_PYTHON is not set"
+        );
         return;
     };
     let version = python_sdk_version(&python).await;
@@ -491,11 +496,25 @@ async fn python_sdk_serves_subagents_through_sampling() {
         restarted["structured"],
         json!({ "review": { "verdict": "pass", "notes": "after restart" } })
     );
-    let (before, after) = (&killed["sampled"][0]["meta"], &restarted["sampled"][0]["meta"]);
-    assert_eq!(restarted["sampled"].as_array().unwrap().len(), 1, "{restarted}");
-    for field in [eve_mcp::META_RUN, eve_mcp::META_REQUEST, eve_mcp::META_AGENT_KEY] {
+    let (before, after) = (
+        &killed["sampled"][0]["meta"],
+        &restarted["sampled"][0]["meta"],
+    );
+    assert_eq!(
+        restarted["sampled"].as_array().unwrap().len(),
+        1,
+        "{restarted}"
+    );
+    for field in [
+        eve_mcp::META_RUN,
+        eve_mcp::META_REQUEST,
+        eve_mcp::META_AGENT_KEY,
+    ] {
         assert!(before[field].is_string(), "{killed}");
-        assert_eq!(before[field], after[field], "{field}: the same request after the restart");
+        assert_eq!(
+            before[field], after[field],
+            "{field}: the same request after the restart"
+        );
     }
     // One recorded agent result per run: the restarted call's run has exactly one.
     let replies = recorded_replies(&db).await;
@@ -572,11 +591,26 @@ fn assert_python_sampling(steps: &serde_json::Map<String, serde_json::Value>) {
         "{served}"
     );
     let request = &served["sampled"][0];
-    assert_eq!(request["meta"][eve_mcp::META_TARGET], "security-reviewer", "{served}");
-    assert_eq!(request["meta"][eve_mcp::META_AGENT_KEY], "review", "{served}");
-    assert_eq!(request["meta"][eve_mcp::META_OUTPUT_SCHEMA], verdict_schema(), "{served}");
+    assert_eq!(
+        request["meta"][eve_mcp::META_TARGET],
+        "security-reviewer",
+        "{served}"
+    );
+    assert_eq!(
+        request["meta"][eve_mcp::META_AGENT_KEY],
+        "review",
+        "{served}"
+    );
+    assert_eq!(
+        request["meta"][eve_mcp::META_OUTPUT_SCHEMA],
+        verdict_schema(),
+        "{served}"
+    );
     assert_eq!(request["maxTokens"], 4096, "{served}");
-    assert!(request["message"].as_str().unwrap().contains("login"), "{served}");
+    assert!(
+        request["message"].as_str().unwrap().contains("login"),
+        "{served}"
+    );
     let mismatch = &steps["mismatch"];
     assert_eq!(mismatch["code"], -32602, "{mismatch}");
     assert_eq!(mismatch["data"]["code"], "invalid_answer", "{mismatch}");
@@ -586,9 +620,15 @@ fn assert_python_sampling(steps: &serde_json::Map<String, serde_json::Value>) {
     );
     let no_sampling = &steps["no_sampling"];
     assert_eq!(no_sampling["code"], -32600, "{no_sampling}");
-    assert_eq!(no_sampling["data"]["capability"], "sampling", "{no_sampling}");
+    assert_eq!(
+        no_sampling["data"]["capability"], "sampling",
+        "{no_sampling}"
+    );
     assert!(
-        no_sampling["error"].as_str().unwrap().contains("`sampling`"),
+        no_sampling["error"]
+            .as_str()
+            .unwrap()
+            .contains("`sampling`"),
         "{no_sampling}"
     );
 }

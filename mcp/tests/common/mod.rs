@@ -273,11 +273,7 @@ impl ClientHandler for TestClient {
                 rmcp::model::SamplingMessage::assistant_text(text),
                 "test-model".into(),
             )),
-            Some(Err(message)) => Err(ErrorData::new(
-                rmcp::model::ErrorCode(-1),
-                message,
-                None,
-            )),
+            Some(Err(message)) => Err(ErrorData::new(rmcp::model::ErrorCode(-1), message, None)),
             None => Err(ErrorData::method_not_found::<
                 rmcp::model::CreateMessageRequestMethod,
             >()),
