@@ -8,14 +8,21 @@
 //! request journaled, sent, the result parsed, checked against the schema, recorded, and the
 //! run resumed to its end.
 //!
+//! Then the same `delegate` call made in-process (`Session::call_tool`), its subagent served by
+//! a host task that watches the session and answers with `complete_agent` as soon as the request
+//! is journaled: the difference is what MCP (the request over JSON-RPC, the result's parsing)
+//! adds over eve's own cost of an agent call (journal the request, record the reply, resume).
+//!
 //! `cargo bench -p eve-mcp --bench sampling`. Prints the figures; asserts nothing but results.
 
 #![allow(deprecated)] // sampling: SEP-2577 deprecates it; eve maps `ctx.agent` onto it.
 
 use eve_core::engine::{
-    define_workflow_tool, AgentCall, SystemClock, Worker, WorkerConfig, WorkflowCtx, WorkflowError,
+    agent_request_id, complete_agent, define_workflow_tool, AgentCall, Session, SystemClock,
+    ToolCallStart, Worker, WorkerConfig, WorkflowCtx, WorkflowError,
 };
-use eve_core::{workflow, JournalStore};
+use eve_core::wake::{Waiter, WatchKey};
+use eve_core::{workflow, CallId, JournalStore, SessionId, Timestamp};
 use eve_mcp::McpServer;
 use eve_storage_sqlite::SqliteStore;
 use rmcp::model::{
@@ -118,8 +125,9 @@ async fn run() {
     )
     .await
     .unwrap();
-    let mcp = McpServer::new(store.clone(), Arc::new(registry)).with_worker(worker.clone());
-    let handle = worker.spawn();
+    let registry = Arc::new(registry);
+    let mcp = McpServer::new(store.clone(), registry.clone()).with_worker(worker.clone());
+    let handle = worker.clone().spawn();
     let (server_io, client_io) = tokio::io::duplex(1 << 16);
     tokio::spawn(eve_mcp::serve_transport(mcp, server_io));
     let sampler = Sampler::default();
@@ -180,6 +188,65 @@ async fn run() {
     println!(
         "a sampling round trip adds {:.2?} (median delegate − median plain − median client time)",
         s.saturating_sub(b).saturating_sub(o)
+    );
+
+    // The same subagent call served in-process: a host task that watches the session, finds
+    // the request and records the reply with complete_agent (no MCP between).
+    let session_id = SessionId::new("bench-inproc");
+    let session = Session::new(
+        store.clone(),
+        registry.clone(),
+        Arc::new(SystemClock),
+        session_id.clone(),
+    )
+    .with_worker(worker);
+    let mut in_process = Vec::new();
+    for i in 0..CALLS {
+        let mut waiter = Waiter::new(
+            &*store,
+            &WatchKey::Session(session_id.clone()),
+            Duration::from_secs(2),
+            Duration::from_millis(100),
+        )
+        .await;
+        let t = Instant::now();
+        let call_id = CallId::new(format!("inproc{i}"));
+        let started = session
+            .call_tool(
+                call_id.clone(),
+                "delegate",
+                json!({ "topic": format!("t{i}") }),
+            )
+            .await
+            .unwrap();
+        let ToolCallStart::Parked { run_id } = started else {
+            panic!("a default-mode call parks")
+        };
+        while agent_request_id(&*store, &run_id, "review")
+            .await
+            .unwrap()
+            .is_none()
+        {
+            waiter.wait().await;
+        }
+        complete_agent(
+            &*store,
+            &run_id,
+            "review",
+            Ok(json!({ "verdict": "pass" })),
+            Timestamp::now(),
+        )
+        .await
+        .unwrap();
+        session.wait_settled(&call_id).await.unwrap();
+        in_process.push(t.elapsed());
+    }
+    in_process.sort();
+    let inp = percentile(&in_process, 0.5);
+    println!(
+        "the same call with its subagent served in-process (complete_agent): median {inp:.2?} p99 {:.2?}; over MCP sampling it takes {:.2?} more (median against median)",
+        percentile(&in_process, 0.99),
+        s.saturating_sub(inp),
     );
     handle.shutdown().await;
 }
