@@ -69,7 +69,7 @@ fn main() {
         raw_json_rpc_over_stdio().await;
         println!("ok: stdio, raw JSON-RPC: -32700/-32600 with id null, -32602 naming the field, too deep and too long answered, second initialize refused, nothing started");
         sigkill_while_sampling_then_the_same_call_after_restart().await;
-        println!("ok: stdio, rmcp client: a blocking call's subagent pending as sampling/createMessage, SIGKILL, restart, the same call (same key) gets the same request, one agent result recorded");
+        println!("ok: stdio, rmcp client: a subagent call pending as sampling/createMessage (a blocking call's request; a task's inputRequests), SIGKILL, restart, the same call (same key) and the next tasks/get get the same request, one agent result recorded per run");
         python_sdk_over_stdio_and_http().await;
         python_sdk_serves_subagents_through_sampling().await;
     });
@@ -442,7 +442,7 @@ async fn sigkill_while_sampling_then_the_same_call_after_restart() {
     drop(c);
 
     let serving = TestClient::sampling(r#"{"verdict": "pass"}"#);
-    let (c, _) = connect(serving.clone()).await;
+    let (c, serving_pid) = connect(serving.clone()).await;
     let result = c
         .call_tool(keyed_delegate("restart", "rs-restart"))
         .await
@@ -458,11 +458,73 @@ async fn sigkill_while_sampling_then_the_same_call_after_restart() {
     assert_eq!(again.len(), 1, "{again:?}");
     assert_eq!(first, again[0], "the same request after the restart");
     c.cancel().await.unwrap();
-    let replies = recorded_replies(&db).await;
-    assert_eq!(replies.len(), 1, "one run: {replies:?}");
+    // One server process at a time (a worker id is one live process): wait for this one to exit.
+    let start = std::time::Instant::now();
+    while std::process::Command::new("kill")
+        .args(["-0", &serving_pid.to_string()])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+    {
+        assert!(start.elapsed().as_secs() < 20, "the server did not exit");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // In task mode the task shows the sampling request in inputRequests.
+    let (t, task_pid) = connect(TestClient::tasks()).await;
+    let task = match t
+        .call_tool_once(keyed_delegate("task restart", "rs-task"))
+        .await
+        .unwrap()
+    {
+        CallToolResponse::Task(task) => task.task.task_id,
+        other => panic!("expected a task, got {other:?}"),
+    };
+    let parked = wait_status(t.peer(), &task, TaskStatus::InputRequired).await;
+    let (task_key, task_request) = only_request(&parked);
+    assert_eq!(task_request["method"], "sampling/createMessage");
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &task_pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    drop(t);
+    // The next client that polls gets the same request, answers it, and the task completes.
+    let (t, _) = connect(TestClient::tasks()).await;
+    let again = wait_status(t.peer(), &task, TaskStatus::InputRequired).await;
+    assert_eq!(only_request(&again), (task_key.clone(), task_request));
+    let answer = json!({ "role": "assistant", "model": "m", "content": { "type": "text", "text": "{\"verdict\": \"fail\"}" } });
+    t.update_task(UpdateTaskParams::new(
+        task.clone(),
+        [(task_key, answer)].into_iter().collect(),
+    ))
+    .await
+    .unwrap();
+    let done = wait_status(t.peer(), &task, TaskStatus::Completed).await;
     assert_eq!(
-        replies[0].1,
-        [eve_core::AgentReply::Output(json!({ "verdict": "pass" }))]
+        completed_output(&done),
+        json!({ "review": { "verdict": "fail" } })
+    );
+    t.cancel().await.unwrap();
+    // One agent result recorded per run.
+    let mut replies: Vec<_> = recorded_replies(&db)
+        .await
+        .into_iter()
+        .map(|(run, replies)| (run == task, replies))
+        .collect();
+    replies.sort_by_key(|(is_task, _)| *is_task);
+    assert_eq!(
+        replies,
+        [
+            (
+                false,
+                vec![eve_core::AgentReply::Output(json!({ "verdict": "pass" }))]
+            ),
+            (
+                true,
+                vec![eve_core::AgentReply::Output(json!({ "verdict": "fail" }))]
+            ),
+        ]
     );
 }
 
