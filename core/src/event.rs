@@ -721,14 +721,28 @@ impl Event {
                                 + o.description.as_ref().map_or(0, String::len)
                         })
                         .sum::<usize>()
+                    + request.agent.as_ref().map_or(0, |a| {
+                        json_len(&a.message) + a.output_schema.as_ref().map_or(0, json_len)
+                    })
             }
             Event::InputAnswered { response, .. } => {
                 response.option_id.as_ref().map_or(0, String::len)
                     + response.text.as_ref().map_or(0, String::len)
+                    + match &response.agent {
+                        Some(AgentReply::Output(v)) => json_len(v),
+                        Some(AgentReply::Error(e)) => e.len(),
+                        None => 0,
+                    }
             }
             _ => 0,
         }
     }
+}
+
+/// Bytes of `v` as compact JSON (what an agent call's message or output counts against the
+/// payload limits).
+fn json_len(v: &serde_json::Value) -> usize {
+    serde_json::to_string(v).map_or(0, |s| s.len())
 }
 
 /// An event as stored: its seq and the time the writer stamped on it.

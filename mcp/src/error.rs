@@ -63,3 +63,26 @@ pub(crate) fn from_engine(e: EngineError) -> ErrorData {
         other => invalid("invalid_input", other.to_string()),
     }
 }
+
+/// A blocking call whose run waits for a subagent call the client cannot serve: it did not
+/// declare the `sampling` capability. -32600 with `data.code` = `missing_capability`,
+/// `data.capability` = `sampling`, and the run and request, which stay as they are.
+pub(crate) fn missing_sampling(
+    run: &eve_core::RunId,
+    request: &eve_core::RequestId,
+    call: &eve_core::AgentRequest,
+) -> ErrorData {
+    ErrorData::invalid_request(
+        format!(
+            "the client did not declare the `sampling` capability, and run {run} waits for the subagent call {:?} (target {:?}, request {request}), which eve sends as sampling/createMessage; declare `sampling` and call again with the same identity, call with the tasks extension and answer it with tasks/update, or answer it over HTTP (POST /v1/agents/{request}/result). The call stays pending; the run goes on waiting",
+            crate::wire::clip(&call.key),
+            crate::wire::clip(&call.target),
+        ),
+        Some(json!({
+            "code": "missing_capability",
+            "capability": "sampling",
+            "taskId": run.as_str(),
+            "requestId": request.as_str(),
+        })),
+    )
+}

@@ -208,10 +208,9 @@ impl Connection {
         let mrtr = version
             .as_ref()
             .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
-        let elicit = !mrtr
-            && ctx
-                .client_capabilities()
-                .is_some_and(|c| c.elicitation.is_some());
+        let caps = ctx.client_capabilities();
+        let elicit = !mrtr && caps.as_ref().is_some_and(|c| c.elicitation.is_some());
+        let can_sample = caps.as_ref().is_some_and(|c| c.sampling.is_some());
         let mut waiter = Waiter::new(
             store,
             &WatchKey::Session(run.session_id.clone()),
@@ -222,7 +221,7 @@ impl Connection {
         let mut view = RunView::default();
         let mut progress = 0u32;
         let mut elicited: HashSet<RequestId> = HashSet::new();
-        let mut asking = tokio::task::JoinSet::new();
+        let mut asking: tokio::task::JoinSet<Result<(), ErrorData>> = tokio::task::JoinSet::new();
         loop {
             let before = view.progress.clone();
             view.refresh(store, &run.run_id).await?;
@@ -249,26 +248,50 @@ impl Connection {
                         .await;
                 }
             }
+            // A subagent call goes to the client as sampling: one that cannot serve it is told
+            // so at once (the call stays pending, answerable elsewhere).
+            if !can_sample {
+                if let Some((id, call)) = view
+                    .pending
+                    .iter()
+                    .find_map(|(id, r)| r.agent.as_ref().map(|call| (id, call)))
+                {
+                    return Err(crate::error::missing_sampling(&run.run_id, id, call));
+                }
+            }
             if mrtr && !view.pending.is_empty() {
                 return Ok(CallToolResponse::InputRequired(InputRequiredResult::new(
-                    Some(task::input_requests(&view.pending)),
+                    Some(task::input_requests(
+                        &run.run_id,
+                        &view.pending,
+                        self.server.config.sampling_max_tokens,
+                    )),
                     Some(run.run_id.as_str().to_owned()),
                 )));
             }
-            if elicit {
-                for (id, request) in &view.pending {
-                    if elicited.insert(id.clone()) {
-                        asking.spawn(self.clone().elicit(
-                            run.run_id.clone(),
-                            id.clone(),
-                            request.clone(),
-                            ctx.peer.clone(),
-                        ));
+            for (id, request) in &view.pending {
+                let sampling = request.agent.is_some();
+                if (sampling || elicit) && elicited.insert(id.clone()) {
+                    let this = self.clone();
+                    let (run, id, request, peer) = (
+                        run.run_id.clone(),
+                        id.clone(),
+                        request.clone(),
+                        ctx.peer.clone(),
+                    );
+                    if sampling {
+                        asking.spawn(this.sample(run, id, request, peer));
+                    } else {
+                        asking.spawn(async move {
+                            this.elicit(run, id, request, peer).await;
+                            Ok(())
+                        });
                     }
                 }
             }
             tokio::select! {
                 () = waiter.wait() => {}
+                Some(Ok(Err(e))) = asking.join_next(), if !asking.is_empty() => return Err(e),
                 () = ctx.ct.cancelled() => {
                     return Err(ErrorData::internal_error(
                         format!("the request was cancelled; run {} goes on: call again with the same identity to wait for it", run.run_id),
@@ -327,6 +350,84 @@ fn check_size(name: &str, args: &Value, limit: usize) -> Result<(), ErrorData> {
         ));
     }
     Ok(())
+}
+
+impl Connection {
+    /// Sends one pending subagent call to the client as `sampling/createMessage` and records
+    /// its result as the call's reply, exactly once (the store decides). A call answered
+    /// elsewhere meanwhile is left as it is.
+    ///
+    /// # Errors
+    /// What the blocking call fails with, the agent call staying pending: the client answered
+    /// with an error, or with a result that is not the call's reply (not a sampling result,
+    /// not JSON where the call has an output schema, an output that does not satisfy it).
+    #[allow(deprecated)] // sampling: SEP-2577 deprecates it; eve maps `ctx.agent` onto it.
+    async fn sample(
+        self,
+        run: RunId,
+        id: RequestId,
+        request: InputRequest,
+        peer: rmcp::Peer<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let Some(call) = &request.agent else {
+            return Ok(());
+        };
+        let params =
+            crate::sampling::params(&run, &id, call, self.server.config.sampling_max_tokens);
+        let params: rmcp::model::CreateMessageRequestParams = serde_json::from_value(params)
+            .map_err(|e| {
+                ErrorData::internal_error(
+                    format!("the sampling request of {id} does not serialize: {e}"),
+                    None,
+                )
+            })?;
+        let result = match peer.create_message(params).await {
+            Ok(r) => serde_json::to_value(r).unwrap_or_default(),
+            Err(rmcp::ServiceError::McpError(e)) => {
+                let mut data = serde_json::Map::new();
+                data.insert("code".into(), json!("sampling_failed"));
+                data.insert("taskId".into(), json!(run.as_str()));
+                data.insert("requestId".into(), json!(id.as_str()));
+                return Err(ErrorData::internal_error(
+                    format!(
+                        "the client answered the sampling request for subagent call {:?} of run {run} with an error ({}: {}); nothing was recorded: the call stays pending. Call again with the same identity to be asked again, or answer it with tasks/update or over HTTP (POST /v1/agents/{id}/result); to record that the child failed, answer with a result whose _meta[{:?}] says why",
+                        clip(&call.key), e.code.0, clip(&e.message), crate::META_AGENT_ERROR
+                    ),
+                    Some(Value::Object(data)),
+                ));
+            }
+            Err(e) => {
+                tracing::info!(request = %id, error = %e, "sampling failed; the agent call stays answerable elsewhere");
+                return Ok(());
+            }
+        };
+        let mut view = RunView::default();
+        let responses: InputResponses = [(id.as_str().to_owned(), result)].into_iter().collect();
+        view.refresh(&*self.server.store, &run).await?;
+        match self.answer_all(&view, &run, &responses).await {
+            Ok(()) => Ok(()),
+            Err(e)
+                if e.data.as_ref().and_then(|d| d.get("code"))
+                    == Some(&json!("invalid_answer")) =>
+            {
+                let mut e = e;
+                e.message = format!(
+                    "{}; nothing was recorded: the subagent call stays pending (call again with the same identity to be asked again, or answer it over HTTP)",
+                    e.message
+                )
+                .into();
+                if let Some(Value::Object(data)) = e.data.as_mut() {
+                    data.insert("taskId".into(), json!(run.as_str()));
+                    data.insert("requestId".into(), json!(id.as_str()));
+                }
+                Err(e)
+            }
+            Err(e) => {
+                tracing::info!(request = %id, error = %e.message, "the sampling result was not recorded");
+                Ok(())
+            }
+        }
+    }
 }
 
 impl ServerHandler for Connection {
@@ -461,6 +562,7 @@ impl ServerHandler for Connection {
             &run,
             &view,
             self.server.config.task_poll_interval,
+            self.server.config.sampling_max_tokens,
         )))
     }
 

@@ -9,6 +9,7 @@
 //! | `tools/call`, no tasks | a run; the call blocks until the run settles. Progress goes out as `notifications/progress` (when a progress token was sent); a pending `ctx.ask` goes to the client as `elicitation/create` (when it declared elicitation, protocol ≤ 2025-11-25) or as an `input_required` result whose `requestState` is the run id (protocol 2026-07-28) |
 //! | `tasks/get` | the run read from the store: `working`, `input_required` (pending asks as elicitation forms), `completed`, `failed`, `cancelled`; `statusMessage` = the last progress value |
 //! | `tasks/update` | `JournalStore::answer`, exactly once, with the HTTP API's errors as JSON-RPC errors; all or nothing: every response is checked before any is written |
+//! | a pending `ctx.agent` call (no `AgentHost`) | `sampling/createMessage` (the call in `_meta` under `eve/` keys, [`META_RUN`] …; a prompt a model can serve): server-to-client in a blocking call of a client that declared `sampling` (one that did not gets -32600 naming the capability, the call staying pending), an entry of `inputRequests` in task mode and 2026-07-28 rounds; the result's text is the output, checked against the call's output schema before it is recorded once |
 //! | `tasks/cancel` | `JournalStore::request_cancel` (the tool's grace period and cleanup steps apply); a finished task is acknowledged with the empty result and stays as it is (SEP-2663: cancellation is an acknowledged signal) |
 //!
 //! Nothing lives only in this process: a task is a run in the journal, so a restarted server, or
@@ -68,11 +69,16 @@
 
 mod error;
 mod handler;
+mod sampling;
 mod stdio;
 mod task;
 mod wire;
 
 pub use error::McpServeError;
+pub use sampling::{
+    META_AGENT_ERROR, META_AGENT_ID, META_AGENT_KEY, META_MESSAGE, META_OUTPUT_SCHEMA,
+    META_REQUEST, META_RUN, META_TARGET,
+};
 
 use eve_core::engine::{Clock, Registry, SystemClock, Worker};
 use eve_core::{JournalStore, SessionId};
@@ -116,6 +122,9 @@ pub struct McpConfig {
     /// [`McpConfig::max_arguments_bytes`] of arguments): a longer stdio line is answered with
     /// -32600 (its rest skipped), a longer HTTP body with 413 and a -32600 body.
     pub max_message_bytes: usize,
+    /// The `maxTokens` of the `sampling/createMessage` request that serves a subagent call
+    /// (`ctx.agent`; default 4096).
+    pub sampling_max_tokens: u32,
 }
 
 impl Default for McpConfig {
@@ -125,6 +134,7 @@ impl Default for McpConfig {
             task_poll_interval: Duration::from_millis(500),
             fallback_poll: Duration::from_secs(2),
             max_message_bytes: 4 * 1024 * 1024,
+            sampling_max_tokens: 4096,
         }
     }
 }

@@ -190,8 +190,14 @@ fn object(v: Value) -> JsonObject {
     }
 }
 
-/// The run's task state.
-pub(crate) fn detailed(run: &RunRecord, view: &RunView, poll: Duration) -> DetailedTask {
+/// The run's task state (`sampling_max_tokens`: the `maxTokens` of a subagent call's sampling
+/// request).
+pub(crate) fn detailed(
+    run: &RunRecord,
+    view: &RunView,
+    poll: Duration,
+    sampling_max_tokens: u32,
+) -> DetailedTask {
     let mut task = base_task(run, poll);
     let payload = match (&view.end, run.status) {
         (Some(End::Completed(output)), _) => TaskPayload::Completed {
@@ -202,7 +208,7 @@ pub(crate) fn detailed(run: &RunRecord, view: &RunView, poll: Duration) -> Detai
         },
         (Some(End::Cancelled), _) | (None, RunStatus::Cancelled) => TaskPayload::Cancelled,
         _ if !view.pending.is_empty() && !run.cancel_requested => TaskPayload::InputRequired {
-            input_requests: input_requests(&view.pending),
+            input_requests: input_requests(&run.run_id, &view.pending, sampling_max_tokens),
         },
         _ => TaskPayload::Working,
     };
@@ -257,16 +263,27 @@ pub(crate) fn form(request: &InputRequest) -> Value {
     })
 }
 
-/// `inputRequests` keyed by request id.
-pub(crate) fn input_requests(pending: &[(RequestId, InputRequest)]) -> InputRequests {
+/// `inputRequests` of run `run` keyed by request id: an ask as `elicitation/create`, a
+/// subagent call as `sampling/createMessage` (see [`crate::sampling`]).
+pub(crate) fn input_requests(
+    run: &RunId,
+    pending: &[(RequestId, InputRequest)],
+    sampling_max_tokens: u32,
+) -> InputRequests {
     pending
         .iter()
         .filter_map(|(id, request)| {
-            let wire = json!({ "method": "elicitation/create", "params": form(request) });
+            let wire = match &request.agent {
+                Some(call) => json!({
+                    "method": "sampling/createMessage",
+                    "params": crate::sampling::params(run, id, call, sampling_max_tokens),
+                }),
+                None => json!({ "method": "elicitation/create", "params": form(request) }),
+            };
             match serde_json::from_value(wire) {
                 Ok(r) => Some((id.as_str().to_owned(), r)),
                 Err(e) => {
-                    tracing::error!(request = %id, error = %e, "an input request does not fit an elicitation form");
+                    tracing::error!(request = %id, error = %e, "an input request does not fit an MCP input request");
                     None
                 }
             }
@@ -274,10 +291,11 @@ pub(crate) fn input_requests(pending: &[(RequestId, InputRequest)]) -> InputRequ
         .collect()
 }
 
-/// The answers `responses` (elicitation results keyed by request id) write to a run whose
-/// journal `view` shows, every one checked before any is written: a key that is not one of the
-/// run's requests, a malformed result, an option not offered, an answer to a request answered
-/// otherwise or withdrawn, each rejects the whole update. A declined form (no answer) and the
+/// The answers `responses` (elicitation results, and sampling results for subagent calls, keyed
+/// by request id) write to a run whose journal `view` shows, every one checked before any is
+/// written: a key that is not one of the run's requests, a malformed result, an option not
+/// offered, an output that does not satisfy the call's output schema, an answer to a request
+/// answered otherwise or withdrawn, each rejects the whole update. A declined form (no answer) and the
 /// same answer again (a retry) write nothing.
 ///
 /// # Errors
@@ -299,8 +317,16 @@ pub(crate) fn plan(
                 ),
             ));
         };
-        let Some(response) = self::response(&request.options, result)? else {
-            continue;
+        let response = match &request.agent {
+            // A subagent call: the result is a sampling result.
+            Some(call) => InputResponse {
+                agent: Some(crate::sampling::reply(call, result)?),
+                ..InputResponse::default()
+            },
+            None => match self::response(&request.options, result)? {
+                Some(response) => response,
+                None => continue,
+            },
         };
         if let Some(previous) = view.answered.get(&id) {
             if previous.same_answer(&response) {
@@ -399,10 +425,14 @@ mod tests {
         assert_eq!(schema["properties"]["text"]["type"], "string");
         assert_eq!(schema["required"], json!([]));
         // Every form parses as rmcp's elicitation request.
-        let requests = input_requests(&[
-            (RequestId::new("r1"), InputRequest::text("Why?")),
-            (RequestId::new("r2"), InputRequest::confirmation("Go?")),
-        ]);
+        let requests = input_requests(
+            &RunId::new("run_1"),
+            &[
+                (RequestId::new("r1"), InputRequest::text("Why?")),
+                (RequestId::new("r2"), InputRequest::confirmation("Go?")),
+            ],
+            100,
+        );
         assert_eq!(requests.len(), 2);
     }
 

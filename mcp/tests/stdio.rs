@@ -22,6 +22,8 @@ use std::process::Stdio;
 
 /// Set in the server process: the SQLite file to serve over stdio.
 const SERVE_VAR: &str = "EVE_MCP_TEST_SERVE";
+/// Set in the stdio server process: a file it writes its pid to (the Python client kills it).
+const PID_FILE_VAR: &str = "EVE_MCP_TEST_PID_FILE";
 /// Set in the server process: the SQLite file to serve over streamable HTTP on 127.0.0.1:0 (the
 /// process prints its URL, then serves until stdin closes).
 const SERVE_HTTP_VAR: &str = "EVE_MCP_TEST_SERVE_HTTP";
@@ -33,6 +35,9 @@ fn main() {
         .build()
         .unwrap();
     if let Ok(db) = std::env::var(SERVE_VAR) {
+        if let Ok(file) = std::env::var(PID_FILE_VAR) {
+            std::fs::write(file, std::process::id().to_string()).expect("write the pid file");
+        }
         rt.block_on(async {
             let (mcp, _store, worker) = server(Path::new(&db)).await;
             eve_mcp::serve_stdio(mcp).await.expect("serve stdio");
@@ -63,7 +68,10 @@ fn main() {
         println!("ok: stdio, rmcp client: list, task, SIGKILL while input_required, restart, answer, completed");
         raw_json_rpc_over_stdio().await;
         println!("ok: stdio, raw JSON-RPC: -32700/-32600 with id null, -32602 naming the field, too deep and too long answered, second initialize refused, nothing started");
+        sigkill_while_sampling_then_the_same_call_after_restart().await;
+        println!("ok: stdio, rmcp client: a subagent call pending as sampling/createMessage (a blocking call's request; a task's inputRequests), SIGKILL, restart, the same call (same key) and the next tasks/get get the same request, one agent result recorded per run");
         python_sdk_over_stdio_and_http().await;
+        python_sdk_serves_subagents_through_sampling().await;
     });
 }
 
@@ -356,4 +364,333 @@ async fn python_sdk_version(python: &str) -> String {
         .await
         .unwrap();
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// A call of `delegate` about `topic` keyed `key`.
+fn keyed_delegate(topic: &str, key: &str) -> CallToolRequestParams {
+    let mut meta = rmcp::model::RequestMetaObject::new();
+    meta.insert(eve_mcp::META_CALL_KEY.into(), json!(key));
+    let mut p = CallToolRequestParams::new("delegate")
+        .with_arguments(json!({ "topic": topic }).as_object().unwrap().clone());
+    p.meta = Some(meta);
+    p
+}
+
+/// The agent replies recorded in the journal of every run of the store at `db`, by run.
+async fn recorded_replies(db: &Path) -> Vec<(String, Vec<eve_core::AgentReply>)> {
+    use eve_core::{JournalStore, JournalStoreExt};
+    let store = eve_storage_sqlite::SqliteStore::open(db).await.unwrap();
+    let mut out = Vec::new();
+    for run in store
+        .list_runs(&eve_core::RunQuery::default())
+        .await
+        .unwrap()
+    {
+        let replies = store
+            .read_all(&run.run_id, 0)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter_map(|e| match e.event {
+                eve_core::Event::InputAnswered { response, .. } => response.agent,
+                _ => None,
+            })
+            .collect();
+        out.push((run.run_id.as_str().to_owned(), replies));
+    }
+    out
+}
+
+async fn sigkill_while_sampling_then_the_same_call_after_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("sampling.db");
+    let connect = |client: TestClient| {
+        let db = db.clone();
+        async move {
+            let (transport, _) = TokioChildProcess::builder(server_command(&db))
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("spawn the server");
+            let pid = transport.id().expect("server pid");
+            (client.serve(transport).await.expect("connect"), pid)
+        }
+    };
+    // The client takes the sampling request and never answers it.
+    let hanging = TestClient {
+        hang: true,
+        ..TestClient::default()
+    };
+    let (c, pid) = connect(hanging.clone()).await;
+    let call = tokio::spawn({
+        let peer = c.peer().clone();
+        async move {
+            peer.call_tool(keyed_delegate("restart", "rs-restart"))
+                .await
+        }
+    });
+    let start = std::time::Instant::now();
+    while hanging.sampled.lock().unwrap().is_empty() {
+        assert!(start.elapsed().as_secs() < 20, "no sampling request");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    assert!(call.await.unwrap().is_err(), "the server is dead");
+    drop(c);
+
+    let serving = TestClient::sampling(r#"{"verdict": "pass"}"#);
+    let (c, serving_pid) = connect(serving.clone()).await;
+    let result = c
+        .call_tool(keyed_delegate("restart", "rs-restart"))
+        .await
+        .unwrap();
+    assert_eq!(
+        result.structured_content,
+        Some(json!({ "review": { "verdict": "pass" } }))
+    );
+    let (first, again) = (
+        hanging.sampled.lock().unwrap()[0].clone(),
+        serving.sampled.lock().unwrap().clone(),
+    );
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_eq!(first, again[0], "the same request after the restart");
+    c.cancel().await.unwrap();
+    // One server process at a time (a worker id is one live process): wait for this one to exit.
+    let start = std::time::Instant::now();
+    while std::process::Command::new("kill")
+        .args(["-0", &serving_pid.to_string()])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+    {
+        assert!(start.elapsed().as_secs() < 20, "the server did not exit");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // In task mode the task shows the sampling request in inputRequests.
+    let (t, task_pid) = connect(TestClient::tasks()).await;
+    let task = match t
+        .call_tool_once(keyed_delegate("task restart", "rs-task"))
+        .await
+        .unwrap()
+    {
+        CallToolResponse::Task(task) => task.task.task_id,
+        other => panic!("expected a task, got {other:?}"),
+    };
+    let parked = wait_status(t.peer(), &task, TaskStatus::InputRequired).await;
+    let (task_key, task_request) = only_request(&parked);
+    assert_eq!(task_request["method"], "sampling/createMessage");
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &task_pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    drop(t);
+    // The next client that polls gets the same request, answers it, and the task completes.
+    let (t, _) = connect(TestClient::tasks()).await;
+    let again = wait_status(t.peer(), &task, TaskStatus::InputRequired).await;
+    assert_eq!(only_request(&again), (task_key.clone(), task_request));
+    let answer = json!({ "role": "assistant", "model": "m", "content": { "type": "text", "text": "{\"verdict\": \"fail\"}" } });
+    t.update_task(UpdateTaskParams::new(
+        task.clone(),
+        [(task_key, answer)].into_iter().collect(),
+    ))
+    .await
+    .unwrap();
+    let done = wait_status(t.peer(), &task, TaskStatus::Completed).await;
+    assert_eq!(
+        completed_output(&done),
+        json!({ "review": { "verdict": "fail" } })
+    );
+    t.cancel().await.unwrap();
+    // One agent result recorded per run.
+    let mut replies: Vec<_> = recorded_replies(&db)
+        .await
+        .into_iter()
+        .map(|(run, replies)| (run == task, replies))
+        .collect();
+    replies.sort_by_key(|(is_task, _)| *is_task);
+    assert_eq!(
+        replies,
+        [
+            (
+                false,
+                vec![eve_core::AgentReply::Output(json!({ "verdict": "pass" }))]
+            ),
+            (
+                true,
+                vec![eve_core::AgentReply::Output(json!({ "verdict": "fail" }))]
+            ),
+        ]
+    );
+}
+
+async fn python_sdk_serves_subagents_through_sampling() {
+    let Ok(python) = std::env::var("EVE_TEST_MCP_PYTHON") else {
+        println!(
+            "SKIPPED: the official MCP Python SDK sampling test: EVE_TEST_MCP_PYTHON is not set"
+        );
+        return;
+    };
+    let version = python_sdk_version(&python).await;
+    let dir = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/sampling.py");
+    let db = dir.path().join("stdio.db");
+    let out = tokio::process::Command::new(&python)
+        .arg(&script)
+        .arg(std::env::current_exe().unwrap())
+        .env(SERVE_VAR, &db)
+        .env(PID_FILE_VAR, dir.path().join("server.pid"))
+        .stderr(Stdio::inherit())
+        .output()
+        .await
+        .expect("run the Python client");
+    let steps = python_steps(&out);
+    assert_python_sampling(&steps);
+    let killed = &steps["killed"];
+    let restarted = &steps["restarted"];
+    assert!(killed["error"].is_string(), "{killed}");
+    assert_eq!(restarted["is_error"], false, "{restarted}");
+    assert_eq!(
+        restarted["structured"],
+        json!({ "review": { "verdict": "pass", "notes": "after restart" } })
+    );
+    let (before, after) = (
+        &killed["sampled"][0]["meta"],
+        &restarted["sampled"][0]["meta"],
+    );
+    assert_eq!(
+        restarted["sampled"].as_array().unwrap().len(),
+        1,
+        "{restarted}"
+    );
+    for field in [
+        eve_mcp::META_RUN,
+        eve_mcp::META_REQUEST,
+        eve_mcp::META_AGENT_KEY,
+    ] {
+        assert!(before[field].is_string(), "{killed}");
+        assert_eq!(
+            before[field], after[field],
+            "{field}: the same request after the restart"
+        );
+    }
+    // One recorded agent result per run: the restarted call's run has exactly one.
+    let replies = recorded_replies(&db).await;
+    let restarted_run = after[eve_mcp::META_RUN].as_str().unwrap();
+    for (run, replies) in &replies {
+        let expected = usize::from(steps_run_completed(&steps, run));
+        assert_eq!(replies.len(), expected, "{run}: {replies:?}");
+    }
+    let (_, once) = replies.iter().find(|(r, _)| r == restarted_run).unwrap();
+    assert_eq!(
+        once,
+        &[eve_core::AgentReply::Output(
+            json!({ "verdict": "pass", "notes": "after restart" })
+        )]
+    );
+    println!("ok: stdio, official Python SDK (mcp {version}): subagent served by sampling_callback, schema mismatch refused (nothing recorded), no sampling capability named, SIGKILL while sampling, restart, the same request, one recorded agent result");
+
+    // Streamable HTTP: the same, without the SIGKILL part.
+    let mut server = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .env(SERVE_HTTP_VAR, dir.path().join("http.db"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut url = String::new();
+    {
+        use tokio::io::AsyncBufReadExt;
+        let mut lines = tokio::io::BufReader::new(server.stdout.take().unwrap());
+        lines.read_line(&mut url).await.unwrap();
+        tokio::spawn(async move { tokio::io::copy(&mut lines, &mut tokio::io::sink()).await });
+    }
+    let out = tokio::process::Command::new(&python)
+        .arg(&script)
+        .arg(url.trim())
+        .stderr(Stdio::inherit())
+        .output()
+        .await
+        .expect("run the Python client");
+    assert_python_sampling(&python_steps(&out));
+    drop(server.stdin.take());
+    assert!(server.wait().await.unwrap().success());
+    println!("ok: streamable HTTP, official Python SDK (mcp {version}): subagent served by sampling_callback, schema mismatch refused, no sampling capability named");
+}
+
+/// Whether the Python session saw `run` complete (the served and restarted calls).
+fn steps_run_completed(steps: &serde_json::Map<String, serde_json::Value>, run: &str) -> bool {
+    ["served", "restarted"]
+        .iter()
+        .any(|s| steps[*s]["sampled"][0]["meta"][eve_mcp::META_RUN] == run)
+}
+
+/// The Python client's steps by name (it must have exited 0).
+fn python_steps(out: &std::process::Output) -> serde_json::Map<String, serde_json::Value> {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "the Python client failed: {stdout}");
+    stdout
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+            (v["step"].as_str().unwrap().to_owned(), v)
+        })
+        .collect()
+}
+
+fn assert_python_sampling(steps: &serde_json::Map<String, serde_json::Value>) {
+    let served = &steps["served"];
+    assert_eq!(served["is_error"], false, "{served}");
+    assert_eq!(
+        served["structured"],
+        json!({ "review": { "verdict": "pass", "notes": "python" } }),
+        "{served}"
+    );
+    let request = &served["sampled"][0];
+    assert_eq!(
+        request["meta"][eve_mcp::META_TARGET],
+        "security-reviewer",
+        "{served}"
+    );
+    assert_eq!(
+        request["meta"][eve_mcp::META_AGENT_KEY],
+        "review",
+        "{served}"
+    );
+    assert_eq!(
+        request["meta"][eve_mcp::META_OUTPUT_SCHEMA],
+        verdict_schema(),
+        "{served}"
+    );
+    assert_eq!(request["maxTokens"], 4096, "{served}");
+    assert!(
+        request["message"].as_str().unwrap().contains("login"),
+        "{served}"
+    );
+    let mismatch = &steps["mismatch"];
+    assert_eq!(mismatch["code"], -32602, "{mismatch}");
+    assert_eq!(mismatch["data"]["code"], "invalid_answer", "{mismatch}");
+    assert!(
+        mismatch["error"].as_str().unwrap().contains("outputSchema"),
+        "{mismatch}"
+    );
+    let no_sampling = &steps["no_sampling"];
+    assert_eq!(no_sampling["code"], -32600, "{no_sampling}");
+    assert_eq!(
+        no_sampling["data"]["capability"], "sampling",
+        "{no_sampling}"
+    );
+    assert!(
+        no_sampling["error"]
+            .as_str()
+            .unwrap()
+            .contains("`sampling`"),
+        "{no_sampling}"
+    );
 }

@@ -1,19 +1,36 @@
-//! Subagents: [`AgentCall`] (what `ctx.agent` asks for), the [`AgentHost`] a host implements to
-//! start children, [`complete_agent`] to report a child's result, and [`ScriptedAgentHost`],
-//! a stand-in for the model in tests and examples.
+//! Subagents: [`AgentCall`] (what `ctx.agent` asks for), the [`AgentHost`] an in-process host
+//! implements to start children, [`complete_agent`] to report a child's result, and
+//! [`ScriptedAgentHost`], a stand-in for the model in tests and examples.
 //!
-//! An agent call is a wait: its intent (a `HookCreated` with the token
-//! `agent:{run}:{key}`) is durable before the host is asked to start the child, the host is
-//! asked at least once per `(run, key)` until it acknowledges (`AgentStarted`), and the child's
-//! result arrives as the payload of that token, once: a crash between starting the child and
-//! recording it never starts two children as long as the host is idempotent per `(run, key)`,
-//! which the trait requires.
+//! An agent call is a request the host fulfils, journaled once per `(run, key)` before anyone
+//! is asked to serve it and resolved by one result. It takes one of two forms, chosen when the
+//! call is first recorded and kept on every replay (a journal recorded in one form replays in
+//! that form whatever the registry has since):
+//!
+//! - **Host form** (the registry has an [`AgentHost`]): the intent is a `HookCreated` with the
+//!   token `agent:{run}:{key}` ([`agent_token`]); the host is asked at least once per
+//!   `(run, key)` until it acknowledges (`AgentStarted`), and the child's result arrives as the
+//!   payload of that token, once: a crash between starting the child and recording it never
+//!   starts two children as long as the host is idempotent per `(run, key)`, which the trait
+//!   requires.
+//! - **Wire form** (no [`AgentHost`]: a host on the other side of MCP or HTTP serves it): the
+//!   intent is an `InputRequested` whose request carries the call
+//!   ([`InputRequest::agent`](crate::InputRequest::agent), request id `{run}:{cmd}`). It is
+//!   listed with the pending requests and answered, once, with an
+//!   [`InputResponse::agent`](crate::InputResponse::agent) reply; the store checks the output
+//!   against the call's `output_schema` before recording it, so a non-matching output is
+//!   refused and nothing is recorded. Ending the run withdraws it, like an ask.
+//!
+//! [`complete_agent`] reports a result in either form.
 
 use super::clock::{Clock, SystemClock};
 use super::error::EngineError;
-use crate::event::Payload;
-use crate::ids::{RunId, SessionId};
-use crate::store::{Delivered, JournalStore};
+use crate::error::StoreError;
+use crate::event::{
+    AgentReply, AgentRequest, Display, Event, InputRequest, InputResponse, Payload,
+};
+use crate::ids::{RequestId, RunId, SessionId};
+use crate::store::{Delivered, JournalStore, JournalStoreExt};
 use crate::time::Timestamp;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -64,6 +81,24 @@ impl AgentCall {
     pub fn schema(mut self, schema: serde_json::Value) -> Self {
         self.output_schema = Some(schema);
         self
+    }
+
+    /// The call as the request a wire host serves (the wire form, see the module docs):
+    /// display [`Display::Agent`], no options, the call in [`InputRequest::agent`].
+    pub fn to_request(&self) -> InputRequest {
+        InputRequest {
+            prompt: format!("Subagent {:?} (call {:?})", self.target, self.key),
+            display: Display::Agent,
+            options: Vec::new(),
+            allow_freeform: false,
+            agent: Some(AgentRequest {
+                key: self.key.clone(),
+                target: self.target.clone(),
+                message: self.message.clone(),
+                agent_id: self.agent_id.clone(),
+                output_schema: self.output_schema.clone(),
+            }),
+        }
     }
 }
 
@@ -144,6 +179,16 @@ enum AgentResult {
     Error(String),
 }
 
+/// The recorded result payload of a wire reply (`None`: an answer without a reply, which the
+/// store never accepts for an agent request).
+pub(crate) fn reply_payload(reply: Option<&AgentReply>) -> Payload {
+    result_payload(match reply {
+        Some(AgentReply::Output(v)) => Ok(v.clone()),
+        Some(AgentReply::Error(e)) => Err(e.clone()),
+        None => Err("the recorded answer carries no agent reply".into()),
+    })
+}
+
 pub(crate) fn result_payload(result: Result<serde_json::Value, String>) -> Payload {
     let r = match result {
         Ok(v) => AgentResult::Ok(v),
@@ -183,11 +228,19 @@ pub(crate) fn agent_outcome(
     Ok(output)
 }
 
-/// Reports the result of the child of `(run, key)`: its output or why it failed. Exactly once:
-/// a retry of the same report is a duplicate success.
+/// Reports the result of the child of `(run, key)`: its output or why it failed, in either
+/// form of the call (see the module docs). Exactly once: a retry of the same report is a
+/// duplicate success.
+///
+/// In the host form the output is recorded as given and checked against `output_schema` when
+/// the body takes it (a mismatch is the call's [`AgentError::SchemaMismatch`]); in the wire
+/// form the store checks it before recording, and a mismatch is refused with nothing recorded.
 ///
 /// # Errors
-/// `NotFound` when the run has no such pending agent call (unknown key, or the run ended).
+/// [`StoreError::NotFound`] when the run has no such agent call (unknown run or key, or a
+/// host-form call whose run ended). For a wire-form call, as
+/// [`JournalStore::answer`]: `AlreadyAnswered` (another result was recorded), `Withdrawn` (the
+/// run ended), `InvalidAnswer` (the output does not match the call's `output_schema`).
 pub async fn complete_agent(
     store: &dyn JournalStore,
     run: &RunId,
@@ -195,14 +248,54 @@ pub async fn complete_agent(
     result: Result<serde_json::Value, String>,
     now: Timestamp,
 ) -> Result<Delivered, EngineError> {
-    Ok(store
-        .deliver_hook(
-            &agent_token(run, key),
-            result_payload(result),
-            Some("agent-result"),
-            now,
-        )
-        .await?)
+    let payload = result_payload(result.clone());
+    let not_found = match store
+        .deliver_hook(&agent_token(run, key), payload, Some("agent-result"), now)
+        .await
+    {
+        Err(e @ StoreError::NotFound { .. }) => e,
+        other => return Ok(other?),
+    };
+    // No live hook: the call may be in the wire form, a request in the run's journal.
+    let Some(request_id) = agent_request_id(store, run, key).await? else {
+        return Err(not_found.into());
+    };
+    let reply = match result {
+        Ok(v) => AgentReply::Output(v),
+        Err(e) => AgentReply::Error(e),
+    };
+    let response = InputResponse {
+        agent: Some(reply),
+        ..InputResponse::default()
+    };
+    Ok(store.answer(&request_id, response, now).await?)
+}
+
+/// The request id of the wire-form agent call `key` of `run`, read from its journal; `None`
+/// when the run has no such request (or does not exist).
+///
+/// # Errors
+/// Store faults other than a missing run.
+pub async fn agent_request_id(
+    store: &dyn JournalStore,
+    run: &RunId,
+    key: &str,
+) -> Result<Option<RequestId>, StoreError> {
+    let events = match store.read_all(run, 0).await {
+        Ok(events) => events,
+        Err(StoreError::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    Ok(events.into_iter().find_map(|e| match e.event {
+        Event::InputRequested {
+            request_id,
+            request: InputRequest {
+                agent: Some(call), ..
+            },
+            ..
+        } if call.key == key => Some(request_id),
+        _ => None,
+    }))
 }
 
 type Reply = Arc<dyn Fn(&AgentStart) -> Result<serde_json::Value, String> + Send + Sync>;

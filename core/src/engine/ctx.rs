@@ -88,7 +88,10 @@ pub(crate) enum CmdKind {
     },
     Agent {
         call: Box<AgentCall>,
+        /// The host form's hook token.
         token: String,
+        /// The wire form's request id.
+        request_id: RequestId,
     },
     Progress {
         value: Payload,
@@ -148,6 +151,9 @@ pub(crate) struct Cmd {
     pub(crate) pending: bool,
     /// Agent: the host acknowledged the start (`AgentStarted` in the journal).
     pub(crate) started: bool,
+    /// Agent: recorded in the wire form (an `InputRequested`), served by a host over the wire
+    /// rather than started through the registry's `AgentHost`.
+    pub(crate) wire: bool,
 }
 
 impl Cmd {
@@ -164,6 +170,7 @@ impl Cmd {
             answer: None,
             pending: false,
             started: false,
+            wire: false,
         }
     }
 }
@@ -501,9 +508,15 @@ impl WorkflowCtx {
         }
     }
 
-    /// Delegates to a subagent through the registry's [`AgentHost`](super::AgentHost): the
-    /// host starts (or, with `agent_id`, continues) the child once per `(run, key)` and reports
-    /// its result with [`complete_agent`](super::complete_agent). The handle resolves with the
+    /// Delegates to a subagent: a request the host fulfils, journaled once per `(run, key)`.
+    /// With an [`AgentHost`](super::AgentHost) in the registry, the host starts (or, with
+    /// `agent_id`, continues) the child once per `(run, key)` and reports its result with
+    /// [`complete_agent`](super::complete_agent). Without one, the call is published as an
+    /// input request carrying the call ([`InputRequest::agent`], request id `{run}:{cmd}`)
+    /// that a host serves over the wire (MCP sampling, `GET /v1/agents` and
+    /// `POST /v1/agents/{id}/result`) and answers once, its output checked against
+    /// `output_schema` before it is recorded; ending the run withdraws it. The form is fixed
+    /// when the call is first recorded and kept on every replay. The handle resolves with the
     /// child's output, validated against `output_schema` when one is given.
     ///
     /// # Errors
@@ -527,10 +540,12 @@ impl WorkflowCtx {
             });
         }
         let token = agent_token(&core.run_id, &call.key);
+        let request_id = RequestId::for_command(&core.run_id, core.cmds.len() as u64);
         let key = call.key.clone();
         let cmd = core.issue(CmdKind::Agent {
             call: Box::new(call),
             token,
+            request_id,
         });
         Ok(Agent {
             core: self.core.clone(),

@@ -29,7 +29,8 @@ mod tool;
 mod worker;
 
 pub use agent::{
-    agent_token, complete_agent, AgentCall, AgentError, AgentHost, AgentStart, ScriptedAgentHost,
+    agent_request_id, agent_token, complete_agent, AgentCall, AgentError, AgentHost, AgentStart,
+    ScriptedAgentHost,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use ctx::{

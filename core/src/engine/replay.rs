@@ -1,7 +1,7 @@
 //! The deterministic executor: polls one body on the calling thread with a flag waker and
 //! delivers journal events to it strictly in seq order, polling until stuck after each.
 
-use super::agent::AgentCall;
+use super::agent::{reply_payload, AgentCall};
 use super::ctx::{lock, BoxFuture, CallInfo, CmdKind, Core, SharedCore, SleepFor, WorkflowCtx};
 use super::error::{NonDeterminism, StepFailed, CODE_BODY_PANIC, CODE_STUCK};
 use super::tool::{BodyOutcome, WorkflowTool};
@@ -90,6 +90,9 @@ pub(crate) struct Executor {
     session: crate::ids::SessionId,
     /// The grace deadline of a cancelled run, once recorded.
     pub(crate) grace_at: Option<Timestamp>,
+    /// Whether the registry has an `AgentHost`: agent calls not yet recorded are then recorded
+    /// in the host form (a hook), else in the wire form (an input request).
+    pub(crate) host_agents: bool,
     /// Set when the body woke itself during a poll; one for the executor's life rather than
     /// one allocation per delivered event.
     flag: Arc<FlagWaker>,
@@ -151,6 +154,7 @@ impl Executor {
             execution: *execution,
             session: session_id.clone(),
             grace_at: None,
+            host_agents: false,
             waker: Waker::from(flag.clone()),
             flag,
         })
@@ -226,7 +230,10 @@ impl Executor {
                 let c = &core.cmds[i as usize];
                 match &c.kind {
                     CmdKind::Agent { call, .. }
-                        if !c.started && c.payloads.is_empty() && !starting.contains(&i) =>
+                        if !c.wire
+                            && !c.started
+                            && c.payloads.is_empty()
+                            && !starting.contains(&i) =>
                     {
                         Some((i, (**call).clone()))
                     }
@@ -236,16 +243,20 @@ impl Executor {
             .collect()
     }
 
-    /// Keys of agent calls still waiting for their child's result.
+    /// Keys of host-form agent calls still waiting for their child's result (wire-form ones
+    /// are withdrawn with the pending requests instead).
     pub(crate) fn pending_agents(&self) -> Vec<String> {
         let core = lock(&self.core);
         core.open
             .iter()
-            .filter_map(|&i| match &core.cmds[i as usize].kind {
-                CmdKind::Agent { call, .. } if core.cmds[i as usize].payloads.is_empty() => {
-                    Some(call.key.clone())
+            .filter_map(|&i| {
+                let c = &core.cmds[i as usize];
+                match &c.kind {
+                    CmdKind::Agent { call, .. } if !c.wire && c.payloads.is_empty() => {
+                        Some(call.key.clone())
+                    }
+                    _ => None,
                 }
-                _ => None,
             })
             .collect()
     }
@@ -389,15 +400,31 @@ impl Executor {
                 }
             }
             Event::InputRequested {
-                cmd, request_id, ..
+                cmd,
+                request_id,
+                request,
             } => {
-                check(
-                    &core,
-                    *cmd,
-                    &|| "ask".into(),
-                    &|k| matches!(k, CmdKind::Ask { request_id: r, .. } if r == request_id),
-                )?;
+                let what = || match &request.agent {
+                    Some(call) => format!("agent {:?}", call.key),
+                    None => "ask".into(),
+                };
+                check(&core, *cmd, &what, &|k| match (k, &request.agent) {
+                    (CmdKind::Ask { request_id: r, .. }, None) => r == request_id,
+                    (
+                        CmdKind::Agent {
+                            call,
+                            request_id: r,
+                            ..
+                        },
+                        Some(a),
+                    ) => r == request_id && call.key == a.key,
+                    _ => false,
+                })?;
                 core.unrecorded.remove(cmd);
+                if request.agent.is_some() {
+                    core.requests.insert(request_id.clone(), *cmd);
+                    core.cmds[*cmd as usize].wire = true;
+                }
                 core.cmds[*cmd as usize].pending = true;
             }
             Event::InputAnswered {
@@ -408,7 +435,12 @@ impl Executor {
                     core.open.remove(&cmd);
                     let c = &mut core.cmds[cmd as usize];
                     c.pending = false;
-                    c.answer = Some(Box::new((ev.seq, response.clone())));
+                    if matches!(c.kind, CmdKind::Agent { .. }) {
+                        c.payloads
+                            .push((ev.seq, reply_payload(response.agent.as_ref())));
+                    } else {
+                        c.answer = Some(Box::new((ev.seq, response.clone())));
+                    }
                 }
             }
             Event::InputWithdrawn { request_id } => {
@@ -537,11 +569,18 @@ impl Executor {
                     webhook: *webhook,
                     respond_with: respond_with.as_deref().cloned(),
                 }),
-                CmdKind::Agent { token, .. } => Some(Event::HookCreated {
+                CmdKind::Agent { token, .. } if self.host_agents => Some(Event::HookCreated {
                     cmd,
                     token: token.clone(),
                     webhook: false,
                     respond_with: None,
+                }),
+                CmdKind::Agent {
+                    call, request_id, ..
+                } => Some(Event::InputRequested {
+                    cmd,
+                    request_id: request_id.clone(),
+                    request: call.to_request(),
                 }),
                 CmdKind::Ask {
                     request_id,

@@ -105,13 +105,71 @@ mod survey {
     }
 }
 
+mod delegate {
+    use eve_core::engine::{
+        define_workflow_tool, AgentCall, AgentError, WorkflowCtx, WorkflowError, WorkflowTool,
+    };
+    use eve_core::workflow;
+    use serde_json::{json, Value};
+
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    pub struct Input {
+        /// What the reviewer looks at.
+        pub topic: String,
+    }
+
+    /// The output schema of the review: `{"verdict": "pass" | "fail", "notes"?: string}`.
+    pub fn verdict_schema() -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "verdict": { "type": "string", "enum": ["pass", "fail"] },
+                "notes": { "type": "string" },
+            },
+            "required": ["verdict"],
+        })
+    }
+
+    /// Delegates a review of `topic` to the subagent `security-reviewer` through `ctx.agent`
+    /// (key `review`, output schema [`verdict_schema`]; the registry has no `AgentHost`, so the
+    /// call is served over the wire) and returns `{"review": output}`, or `{"failed": why}`
+    /// when the child failed.
+    pub async fn execute(ctx: WorkflowCtx, input: Input) -> Result<Value, WorkflowError> {
+        let call = AgentCall::new(
+            "review",
+            "security-reviewer",
+            json!({ "topic": input.topic }),
+        )
+        .schema(verdict_schema());
+        Ok(match ctx.agent(call)?.await {
+            Ok(v) => json!({ "review": v }),
+            Err(AgentError::Failed { message, .. }) => json!({ "failed": message }),
+            Err(e) => return Err(e.into()),
+        })
+    }
+
+    pub fn tool() -> WorkflowTool {
+        define_workflow_tool(
+            "Ask the security-reviewer subagent for a verdict on a topic.",
+            workflow!(execute),
+        )
+        .named("delegate")
+        .waits_for_input()
+    }
+}
+
+#[allow(unused_imports)]
+pub use delegate::verdict_schema;
+
 /// The tools the tests call: the examples', `nap` (sleeps; cleans up when cancelled), `weigh`
-/// (declares its output schema) and `survey` (two requests pending at once).
+/// (declares its output schema), `survey` (two requests pending at once) and `delegate` (a
+/// subagent call with an output schema).
 pub fn registry() -> Registry {
     eve_examples::registry()
         .with(nap::tool())
         .with(weigh::tool())
         .with(survey::tool())
+        .with(delegate::tool())
 }
 
 /// A SQLite store, [`registry`], a worker, and the MCP server over them.
@@ -142,6 +200,13 @@ pub struct TestClient {
     pub answer: Option<String>,
     pub asked: Arc<Mutex<Vec<serde_json::Value>>>,
     pub progress: Arc<Mutex<Vec<String>>>,
+    /// Declares `sampling` and answers every `sampling/createMessage` with this text
+    /// (`Ok`), or with a JSON-RPC error of this message (`Err`).
+    pub sample: Option<Result<String, String>>,
+    /// The params of every sampling request received.
+    pub sampled: Arc<Mutex<Vec<serde_json::Value>>>,
+    /// Declares `sampling` and never answers a sampling request (it stays pending).
+    pub hang: bool,
 }
 
 impl TestClient {
@@ -158,6 +223,14 @@ impl TestClient {
             ..Self::default()
         }
     }
+
+    /// Declares `sampling` and answers each sampling request with the text `reply`.
+    pub fn sampling(reply: &str) -> Self {
+        Self {
+            sample: Some(Ok(reply.to_owned())),
+            ..Self::default()
+        }
+    }
 }
 
 impl ClientHandler for TestClient {
@@ -171,7 +244,40 @@ impl ClientHandler for TestClient {
             (false, true) => ClientCapabilities::builder().enable_elicitation().build(),
             (false, false) => ClientCapabilities::default(),
         };
+        let mut caps = caps;
+        if self.sample.is_some() || self.hang {
+            caps.sampling = Some(Default::default());
+        }
         ClientConfig::new(caps, Implementation::new("eve-mcp-test", "0"))
+    }
+
+    #[allow(deprecated)]
+    async fn create_message(
+        &self,
+        params: rmcp::model::CreateMessageRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CreateMessageResult, ErrorData> {
+        // rmcp moves the request's `_meta` into the context: put it back.
+        let mut seen = serde_json::to_value(&params).unwrap();
+        let mut meta = serde_json::to_value(&context.meta).unwrap();
+        if let Some(m) = meta.as_object_mut() {
+            m.remove("progressToken");
+        }
+        seen["_meta"] = meta;
+        self.sampled.lock().unwrap().push(seen);
+        if self.hang {
+            std::future::pending::<()>().await;
+        }
+        match self.sample.clone() {
+            Some(Ok(text)) => Ok(rmcp::model::CreateMessageResult::new(
+                rmcp::model::SamplingMessage::assistant_text(text),
+                "test-model".into(),
+            )),
+            Some(Err(message)) => Err(ErrorData::new(rmcp::model::ErrorCode(-1), message, None)),
+            None => Err(ErrorData::method_not_found::<
+                rmcp::model::CreateMessageRequestMethod,
+            >()),
+        }
     }
 
     async fn create_elicitation(

@@ -169,6 +169,7 @@ impl Inner {
                 }
             }
         };
+        exec.host_agents = self.registry.agent_host().is_some();
         // Page by page up to the end the claim's record names (no round trip to find the
         // end), one page read ahead for what the body must get back at the call (webhook
         // tokens); events past that end arrive in the live part like any delivery.
