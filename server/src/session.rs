@@ -44,6 +44,8 @@ pub(crate) fn event_type(e: &SessionEvent) -> &'static str {
         SessionEvent::TaskFailed { .. } => "task.failed",
         SessionEvent::TaskCancelled => "task.cancelled",
         SessionEvent::ToolSettled { .. } => "tool.settled",
+        SessionEvent::AgentRequested { .. } => "agent.requested",
+        SessionEvent::AgentCompleted { .. } => "agent.completed",
         // SessionEvent is non-exhaustive in spirit: a new kind still streams, under a
         // generic name.
         #[allow(unreachable_patterns)]
