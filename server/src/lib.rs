@@ -307,9 +307,11 @@ fn build(state: AppState, shutdown: watch::Receiver<bool>) -> Router {
         .route("/v1/runs/{id}", get(runs::show))
         .route("/metrics", get(metrics::scrape))
         .route("/v1/tools", get(calls::list))
+        .route("/v1/agents", get(requests::list_agents))
         .route_layer(scope(KeyScope::Read));
     let answer = Router::new()
         .route("/v1/requests/{id}/answer", post(session::answer))
+        .route("/v1/agents/{id}/result", post(requests::complete_agent))
         .route_layer(scope(KeyScope::Answer));
     let mut operate = Router::new()
         .route("/v1/tasks/{id}/cancel", post(session::cancel))

@@ -467,6 +467,16 @@ pub(crate) async fn answer(
         answered_by: key.map(|Extension(k)| k.name),
         agent: None,
     };
+    record_answer(&inner, request_id, response).await
+}
+
+/// Records `response` to `request_id` (an answer, or a subagent call's result), counting it in
+/// the metrics and waking the server's followers when something was written.
+pub(crate) async fn record_answer(
+    inner: &Inner,
+    request_id: RequestId,
+    response: InputResponse,
+) -> Result<Json<Answered>, ApiError> {
     let d = match inner
         .store
         .answer(&request_id, response, inner.clock.now())
