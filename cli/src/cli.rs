@@ -84,6 +84,10 @@ pub enum Command {
     /// Deliver to hooks.
     #[command(subcommand)]
     Hook(HookCommand),
+    /// List pending subagent calls (`ctx.agent` without an in-process AgentHost) and report
+    /// their results.
+    #[command(subcommand)]
+    Agents(AgentsCommand),
     /// Create, list and revoke the API keys that open `eve serve`'s routes.
     #[command(subcommand)]
     Keys(keys::KeysCommand),
@@ -308,6 +312,35 @@ pub enum RunsCommand {
     },
 }
 
+/// `eve agents …`.
+#[derive(Debug, Subcommand)]
+pub enum AgentsCommand {
+    /// List pending subagent calls (of one session, or of every live run's session).
+    List {
+        /// Only this session's.
+        #[arg(long)]
+        session: Option<String>,
+        /// A JSON array instead of one line per call.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Report the result of a pending subagent call: its output (checked against the call's
+    /// output schema before anything is recorded) or why it failed.
+    Complete {
+        /// The call's request id (see `eve agents list`).
+        id: String,
+        /// The child's output, as JSON.
+        #[arg(long, conflicts_with = "error", required_unless_present = "error")]
+        output: Option<String>,
+        /// Why the child failed.
+        #[arg(long)]
+        error: Option<String>,
+        /// Who reports it: recorded as `answeredBy` (default: nobody named).
+        #[arg(long = "as", value_name = "NAME")]
+        answered_by: Option<String>,
+    },
+}
+
 /// `eve hook …`.
 #[derive(Debug, Subcommand)]
 pub enum HookCommand {
@@ -444,6 +477,34 @@ async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<
                 agent: None,
             };
             inspect::answer(&*store, request, response, now(), out).await
+        }
+        Command::Agents(AgentsCommand::List { session, json }) => {
+            inspect::agents(&*open(&cli).await?, session.clone(), *json, out).await
+        }
+        Command::Agents(AgentsCommand::Complete {
+            id,
+            output,
+            error,
+            answered_by,
+        }) => {
+            let reply = match (output, error) {
+                (Some(o), _) => eve_core::AgentReply::Output(
+                    serde_json::from_str(o)
+                        .map_err(|e| CliError::Usage(format!("--output is not JSON: {e}")))?,
+                ),
+                (None, Some(e)) => eve_core::AgentReply::Error(e.clone()),
+                (None, None) => {
+                    return Err(CliError::Usage(
+                        "give --output JSON or --error \"why\"".into(),
+                    ))
+                }
+            };
+            let response = InputResponse {
+                answered_by: answered_by.clone(),
+                agent: Some(reply),
+                ..InputResponse::default()
+            };
+            inspect::complete_agent(&*open(&cli).await?, id, response, now(), out).await
         }
         Command::Hook(HookCommand::Resume { token, json, key }) => {
             let store = open(&cli).await?;

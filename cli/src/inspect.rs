@@ -200,7 +200,8 @@ pub async fn journal(
     Ok(())
 }
 
-/// `eve requests`: pending input requests, of one session or of every session with a live run.
+/// `eve requests`: pending questions (`ctx.ask`), of one session or of every session with a live
+/// run; pending subagent calls are listed by `eve agents list`.
 ///
 /// # Errors
 /// The store's error.
@@ -210,7 +211,106 @@ pub async fn requests(
     json: bool,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let doing = || "cannot list pending requests".to_owned();
+    let mut all = pending(store, session, "cannot list pending requests").await?;
+    all.retain(|p| p.request.agent.is_none());
+    if json {
+        let _ = writeln!(
+            out,
+            "{}",
+            serde_json::to_string(&all).expect("requests serialize")
+        );
+        return Ok(());
+    }
+    for p in &all {
+        let _ = writeln!(out, "{}", request_line(p));
+    }
+    let _ = writeln!(out, "{} pending request(s)", all.len());
+    Ok(())
+}
+
+/// `eve agents list [--session S] [--json]`: the pending subagent calls (pending requests
+/// carrying a call), one line each: id, run, target, key and message; or a JSON array.
+///
+/// # Errors
+/// Store failures.
+pub async fn agents(
+    store: &dyn JournalStore,
+    session: Option<String>,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let mut all = pending(store, session, "cannot list pending agent calls").await?;
+    all.retain(|p| p.request.agent.is_some());
+    if json {
+        let _ = writeln!(
+            out,
+            "{}",
+            serde_json::to_string(&all).expect("requests serialize")
+        );
+        return Ok(());
+    }
+    for p in &all {
+        if let Some(a) = &p.request.agent {
+            let _ = writeln!(
+                out,
+                "{}  run {}  subagent {:?} key {:?}  message {}{}",
+                p.request_id,
+                p.run_id,
+                a.target,
+                a.key,
+                a.message,
+                if a.output_schema.is_some() {
+                    "  (output schema)"
+                } else {
+                    ""
+                }
+            );
+        }
+    }
+    let _ = writeln!(out, "{} pending agent call(s)", all.len());
+    Ok(())
+}
+
+/// `eve agents complete ID (--output JSON | --error WHY)`: reports a subagent call's result,
+/// once (the same result again is a duplicate).
+///
+/// # Errors
+/// The store's refusal: `InvalidAnswer` when the output does not match the call's schema
+/// (nothing is recorded), `AlreadyAnswered`, `Withdrawn`, `NotFound`.
+pub async fn complete_agent(
+    store: &dyn JournalStore,
+    id: &str,
+    response: InputResponse,
+    now: Timestamp,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let d = store
+        .answer(&RequestId::new(id), response, now)
+        .await
+        .map_err(CliError::store(format!("cannot complete agent call {id}")))?;
+    let _ = if d.duplicate {
+        writeln!(
+            out,
+            "agent call {id} already had this result (run {}); nothing new was written",
+            d.run
+        )
+    } else {
+        writeln!(
+            out,
+            "completed agent call {id} (run {}, seq {})",
+            d.run, d.seq
+        )
+    };
+    Ok(())
+}
+
+/// Pending requests of `session`, or of every live run's session.
+async fn pending(
+    store: &dyn JournalStore,
+    session: Option<String>,
+    what: &str,
+) -> Result<Vec<PendingRequest>, CliError> {
+    let doing = || what.to_owned();
     let sessions: BTreeSet<SessionId> = match session {
         Some(s) => [SessionId::new(s)].into(),
         None => {
@@ -238,19 +338,7 @@ pub async fn requests(
                 .map_err(CliError::store(doing()))?,
         );
     }
-    if json {
-        let _ = writeln!(
-            out,
-            "{}",
-            serde_json::to_string(&all).expect("requests serialize")
-        );
-        return Ok(());
-    }
-    for p in &all {
-        let _ = writeln!(out, "{}", request_line(p));
-    }
-    let _ = writeln!(out, "{} pending request(s)", all.len());
-    Ok(())
+    Ok(all)
 }
 
 /// One pending request: id, run, prompt and what an answer may be.

@@ -294,9 +294,15 @@ impl Model {
                     request,
                 } => {
                     opened.push((request_id.clone(), *cmd, request.clone()));
-                    session_events.push(SessionEvent::InputRequested {
-                        request_id: request_id.clone(),
-                        request: request.clone(),
+                    session_events.push(match &request.agent {
+                        Some(agent) => SessionEvent::AgentRequested {
+                            request_id: request_id.clone(),
+                            agent: agent.clone(),
+                        },
+                        None => SessionEvent::InputRequested {
+                            request_id: request_id.clone(),
+                            request: request.clone(),
+                        },
                     });
                 }
                 Event::InputAnswered {
@@ -304,9 +310,19 @@ impl Model {
                     response,
                 } => {
                     closed.push(request_id.clone());
-                    session_events.push(SessionEvent::InputAnswered {
-                        request_id: request_id.clone(),
-                        answered_by: response.answered_by.clone(),
+                    session_events.push(match &response.agent {
+                        Some(reply) => SessionEvent::AgentCompleted {
+                            request_id: request_id.clone(),
+                            answered_by: response.answered_by.clone(),
+                            error: match reply {
+                                eve_core::AgentReply::Error(e) => Some(e.clone()),
+                                eve_core::AgentReply::Output(_) => None,
+                            },
+                        },
+                        None => SessionEvent::InputAnswered {
+                            request_id: request_id.clone(),
+                            answered_by: response.answered_by.clone(),
+                        },
                     });
                 }
                 Event::InputWithdrawn { request_id } => {

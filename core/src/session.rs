@@ -1,6 +1,6 @@
 //! The session channel's event types and the per-session log entries stores keep.
 
-use crate::event::{InputRequest, Payload};
+use crate::event::{AgentRequest, InputRequest, Payload};
 use crate::ids::{CallId, RequestId, RunId, SessionId};
 use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -76,6 +76,31 @@ pub enum SessionEvent {
     ToolSettled {
         /// The result.
         result: ToolResult,
+    },
+    /// `ctx.agent` asked the host for a subagent call (the wire form: no in-process
+    /// `AgentHost`). Written instead of `input.requested` for such a request; the host serves
+    /// it and reports the child's result to the request id (`POST /v1/agents/{id}/result`,
+    /// MCP sampling). Ending the run withdraws it with `input.withdrawn`.
+    #[serde(rename = "agent.requested")]
+    AgentRequested {
+        /// The request id the result is reported to.
+        request_id: RequestId,
+        /// The call: key, target, message, child to continue, output schema.
+        agent: AgentRequest,
+    },
+    /// The host reported the result of a subagent call, once (written instead of
+    /// `input.answered` for such a request).
+    #[serde(rename = "agent.completed")]
+    AgentCompleted {
+        /// The request.
+        request_id: RequestId,
+        /// Who reported it, as the reporting surface recorded it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answered_by: Option<String>,
+        /// Why the child failed, when it did; `None` when it gave an output (which the run's
+        /// journal holds).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
     },
 }
 

@@ -724,9 +724,15 @@ impl Effects {
                 } => {
                     fx.requests_opened
                         .push((request_id.clone(), *cmd, request.clone()));
-                    fx.session_events.push(SessionEvent::InputRequested {
-                        request_id: request_id.clone(),
-                        request: request.clone(),
+                    fx.session_events.push(match &request.agent {
+                        Some(agent) => SessionEvent::AgentRequested {
+                            request_id: request_id.clone(),
+                            agent: agent.clone(),
+                        },
+                        None => SessionEvent::InputRequested {
+                            request_id: request_id.clone(),
+                            request: request.clone(),
+                        },
                     });
                 }
                 Event::InputAnswered {
@@ -734,9 +740,19 @@ impl Effects {
                     response,
                 } => {
                     fx.requests_closed.push(request_id.clone());
-                    fx.session_events.push(SessionEvent::InputAnswered {
-                        request_id: request_id.clone(),
-                        answered_by: response.answered_by.clone(),
+                    fx.session_events.push(match &response.agent {
+                        Some(reply) => SessionEvent::AgentCompleted {
+                            request_id: request_id.clone(),
+                            answered_by: response.answered_by.clone(),
+                            error: match reply {
+                                crate::event::AgentReply::Error(e) => Some(e.clone()),
+                                crate::event::AgentReply::Output(_) => None,
+                            },
+                        },
+                        None => SessionEvent::InputAnswered {
+                            request_id: request_id.clone(),
+                            answered_by: response.answered_by.clone(),
+                        },
                     });
                 }
                 Event::InputWithdrawn { request_id } => {

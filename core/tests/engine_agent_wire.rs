@@ -104,7 +104,7 @@ async fn a_call_is_a_request_answered_once(env: Env) {
     let (facts, check) = (&pending[0], &pending[1]);
     assert_eq!(facts.request_id, RequestId::for_command(&run, 0));
     assert_eq!(facts.request.display, Display::Agent);
-    let call = facts.request.agent.as_ref().unwrap();
+    let call = facts.request.agent.clone().unwrap();
     assert_eq!(
         (call.key.as_str(), call.target.as_str(), &call.message),
         ("facts", "researcher", &json!({"topic": "tides"}))
@@ -201,6 +201,25 @@ async fn a_call_is_a_request_answered_once(env: Env) {
     );
     assert!(pending_agents(&env).await.is_empty());
     assert_eq!(answered(&env, &run).await, 2);
+
+    // The channel shows the calls as agent.requested / agent.completed, never as questions.
+    let log = session_log(&env).await;
+    assert!(log.contains(&SessionEvent::AgentRequested {
+        request_id: facts.request_id.clone(),
+        agent: call.clone(),
+    }));
+    assert!(log.contains(&SessionEvent::AgentCompleted {
+        request_id: check.request_id.clone(),
+        answered_by: None,
+        error: Some("no checker".into()),
+    }));
+    assert!(
+        !log.iter().any(|e| matches!(
+            e,
+            SessionEvent::InputRequested { .. } | SessionEvent::InputAnswered { .. }
+        )),
+        "{log:#?}"
+    );
 
     w.drain().await.unwrap();
     let output = env.output(&run).await;

@@ -591,6 +591,8 @@ fn kinds(events: &[SessionEvent]) -> Vec<&'static str> {
             SessionEvent::TaskFailed { .. } => "task.failed",
             SessionEvent::TaskCancelled => "task.cancelled",
             SessionEvent::ToolSettled { .. } => "tool.settled",
+            SessionEvent::AgentRequested { .. } => "agent.requested",
+            SessionEvent::AgentCompleted { .. } => "agent.completed",
         })
         .collect()
 }

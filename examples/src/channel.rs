@@ -38,6 +38,18 @@ pub fn describe_entry(e: &SessionEntry) -> String {
         SessionEvent::TaskFailed { error } => error.clone(),
         SessionEvent::TaskCancelled => String::new(),
         SessionEvent::ToolSettled { result } => serde_json::to_string(result).unwrap_or_default(),
+        SessionEvent::AgentRequested { request_id, agent } => {
+            format!(
+                "{request_id} subagent {:?} key {:?}",
+                agent.target, agent.key
+            )
+        }
+        SessionEvent::AgentCompleted {
+            request_id, error, ..
+        } => match error {
+            Some(e) => format!("{request_id} failed: {e}"),
+            None => request_id.to_string(),
+        },
     };
     format!(
         "channel seq {:>2}  {:<16} {}{}",

@@ -7,13 +7,15 @@
 //! | `POST /.well-known/workflow/v1/webhook/{token}` | (the token) | delivers the request to the run waiting on the webhook ([`WEBHOOK_PATH`]) |
 //! | `GET /v1/sessions/{id}/events` | read | the session's channel as Server-Sent Events, resumable with `Last-Event-ID` |
 //! | `GET /v1/sessions/{id}/requests` | read | the session's pending input requests |
-//! | `GET /v1/requests` | read | pending input requests of every session (or `session`), one page at a time: newest run first (`order=oldest`), `tool`, `q` search, `limit` (default 100, at most 1000), `before` = the previous page's `next`; with `tools`, the tools of the live runs |
+//! | `GET /v1/agents` | read | pending subagent calls (`ctx.agent` with no in-process `AgentHost`), paged and filtered as `GET /v1/requests`, each with its call in `request.agent` |
+//! | `GET /v1/requests` | read | pending questions (not subagent calls) of every session (or `session`), one page at a time: newest run first (`order=oldest`), `tool`, `q` search, `limit` (default 100, at most 1000), `before` = the previous page's `next`; with `tools`, the tools of the live runs |
 //! | `GET /v1/sessions/{id}/tasks` | read | the session's background runs (its task index) |
 //! | `GET /v1/sessions/{id}` | read | the session's record: `endedAt` (null while live) and the user messages queued for its next turn |
 //! | `GET /v1/runs` | read | runs, filtered (`session`, `status`, `tool`, `q` search, `since`/`until`), `order=newest`, paged (`limit`, `before` = the previous page's `next`), with `counts` by status |
 //! | `GET /v1/runs/{id}` | read | one run's record and journal |
 //! | `POST /v1/runs/{id}/cancel`, `…/resume`, `…/fail` | operate | cancel any run (`{"reason"}` optional); resume a blocked run; fail a blocked run with `{"error"}` |
 //! | `POST /v1/requests/{id}/answer` | answer | answers a request with `{"optionId": …}` or `{"text": …}`; the journal records the key's name as `answeredBy` (none with [`ServerConfig::insecure_no_auth`]) |
+//! | `POST /v1/agents/{id}/result` | answer | reports a subagent call's result, `{"output": …}` (checked against the call's `outputSchema`: 422 naming the path, nothing recorded) or `{"error": …}`, once (the same again is a duplicate, another 409, after the run ended 410) |
 //! | `POST /v1/tasks/{id}/cancel` | operate | requests cancellation of a background run |
 //! | `POST /v1/sessions/{id}/end` | operate | ends the session for every handle (new calls in it are 409 `session_ended`) and cancels its runs that have not ended: `{"endedAt", "cancelled"}` |
 //! | `GET /v1/events?session=A&session=B` | read | several sessions' logs (at most [`MAX_STREAM_SESSIONS`]) as one SSE stream; `id:` is a cursor (`{"A":4,"B":9}`) that `Last-Event-ID` or `?from=` resumes every session from |
@@ -312,9 +314,11 @@ fn build(state: AppState, shutdown: watch::Receiver<bool>) -> Router {
         .route("/v1/runs/{id}", get(runs::show))
         .route("/metrics", get(metrics::scrape))
         .route("/v1/tools", get(calls::list))
+        .route("/v1/agents", get(requests::list_agents))
         .route_layer(scope(KeyScope::Read));
     let answer = Router::new()
         .route("/v1/requests/{id}/answer", post(session::answer))
+        .route("/v1/agents/{id}/result", post(requests::complete_agent))
         .route_layer(scope(KeyScope::Answer));
     let mut operate = Router::new()
         .route("/v1/tasks/{id}/cancel", post(session::cancel))

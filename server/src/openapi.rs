@@ -69,6 +69,8 @@ const COOKIE: &str = "cookie";
         crate::turns::message,
         crate::turns::turn,
         crate::turns::cancel_task,
+        crate::requests::list_agents,
+        crate::requests::complete_agent,
     ),
     // `SessionEntry` is the `data:` of each SSE event, which OpenAPI 3.1 cannot type in a response.
     components(schemas(crate::error::ErrorBody, eve_core::SessionEntry)),
@@ -85,6 +87,7 @@ const COOKIE: &str = "cookie";
         (name = "metrics", description = "Prometheus metrics"),
         (name = "health", description = "Liveness and readiness"),
         (name = "openapi", description = "This description"),
+        (name = "agents", description = "Subagent calls the host serves (`ctx.agent` without an in-process AgentHost)"),
     ),
 )]
 struct ApiDoc;

@@ -12,11 +12,13 @@ use crate::camel::Camel;
 use crate::error::ApiError;
 use crate::session::query;
 use crate::Inner;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
-use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::{Extension, Json};
 use eve_core::{
-    check_client_id, PendingRequest, RunQuery, RunRecord, RunStatus, SessionId, Timestamp,
+    check_client_id, AgentReply, ApiKey, InputResponse, PendingRequest, RequestId, RunQuery,
+    RunRecord, RunStatus, SessionId, Timestamp,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
@@ -88,7 +90,8 @@ fn parse_cursor(s: &str) -> Option<(i64, &str)> {
 /// `GET /v1/requests` (read): `{"requests": [PendingRequest + "tool"…], "next": CURSOR|null,
 /// "tools": [name…]}`.
 ///
-/// Pending requests of every session (or of `session=`), grouped by run: the runs in creation
+/// Pending questions (`ctx.ask`) of every session (or of `session=`), grouped by run; the
+/// subagent calls that are also pending requests are listed by `GET /v1/agents` instead: the runs in creation
 /// order, newest first by default (`order=oldest` for the longest waiting first), each run's
 /// requests in the order they were asked; a run's requests are never split across pages.
 /// `tool=` keeps one tool's; `q=` keeps those whose prompt, session, run, request id or tool
@@ -112,7 +115,73 @@ pub(crate) async fn list(
     State(inner): State<Arc<Inner>>,
     q: Result<Query<RequestsQuery>, QueryRejection>,
 ) -> Result<Json<RequestsPage>, ApiError> {
-    let q = query(q)?;
+    let (requests, next, tools) = pending_page(&inner, query(q)?, Kind::Asks).await?;
+    Ok(Json(RequestsPage {
+        requests,
+        next,
+        tools,
+    }))
+}
+
+/// One page of pending subagent calls across sessions.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct AgentsPage {
+    /// The pending agent calls (each a pending request whose `request.agent` is the call), a
+    /// run's together, in the order they were made.
+    agents: Vec<ToolRequest>,
+    /// The `before=` of the following page, if there is one.
+    next: Option<String>,
+    /// The tools of every live run, whatever the filters.
+    tools: Vec<String>,
+}
+
+/// Pending subagent calls of every session, one page at a time.
+///
+/// `GET /v1/agents` (read): `{"agents": [PendingRequest + "tool"…], "next": CURSOR|null,
+/// "tools": [name…]}`.
+///
+/// The calls `ctx.agent` made in runs whose registry has no in-process `AgentHost` (the wire
+/// form): each is a pending request whose `request.agent` holds the call (`key`, `target`,
+/// `message`, `agentId`, `outputSchema`); the host serves it and reports the child's result
+/// with `POST /v1/agents/{requestId}/result`. Paged and filtered exactly as
+/// `GET /v1/requests` (which lists the other requests, the questions for a person); `q=`
+/// also matches the call's key and target.
+#[utoipa::path(
+    get,
+    path = "/v1/agents",
+    operation_id = "listAgentCalls",
+    tag = "agents",
+    params(RequestsQuery),
+    responses(
+        (status = 200, description = "One page of pending agent calls", body = AgentsPage),
+        (status = 400, description = "An unknown order or parameter, a bad `before` or `limit=0`", body = crate::error::ErrorBody),
+    ),
+    security(("bearer" = ["read"])),
+)]
+pub(crate) async fn list_agents(
+    State(inner): State<Arc<Inner>>,
+    q: Result<Query<RequestsQuery>, QueryRejection>,
+) -> Result<Json<AgentsPage>, ApiError> {
+    let (agents, next, tools) = pending_page(&inner, query(q)?, Kind::Agents).await?;
+    Ok(Json(AgentsPage {
+        agents,
+        next,
+        tools,
+    }))
+}
+
+/// Which pending requests a listing keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// Questions for a person (`ctx.ask`).
+    Asks,
+    /// Subagent calls for the host (`ctx.agent` in the wire form).
+    Agents,
+}
+
+type Page = (Vec<ToolRequest>, Option<String>, Vec<String>);
+
+async fn pending_page(inner: &Inner, q: RequestsQuery, kind: Kind) -> Result<Page, ApiError> {
     let text = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
     let newest = match q.order.as_deref() {
         None | Some("") | Some("newest") => true,
@@ -200,13 +269,23 @@ pub(crate) async fn list(
             continue;
         };
         for p in mine {
+            if (kind == Kind::Agents) != p.request.agent.is_some() {
+                continue;
+            }
             if let Some(n) = &needle {
+                let (key, target) = p
+                    .request
+                    .agent
+                    .as_ref()
+                    .map_or(("", ""), |a| (a.key.as_str(), a.target.as_str()));
                 let hay = [
                     p.request.prompt.as_str(),
                     p.session_id.as_str(),
                     p.run_id.as_str(),
                     p.request_id.as_str(),
                     r.tool.as_str(),
+                    key,
+                    target,
                 ];
                 if !hay.iter().any(|h| h.to_lowercase().contains(n.as_str())) {
                     continue;
@@ -218,11 +297,67 @@ pub(crate) async fn list(
             });
         }
     }
-    Ok(Json(RequestsPage {
-        requests: page,
-        next,
-        tools,
-    }))
+    Ok((page, next, tools))
+}
+
+/// The result of a subagent call: exactly one of `output` (the child's output) or `error`
+/// (why it failed).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) enum AgentResultBody {
+    /// The child's output: any JSON value that satisfies the call's `outputSchema`.
+    Output(serde_json::Value),
+    /// Why the child failed.
+    Error(String),
+}
+
+/// Report the result of a subagent call.
+///
+/// `POST /v1/agents/{id}/result` (answer), body `{"output": …}` or `{"error": "…"}`: records
+/// the result of the pending agent call `id` (its request id), once, which resumes the run.
+/// 200 when accepted (also for the same result again, with `duplicate: true`); 422
+/// `invalid_answer` when the output does not match the call's `outputSchema` (the message
+/// names the failing path, e.g. `at /facts/0`; nothing is recorded) or `id` is a question
+/// rather than an agent call; 404 unknown id; 409 `already_answered` with another result;
+/// 410 `withdrawn` when the run ended; 400 a body that is not one of the two forms.
+#[utoipa::path(
+    post,
+    path = "/v1/agents/{id}/result",
+    operation_id = "completeAgentCall",
+    tag = "agents",
+    params(("id" = String, Path, description = "The agent call's request id")),
+    request_body(content = AgentResultBody, description = "`{\"output\": …}` or `{\"error\": \"…\"}`"),
+    responses(
+        (status = 200, description = "Recorded, or the same result again (`duplicate: true`)", body = crate::session::Answered),
+        (status = 400, description = "A body that is not `{output}` or `{error}`", body = crate::error::ErrorBody),
+        (status = 404, description = "No such agent call", body = crate::error::ErrorBody),
+        (status = 409, description = "`already_answered`: another result was recorded", body = crate::error::ErrorBody),
+        (status = 410, description = "`withdrawn`: the call's run ended", body = crate::error::ErrorBody),
+        (status = 422, description = "`invalid_answer`: the output does not match the call's `outputSchema` (the message names the path), or the id is not an agent call", body = crate::error::ErrorBody),
+    ),
+    security(("bearer" = ["answer"])),
+)]
+pub(crate) async fn complete_agent(
+    State(inner): State<Arc<Inner>>,
+    key: Option<Extension<ApiKey>>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<crate::session::Answered>, ApiError> {
+    let body = crate::error::body(&inner, body)?;
+    let body: AgentResultBody = crate::error::json_object(
+        &body,
+        "the result as a JSON object {\"output\": …} or {\"error\": \"…\"}",
+    )?;
+    let reply = match body {
+        AgentResultBody::Output(v) => AgentReply::Output(v),
+        AgentResultBody::Error(e) => AgentReply::Error(e),
+    };
+    let response = InputResponse {
+        answered_by: key.map(|Extension(k)| k.name),
+        agent: Some(reply),
+        ..InputResponse::default()
+    };
+    crate::session::record_answer(&inner, RequestId::new(id), response).await
 }
 
 #[cfg(test)]

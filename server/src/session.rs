@@ -41,6 +41,8 @@ pub(crate) fn event_type(e: &SessionEvent) -> &'static str {
         SessionEvent::TaskFailed { .. } => "task.failed",
         SessionEvent::TaskCancelled => "task.cancelled",
         SessionEvent::ToolSettled { .. } => "tool.settled",
+        SessionEvent::AgentRequested { .. } => "agent.requested",
+        SessionEvent::AgentCompleted { .. } => "agent.completed",
         // SessionEvent is non-exhaustive in spirit: a new kind still streams, under a
         // generic name.
         #[allow(unreachable_patterns)]
@@ -462,6 +464,16 @@ pub(crate) async fn answer(
         answered_by: key.map(|Extension(k)| k.name),
         agent: None,
     };
+    record_answer(&inner, request_id, response).await
+}
+
+/// Records `response` to `request_id` (an answer, or a subagent call's result), counting it in
+/// the metrics and waking the server's followers when something was written.
+pub(crate) async fn record_answer(
+    inner: &Inner,
+    request_id: RequestId,
+    response: InputResponse,
+) -> Result<Json<Answered>, ApiError> {
     let d = match inner
         .store
         .answer(&request_id, response, inner.clock.now())

@@ -741,6 +741,82 @@ async fn timeline_and_operator_actions_from_the_page() {
     server.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subagent_result_is_submitted_from_the_page() {
+    for bin in [CHROMIUM, CHROMEDRIVER] {
+        if !Path::new(bin).exists() {
+            eprintln!(
+                "SKIPPED a_subagent_result_is_submitted_from_the_page: {bin} is missing; \
+                 install Debian's chromium and chromium-driver (CI does: see .ci/run)"
+            );
+            return;
+        }
+    }
+    let (_dir, store) = sqlite().await;
+    let worker = worker(store.clone()).await;
+    let server = TestServer::start(store.clone(), |_| {}).await;
+    let run = start(
+        &store,
+        "s-agent-page",
+        "call-1",
+        "delegate",
+        json!({ "topic": "tides" }),
+    )
+    .await;
+    let browser = Browser::start().await;
+    browser.goto(&server.url("/?session=s-agent-page")).await;
+    let card = format!(r#"#agents .card[data-agent^="{run}"]"#);
+    let prompt = browser.find(&format!("{card} .prompt")).await;
+    assert_eq!(
+        browser.text(&prompt).await,
+        "Subagent researcher (call facts)"
+    );
+    // An output that does not match the call's schema is refused; the card says where.
+    let output = browser
+        .find(&format!(r#"{card} textarea[data-text="output"]"#))
+        .await;
+    browser.type_into(&output, r#"{"facts": [7]}"#).await;
+    let submit = browser
+        .find(&format!(r#"{card} button[data-submit="output"]"#))
+        .await;
+    browser.click(&submit).await;
+    let error = browser
+        .js_async(&format!(
+            "const done = arguments[0]; const t = Date.now();
+             (function poll() {{ const e = document.querySelector('{card} .error');
+               const text = e ? e.textContent : '';
+               if (text || Date.now() - t > 20000) done(text); else setTimeout(poll, 50); }})();",
+            card = card.replace('\'', "\\'")
+        ))
+        .await;
+    assert!(error.as_str().unwrap().contains("/facts/0"), "{error}");
+    browser
+        .js(&format!(
+            "document.querySelector('{}').value = '';",
+            format!(r#"{card} textarea[data-text="output"]"#).replace('\'', "\\'")
+        ))
+        .await;
+    browser
+        .type_into(&output, r#"{"facts": ["two a day"]}"#)
+        .await;
+    browser.click(&submit).await;
+    // The card goes and the run completes with the output.
+    browser
+        .find(&format!(r#"#answered li[data-request^="{run}"]"#))
+        .await;
+    let mut events =
+        SseClient::connect(&server.url("/v1/sessions/s-agent-page/events"), None).await;
+    let settled = events.until("tool.settled").await.pop().unwrap().json();
+    assert_eq!(
+        settled["event"]["data"]["result"]["data"]["output"],
+        json!({"facts": {"facts": ["two a day"]}}),
+        "the run completes with the submitted output"
+    );
+    browser.quit().await;
+    worker.shutdown().await;
+    server.stop().await;
+}
+
 impl Browser {
     /// Runs `script` in the page and returns its value.
     async fn js(&self, script: &str) -> Value {

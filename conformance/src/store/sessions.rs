@@ -309,3 +309,186 @@ pub async fn list_runs_ties_by_run_id(factory: &dyn StoreFactory) {
     ];
     assert_eq!(listed, want, "list_runs: creation time first, then run id");
 }
+
+/// A subagent call as a request (the wire form of `ctx.agent`): an `InputRequested` carrying
+/// the call is listed as pending and answered once with an agent reply. An output that does
+/// not match the call's schema and an answer that is not an agent reply are refused with
+/// nothing written; the same reply again is a duplicate at the first answer's seq, another is
+/// `AlreadyAnswered`. The session log gets `agent.requested` and `agent.completed` (in place
+/// of `input.requested` / `input.answered`) in the same writes as their journal events.
+pub async fn agent_request_answered_once(factory: &dyn StoreFactory) {
+    use eve_core::{AgentReply, AgentRequest, Display, InputRequest, RequestId, StoreError};
+    let s = fresh(factory).await;
+    let st = &*s.store;
+    let session = SessionId::new(unique("session"));
+    let mut new = new_run("agent");
+    new.session_id = session.clone();
+    let (run, lease) = started(st, new.clone(), at(0)).await;
+    let call = |key: &str| AgentRequest {
+        key: key.into(),
+        target: "researcher".into(),
+        message: serde_json::json!({"topic": "tides", "snake_key": 1}),
+        agent_id: None,
+        output_schema: Some(serde_json::json!({
+            "type": "object",
+            "required": ["facts"],
+            "properties": {"facts": {"type": "array", "items": {"type": "string"}}}
+        })),
+    };
+    let request = |key: &str| InputRequest {
+        prompt: format!("Subagent \"researcher\" (call {key:?})"),
+        display: Display::Agent,
+        options: Vec::new(),
+        allow_freeform: false,
+        agent: Some(call(key)),
+    };
+    let (facts, check) = (
+        RequestId::for_command(&run.run_id, 1),
+        RequestId::for_command(&run.run_id, 2),
+    );
+    must_append(
+        st,
+        append(
+            &run.run_id,
+            1,
+            &lease,
+            vec![
+                Event::InputRequested {
+                    cmd: 1,
+                    request_id: facts.clone(),
+                    request: request("facts"),
+                },
+                Event::InputRequested {
+                    cmd: 2,
+                    request_id: check.clone(),
+                    request: request("check"),
+                },
+            ],
+            at(1),
+        ),
+    )
+    .await;
+    let pending = st.pending_requests(&session).await.expect("pending");
+    assert_eq!(
+        pending
+            .iter()
+            .map(|p| (&p.request_id, p.cmd, &p.request))
+            .collect::<Vec<_>>(),
+        vec![
+            (&facts, 1, &request("facts")),
+            (&check, 2, &request("check"))
+        ],
+        "both agent requests are pending, as written"
+    );
+
+    let reply = |v: serde_json::Value| InputResponse {
+        agent: Some(AgentReply::Output(v)),
+        ..InputResponse::default()
+    };
+    for (refused, why) in [
+        (
+            reply(serde_json::json!({"facts": [7]})),
+            "an output that does not match the schema",
+        ),
+        (
+            reply(serde_json::json!("no")),
+            "an output of the wrong type",
+        ),
+        (InputResponse::option("yes"), "an option"),
+        (InputResponse::text("tides"), "free text"),
+    ] {
+        match st.answer(&facts, refused, at(2)).await {
+            Err(StoreError::InvalidAnswer { .. }) => {}
+            other => panic!("{why} must be refused InvalidAnswer: {other:?}"),
+        }
+    }
+    assert_eq!(
+        record(st, &run.run_id).await.next_seq,
+        3,
+        "a refused answer writes nothing"
+    );
+
+    let output = serde_json::json!({"facts": ["two a day"]});
+    let first = st
+        .answer(&facts, reply(output.clone()).by("host"), at(3))
+        .await
+        .expect("a matching output is accepted");
+    assert!(!first.duplicate);
+    let again = st
+        .answer(&facts, reply(output.clone()), at(4))
+        .await
+        .expect("the same reply again is a duplicate success");
+    assert!(again.duplicate && again.seq == first.seq, "{again:?}");
+    match st
+        .answer(&facts, reply(serde_json::json!({"facts": []})), at(4))
+        .await
+    {
+        Err(StoreError::AlreadyAnswered { .. }) => {}
+        other => panic!("another reply must be AlreadyAnswered: {other:?}"),
+    }
+    let failed = InputResponse {
+        agent: Some(AgentReply::Error("no checker".into())),
+        ..InputResponse::default()
+    };
+    st.answer(&check, failed, at(5))
+        .await
+        .expect("an error reply is accepted whatever the schema");
+    assert!(
+        st.pending_requests(&session)
+            .await
+            .expect("pending")
+            .is_empty(),
+        "answered requests are no longer pending"
+    );
+    let answers: Vec<_> = journal(st, &run.run_id)
+        .await
+        .into_iter()
+        .filter(|e| matches!(e.event, Event::InputAnswered { .. }))
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(answers, vec![first.seq, first.seq + 1], "one answer each");
+
+    let log: Vec<_> = st
+        .read_session(&session, 0, 100)
+        .await
+        .expect("read_session")
+        .into_iter()
+        .map(|e| (e.at, e.event))
+        .collect();
+    assert_eq!(
+        log,
+        vec![
+            (
+                at(1),
+                SessionEvent::AgentRequested {
+                    request_id: facts.clone(),
+                    agent: call("facts"),
+                }
+            ),
+            (
+                at(1),
+                SessionEvent::AgentRequested {
+                    request_id: check.clone(),
+                    agent: call("check"),
+                }
+            ),
+            (
+                at(3),
+                SessionEvent::AgentCompleted {
+                    request_id: facts,
+                    answered_by: Some("host".into()),
+                    error: None,
+                }
+            ),
+            (
+                at(5),
+                SessionEvent::AgentCompleted {
+                    request_id: check,
+                    answered_by: None,
+                    error: Some("no checker".into()),
+                }
+            ),
+        ],
+        "agent.requested and agent.completed, once each, with their journal events"
+    );
+}

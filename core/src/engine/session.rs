@@ -312,8 +312,8 @@ pub trait SessionEventExt {
     /// Whether the event requests a parent-agent turn: a settled tool result (`tool.settled`),
     /// a background task's end (`task.completed`, `task.failed`, `task.cancelled`) or its
     /// message (`task.message`). Everything else (`action.partial`, `task.progress`,
-    /// `input.requested`, `input.answered`, `input.withdrawn`) is stream-only: rendered on the
-    /// channel, never in model history.
+    /// `input.requested`, `input.answered`, `input.withdrawn`, `agent.requested`,
+    /// `agent.completed`) is stream-only: rendered on the channel, never in model history.
     fn requests_turn(&self) -> bool;
 
     /// The negation of [`SessionEventExt::requests_turn`].
@@ -340,7 +340,9 @@ pub fn requests_turn(event: &SessionEvent) -> bool {
         | SessionEvent::InputAnswered { .. }
         | SessionEvent::InputWithdrawn { .. }
         | SessionEvent::ActionPartial { .. }
-        | SessionEvent::TaskProgress { .. } => false,
+        | SessionEvent::TaskProgress { .. }
+        | SessionEvent::AgentRequested { .. }
+        | SessionEvent::AgentCompleted { .. } => false,
     }
 }
 

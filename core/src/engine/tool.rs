@@ -426,8 +426,11 @@ impl Registry {
         self
     }
 
-    /// Starts the children of `ctx.agent` calls with `host`. Without one, agent calls fail
-    /// with an error that says so.
+    /// Starts the children of `ctx.agent` calls with `host` (the host form). Without one, an
+    /// agent call is recorded as an input request carrying the call, for a host on the other
+    /// side of MCP or HTTP to serve (the wire form, see [`complete_agent`](super::complete_agent));
+    /// a call recorded in the host form keeps it, and fails with an error that says so when
+    /// no host is configured to start it.
     pub fn with_agent_host(mut self, host: Arc<dyn super::AgentHost>) -> Self {
         self.agent_host = Some(host);
         self

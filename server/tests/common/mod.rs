@@ -328,6 +328,31 @@ pub async fn report(ctx: WorkflowCtx, input: ReportInput) -> Result<Value, Workf
     Ok(json!({ "note": note.text }))
 }
 
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct DelegateInput {
+    pub topic: String,
+}
+
+/// Delegates to a subagent that the host serves over HTTP (the registry has no AgentHost):
+/// `{facts: [string…]}` on the topic, returned as the output.
+pub async fn delegate(ctx: WorkflowCtx, input: DelegateInput) -> Result<Value, WorkflowError> {
+    let facts = ctx
+        .agent(
+            eve_core::engine::AgentCall::new(
+                "facts",
+                "researcher",
+                json!({ "topic": input.topic }),
+            )
+            .schema(json!({
+                "type": "object",
+                "required": ["facts"],
+                "properties": {"facts": {"type": "array", "items": {"type": "string"}}}
+            })),
+        )?
+        .await?;
+    Ok(json!({ "facts": facts }))
+}
+
 /// The test tools.
 pub fn registry() -> Registry {
     let tools: Vec<WorkflowTool> = vec![
@@ -336,6 +361,7 @@ pub fn registry() -> Registry {
         define_workflow_tool("Deploy a service.", workflow!(deploy)).named("deploy"),
         define_workflow_tool("A body that panics.", workflow!(broken)).named("broken"),
         define_workflow_tool("Report progress, then ask.", workflow!(report)).named("report"),
+        define_workflow_tool("Delegate to a subagent.", workflow!(delegate)).named("delegate"),
         define_workflow_tool("Refund an order.", workflow!(refund))
             .named("refund_order")
             .background()

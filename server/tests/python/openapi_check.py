@@ -247,6 +247,36 @@ _, settled = call("POST", "/v1/tools/deploy/calls?wait=30s", body=start, expect=
 assert settled["settled"]["status"] == "completed", settled
 assert settled["settled"]["output"]["deployed"] is True, settled
 
+# A subagent call the host serves over HTTP (the registry has no AgentHost): listed by
+# /v1/agents (not /v1/requests), its result refused when it does not match the schema, then
+# recorded once; a call whose run was cancelled is withdrawn.
+def agent_calls(session):
+    return call("GET", f"/v1/agents?session={session}&limit=10&order=oldest", expect=200)[1]["agents"]
+
+
+delegate = {"session": "py-agents", CALL_ID: "delegate-1", "input": {"topic": "tides"}}
+call("POST", "/v1/tools/delegate/calls", body=delegate, expect=201)
+agent_id = get(until("the agent call to be listed", lambda: agent_calls("py-agents"))[0], "request_id")
+_, asks = call("GET", "/v1/requests?session=py-agents", expect=200)
+assert asks["requests"] == [], asks
+call("GET", "/v1/agents?limit=0", expect=400)
+_, bad = call("POST", f"/v1/agents/{agent_id}/result", body={"output": {"facts": [7]}}, expect=422)
+assert "/facts/0" in bad["message"], bad
+call("POST", f"/v1/agents/{agent_id}/result", body={}, expect=400)
+call("POST", "/v1/agents/none:1/result", body={"output": {}}, expect=404)
+_, done = call("POST", f"/v1/agents/{agent_id}/result", body={"output": {"facts": ["two a day"]}}, expect=200)
+assert done["duplicate"] is False, done
+_, again = call("POST", f"/v1/agents/{agent_id}/result", body={"output": {"facts": ["two a day"]}}, expect=200)
+assert again["duplicate"] is True, again
+call("POST", f"/v1/agents/{agent_id}/result", body={"error": "changed my mind"}, expect=409)
+_, withdrawn = call("POST", "/v1/tools/delegate/calls", body={**delegate, CALL_ID: "delegate-2"}, expect=201)
+withdrawn_run = get(withdrawn["run"], "run_id")
+until("the second agent call to be listed", lambda: agent_calls("py-agents"))
+withdrawn_id = get(agent_calls("py-agents")[0], "request_id")
+call("POST", f"/v1/runs/{withdrawn_run}/cancel", expect=202)
+until("the delegating run to end cancelled", lambda: run_status(withdrawn_run) == "cancelled")
+call("POST", f"/v1/agents/{withdrawn_id}/result", body={"error": "too late"}, expect=410)
+
 # A task: listed, cancelled, cancelled again; a default call is not a task.
 _, task = call("POST", "/v1/tools/refund_order/calls", body={"session": "py", CALL_ID: "refund-1", "input": {"order_id": "o-1"}}, expect=201)
 task_id = get(task["run"], "run_id")
