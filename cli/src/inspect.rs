@@ -261,6 +261,13 @@ pub fn request_line(p: &PendingRequest) -> String {
         (false, false) => options.join("|"),
         (false, true) => format!("{}|--text", options.join("|")),
     };
+    // An approval gate: the tool and the model's input, and a denial may carry a reason.
+    if let Some(gate) = &p.request.approval {
+        return format!(
+            "{}  run {}  approval: {} {}  answer: {} [--text REASON]",
+            p.request_id, p.run_id, gate.tool, gate.input, accepts
+        );
+    }
     format!(
         "{}  run {}  {:?}  answer: {}",
         p.request_id, p.run_id, p.request.prompt, accepts

@@ -22,7 +22,7 @@ pub mod worker_lock;
 
 pub use error::StoreError;
 pub use event::{
-    AgentReply, AgentRequest, Display, Event, Execution, InputOption, InputRequest, InputResponse,
+    AgentReply, AgentRequest, ApprovalRequest, Display, Event, Execution, InputOption, InputRequest, InputResponse,
     OptionStyle, Payload, StoredEvent, WebhookRequest, WebhookResponse, MASKED_TOKEN_CHARS,
 };
 pub use ids::{

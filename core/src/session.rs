@@ -77,6 +77,13 @@ pub enum SessionEvent {
         /// The result.
         result: ToolResult,
     },
+    /// A background task was denied by its tool's approval policy or the person asked: its
+    /// body never ran.
+    #[serde(rename = "task.denied")]
+    TaskDenied {
+        /// Why.
+        reason: String,
+    },
 }
 
 /// How a default-execution tool call was settled.
@@ -96,6 +103,12 @@ pub enum ToolResult {
     },
     /// The run was cancelled.
     Cancelled,
+    /// The call was denied by its tool's approval policy or the person asked; the body never
+    /// ran.
+    Denied {
+        /// Why.
+        reason: String,
+    },
 }
 
 /// One entry of a session's log, with its own per-session seq (from 0).

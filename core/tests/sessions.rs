@@ -67,6 +67,7 @@ mod tools {
             ],
             allow_freeform: false,
             agent: None,
+            approval: None,
         }
     }
 
@@ -181,6 +182,7 @@ mod tools {
                 options: vec![],
                 allow_freeform: true,
                 agent: None,
+                approval: None,
             });
             let answer = first.await;
             if input.fail {

@@ -43,6 +43,7 @@ pub(crate) fn event_type(e: &SessionEvent) -> &'static str {
         SessionEvent::TaskCompleted { .. } => "task.completed",
         SessionEvent::TaskFailed { .. } => "task.failed",
         SessionEvent::TaskCancelled => "task.cancelled",
+        SessionEvent::TaskDenied { .. } => "task.denied",
         SessionEvent::ToolSettled { .. } => "tool.settled",
         // SessionEvent is non-exhaustive in spirit: a new kind still streams, under a
         // generic name.
