@@ -14,7 +14,7 @@ use eve_core::engine::{
 };
 use eve_core::testing::FaultyStore;
 use eve_core::{
-    workflow, Display, Event, InputRequest, InputResponse, JournalStore, MemoryStore, RequestId,
+    workflow, Display, Event, InputRequest, InputResponse, MemoryStore, RequestId,
     RunId, RunStatus, SessionEvent, SessionId, StoreError, ToolResult,
 };
 use schemars::JsonSchema;
@@ -23,29 +23,29 @@ use serde_json::json;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-/// How many times each body ran, by the input's `id` (each test uses its own ids).
-static RAN: Mutex<Option<HashMap<String, usize>>> = Mutex::new(None);
+/// How many times each body ran, by run.
+static RAN: Mutex<Option<HashMap<RunId, usize>>> = Mutex::new(None);
 
-fn ran(id: &str) -> usize {
+fn ran(run: &RunId) -> usize {
     RAN.lock()
         .unwrap()
         .as_ref()
-        .and_then(|m| m.get(id).copied())
+        .and_then(|m| m.get(run).copied())
         .unwrap_or(0)
 }
 
-fn count(id: &str) {
+fn count(ctx: &WorkflowCtx) {
     *RAN.lock()
         .unwrap()
         .get_or_insert_with(HashMap::new)
-        .entry(id.to_owned())
+        .entry(ctx.run_id())
         .or_default() += 1;
 }
 
 /// A deployment.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct Deploy {
-    /// Which call (the tests' body counter).
+    /// Which call.
     pub id: String,
     /// How much it costs.
     pub amount: i64,
@@ -55,7 +55,7 @@ mod deploy {
     use super::*;
 
     pub async fn execute(ctx: WorkflowCtx, input: Deploy) -> Result<String, WorkflowError> {
-        count(&input.id);
+        count(&ctx);
         let id = input.id.clone();
         let done: String = ctx
             .step("deploy", move |_| {
@@ -73,7 +73,8 @@ mod deploy {
 
     /// The same body without a gate.
     pub fn ungated() -> WorkflowTool {
-        define_workflow_tool("Deploy.", workflow!(execute)).named("deploy_ungated")
+        define_workflow_tool("Deploy.", workflow!(execute).with_id("deploy::ungated"))
+            .named("deploy_ungated")
     }
 
     /// Negative amounts are denied, small ones approved, large ones asked.
@@ -88,7 +89,10 @@ mod deploy {
     }
 
     pub fn policed() -> WorkflowTool {
-        define_workflow_tool("Deploy, asking for large amounts.", workflow!(execute))
+        define_workflow_tool(
+            "Deploy, asking for large amounts.",
+            workflow!(execute).with_id("deploy::policed"),
+        )
             .named("deploy_policed")
             .approval(by_amount)
     }
@@ -99,7 +103,7 @@ mod confirm {
 
     /// Gated, and asks again inside the body.
     pub async fn execute(ctx: WorkflowCtx, input: Deploy) -> Result<String, WorkflowError> {
-        count(&input.id);
+        count(&ctx);
         let answer = ctx
             .ask(InputRequest::confirmation("Really deploy now?"))
             .await;
@@ -148,7 +152,7 @@ async fn approved_runs_the_body(env: Env) {
         .await;
     let w = env.worker(&reg).await;
     assert_eq!(w.drain().await.unwrap()[0].1, ActivationEnd::Suspended);
-    assert_eq!(ran("approve-1"), 0, "the body waits for the approval");
+    assert_eq!(ran(&run), 0, "the body waits for the approval");
 
     // The request shows the tool and the model's input, with approve / deny.
     let pending = env
@@ -185,7 +189,7 @@ async fn approved_runs_the_body(env: Env) {
     answer(&env, &gate_id(&run), InputResponse::option("approve").by("ops")).await;
     w.drain().await.unwrap();
     assert_eq!(env.output(&run).await, json!("deployed approve-1"));
-    assert_eq!(ran("approve-1"), 1);
+    assert_eq!(ran(&run), 1);
 }
 
 async fn denied_by_a_person_never_runs_the_body(env: Env) {
@@ -220,7 +224,7 @@ async fn denied_by_a_person_never_runs_the_body(env: Env) {
             .any(|e| matches!(e, Event::StepCompleted { .. })),
         "{events:#?}"
     );
-    assert_eq!(ran("deny-1"), 0, "the body never ran");
+    assert_eq!(ran(&run), 0, "the body never ran");
     assert_eq!(env.status(&run).await, RunStatus::Failed);
     assert_eq!(
         session_log(&env).await.last(),
@@ -244,7 +248,7 @@ async fn denied_by_a_person_never_runs_the_body(env: Env) {
             reason: "denied by alice".into()
         })
     );
-    assert_eq!(ran("deny-2"), 0);
+    assert_eq!(ran(&run), 0);
 }
 
 async fn a_policy_denies_without_asking(env: Env) {
@@ -282,7 +286,7 @@ async fn a_policy_denies_without_asking(env: Env) {
         .await
         .iter()
         .any(|e| matches!(e, SessionEvent::InputRequested { .. })));
-    assert_eq!(ran("policy-deny"), 0);
+    assert_eq!(ran(&run), 0);
 }
 
 async fn a_policy_approves_without_asking(env: Env) {
@@ -303,7 +307,7 @@ async fn a_policy_approves_without_asking(env: Env) {
         .await
         .iter()
         .any(|e| matches!(e, Event::InputRequested { .. })));
-    assert_eq!(ran("policy-ok"), 1);
+    assert_eq!(ran(&small), 1);
 
     // A large amount asks a person.
     let large = env
@@ -345,7 +349,7 @@ async fn a_pending_approval_survives_a_restart(env: Env) {
     answer(&env, &gate_id(&run), InputResponse::option("approve")).await;
     w.drain().await.unwrap();
     assert_eq!(env.output(&run).await, json!("deployed restart-1"));
-    assert_eq!(ran("restart-1"), 1);
+    assert_eq!(ran(&run), 1);
 
     // Replaying the ended run from seq 0 matches the journal (the gate is command 0).
     let report = eve_core::engine::Worker::replay_cold(&*env.store, &reg, &run)
@@ -381,7 +385,7 @@ async fn the_gate_composes_with_ask(env: Env) {
     .await;
     w.drain().await.unwrap();
     assert_eq!(env.output(&run).await, json!("approve"));
-    assert_eq!(ran("compose-1"), 1);
+    assert_eq!(ran(&run), 1);
 }
 
 on_both_stores!(
@@ -464,11 +468,11 @@ async fn a_denied_background_call_is_a_denied_task() {
             reason: "frozen".into()
         })
     );
-    assert_eq!(ran("bg-1"), 0);
+    assert_eq!(ran(&run), 0);
     assert_eq!(env.status(&run).await, RunStatus::Failed);
 }
 
-async fn background_deploy(_ctx: WorkflowCtx, input: Deploy) -> Result<String, WorkflowError> {
-    count(&input.id);
+async fn background_deploy(ctx: WorkflowCtx, input: Deploy) -> Result<String, WorkflowError> {
+    count(&ctx);
     Ok("done".into())
 }

@@ -591,6 +591,7 @@ fn kinds(events: &[SessionEvent]) -> Vec<&'static str> {
             SessionEvent::TaskFailed { .. } => "task.failed",
             SessionEvent::TaskCancelled => "task.cancelled",
             SessionEvent::ToolSettled { .. } => "tool.settled",
+            SessionEvent::TaskDenied { .. } => "task.denied",
         })
         .collect()
 }

@@ -259,7 +259,13 @@ pub(crate) fn form(request: &InputRequest) -> Value {
             required.push(FIELD_OPTION);
         }
     }
-    if request.allow_freeform || request.options.is_empty() {
+    if request.approval.is_some() {
+        // A denial may say why; the text beside `deny` is the call's `denied` reason.
+        properties.insert(
+            FIELD_TEXT.into(),
+            json!({ "type": "string", "title": "Reason (sent with a denial)" }),
+        );
+    } else if request.allow_freeform || request.options.is_empty() {
         properties.insert(
             FIELD_TEXT.into(),
             json!({ "type": "string", "title": "Answer" }),
