@@ -30,7 +30,7 @@ mod policies {
     use super::*;
 
     /// Small refunds run, large ones are denied.
-    pub fn small_only(r: &Refund) -> Approval {
+    pub(crate) fn small_only(r: &Refund) -> Approval {
         if r.cents <= 1000 {
             Approval::Approve
         } else {

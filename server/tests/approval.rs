@@ -178,7 +178,7 @@ async fn approve_runs_the_body_deny_settles_denied() {
     // The runs API names the outcome.
     let (_, runs) = send(
         reqwest::Method::GET,
-        server.url("/v1/runs?session=s-deny"),
+        server.url("/v1/runs?session=s-deny&limit=10"),
         None,
     )
     .await;
