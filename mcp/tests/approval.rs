@@ -58,7 +58,10 @@ fn registry() -> Registry {
     Registry::new("v1")
         .with(define_workflow_tool("Transfer after approval.", workflow!(transfer)).needs_approval())
         .with(
-            define_workflow_tool("Transfer, denied by policy.", workflow!(transfer))
+            define_workflow_tool(
+                "Transfer, denied by policy.",
+                workflow!(transfer).with_id("frozen_transfer"),
+            )
                 .named("frozen_transfer")
                 .approval(frozen),
         )
