@@ -14,8 +14,8 @@ use eve_core::engine::{
 };
 use eve_core::testing::FaultyStore;
 use eve_core::{
-    workflow, Display, Event, InputRequest, InputResponse, MemoryStore, RequestId,
-    RunId, RunStatus, SessionEvent, SessionId, StoreError, ToolResult,
+    workflow, Display, Event, InputRequest, InputResponse, MemoryStore, RequestId, RunId,
+    RunStatus, SessionEvent, SessionId, StoreError, ToolResult,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -93,8 +93,8 @@ mod deploy {
             "Deploy, asking for large amounts.",
             workflow!(execute).with_id("deploy::policed"),
         )
-            .named("deploy_policed")
-            .approval(by_amount)
+        .named("deploy_policed")
+        .approval(by_amount)
     }
 }
 
@@ -111,8 +111,11 @@ mod confirm {
     }
 
     pub fn tool() -> WorkflowTool {
-        define_workflow_tool("Deploy after approval and a confirmation.", workflow!(execute))
-            .needs_approval()
+        define_workflow_tool(
+            "Deploy after approval and a confirmation.",
+            workflow!(execute),
+        )
+        .needs_approval()
     }
 }
 
@@ -148,7 +151,12 @@ async fn answer(env: &Env, request: &RequestId, response: InputResponse) {
 async fn approved_runs_the_body(env: Env) {
     let reg = registry();
     let run = env
-        .start(&reg, "c1", "deploy", json!({"id": "approve-1", "amount": 5}))
+        .start(
+            &reg,
+            "c1",
+            "deploy",
+            json!({"id": "approve-1", "amount": 5}),
+        )
         .await;
     let w = env.worker(&reg).await;
     assert_eq!(w.drain().await.unwrap()[0].1, ActivationEnd::Suspended);
@@ -186,7 +194,12 @@ async fn approved_runs_the_body(env: Env) {
         .unwrap_err();
     assert!(matches!(err, StoreError::InvalidAnswer { .. }), "{err}");
 
-    answer(&env, &gate_id(&run), InputResponse::option("approve").by("ops")).await;
+    answer(
+        &env,
+        &gate_id(&run),
+        InputResponse::option("approve").by("ops"),
+    )
+    .await;
     w.drain().await.unwrap();
     assert_eq!(env.output(&run).await, json!("deployed approve-1"));
     assert_eq!(ran(&run), 1);
@@ -240,7 +253,12 @@ async fn denied_by_a_person_never_runs_the_body(env: Env) {
         .start(&reg, "c2", "deploy", json!({"id": "deny-2", "amount": 5}))
         .await;
     w.drain().await.unwrap();
-    answer(&env, &gate_id(&run), InputResponse::option("deny").by("alice")).await;
+    answer(
+        &env,
+        &gate_id(&run),
+        InputResponse::option("deny").by("alice"),
+    )
+    .await;
     w.drain().await.unwrap();
     assert_eq!(
         env.events(&run).await.last(),
@@ -329,7 +347,12 @@ async fn a_pending_approval_survives_a_restart(env: Env) {
     let run = {
         let reg = registry();
         let run = env
-            .start(&reg, "c1", "deploy", json!({"id": "restart-1", "amount": 5}))
+            .start(
+                &reg,
+                "c1",
+                "deploy",
+                json!({"id": "restart-1", "amount": 5}),
+            )
             .await;
         let w = env.worker(&reg).await;
         w.drain().await.unwrap();
@@ -339,7 +362,10 @@ async fn a_pending_approval_survives_a_restart(env: Env) {
     // A new process: a fresh registry and worker, nothing in memory.
     let reg = registry();
     let w = env.worker(&reg).await;
-    assert!(w.drain().await.unwrap().is_empty(), "nothing due before the answer");
+    assert!(
+        w.drain().await.unwrap().is_empty(),
+        "nothing due before the answer"
+    );
     let pending = env
         .store
         .pending_requests(&SessionId::new("session-1"))
@@ -361,7 +387,12 @@ async fn a_pending_approval_survives_a_restart(env: Env) {
 async fn the_gate_composes_with_ask(env: Env) {
     let reg = registry();
     let run = env
-        .start(&reg, "c1", "confirm", json!({"id": "compose-1", "amount": 5}))
+        .start(
+            &reg,
+            "c1",
+            "confirm",
+            json!({"id": "compose-1", "amount": 5}),
+        )
         .await;
     let w = env.worker(&reg).await;
     w.drain().await.unwrap();
@@ -422,7 +453,12 @@ async fn a_gated_call_costs_one_append_more() {
 
     faulty.heal();
     let gated = env
-        .start(&reg, "c2", "deploy", json!({"id": "cost-gated", "amount": 5}))
+        .start(
+            &reg,
+            "c2",
+            "deploy",
+            json!({"id": "cost-gated", "amount": 5}),
+        )
         .await;
     w.drain().await.unwrap();
     answer(&env, &gate_id(&gated), InputResponse::option("approve")).await;

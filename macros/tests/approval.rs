@@ -62,9 +62,14 @@ async fn the_approval_options_gate_the_body() {
     let store: Arc<dyn JournalStore> = Arc::new(MemoryStore::new());
     let clock = ManualClock::new(Timestamp(1_700_000_000_000));
     let reg = Registry::new("v1").with(refund).with(refund_by_policy);
-    let worker = Worker::new(store.clone(), reg.clone(), clock.clone(), WorkerConfig::default())
-        .await
-        .expect("worker");
+    let worker = Worker::new(
+        store.clone(),
+        reg.clone(),
+        clock.clone(),
+        WorkerConfig::default(),
+    )
+    .await
+    .expect("worker");
     let start = |call: &'static str, tool: &'static str, cents: u64| {
         let (store, reg, clock) = (store.clone(), reg.clone(), clock.clone());
         async move {

@@ -56,14 +56,16 @@ fn frozen(_: &Transfer) -> Approval {
 
 fn registry() -> Registry {
     Registry::new("v1")
-        .with(define_workflow_tool("Transfer after approval.", workflow!(transfer)).needs_approval())
+        .with(
+            define_workflow_tool("Transfer after approval.", workflow!(transfer)).needs_approval(),
+        )
         .with(
             define_workflow_tool(
                 "Transfer, denied by policy.",
                 workflow!(transfer).with_id("frozen_transfer"),
             )
-                .named("frozen_transfer")
-                .approval(frozen),
+            .named("frozen_transfer")
+            .approval(frozen),
         )
 }
 
@@ -160,12 +162,18 @@ async fn a_gated_tool_is_listed_and_approved_through_elicitation() {
 
     // Denied by the policy, nobody asked.
     let result = d
-        .call_tool(call("frozen_transfer", json!({"id": "mcp-frozen", "cents": 7})))
+        .call_tool(call(
+            "frozen_transfer",
+            json!({"id": "mcp-frozen", "cents": 7}),
+        ))
         .await
         .unwrap();
     assert_eq!(result.is_error, Some(true), "{result:?}");
     let meta = serde_json::to_value(&result.meta).unwrap();
-    assert_eq!(meta["eve/denied"]["reason"], "transfers are frozen", "{meta}");
+    assert_eq!(
+        meta["eve/denied"]["reason"], "transfers are frozen",
+        "{meta}"
+    );
     assert_eq!(ran("mcp-frozen"), 0);
     c.cancel().await.unwrap();
     d.cancel().await.unwrap();
@@ -222,7 +230,10 @@ async fn a_task_client_gets_the_approval_as_input_required() {
     match &done.task.payload {
         TaskPayload::Completed { result } => {
             assert_eq!(result["isError"], true, "{result:?}");
-            assert!(result["_meta"]["eve/denied"]["reason"].is_string(), "{result:?}");
+            assert!(
+                result["_meta"]["eve/denied"]["reason"].is_string(),
+                "{result:?}"
+            );
         }
         other => panic!("not completed: {other:?}"),
     }

@@ -7,8 +7,8 @@ mod common;
 
 use common::*;
 use eve_core::engine::{
-    define_workflow_tool, Registry, SystemClock, Worker, WorkerConfig, WorkerHandle,
-    WorkflowCtx, WorkflowError,
+    define_workflow_tool, Registry, SystemClock, Worker, WorkerConfig, WorkerHandle, WorkflowCtx,
+    WorkflowError,
 };
 use eve_core::{workflow, JournalStore};
 use serde_json::{json, Value};
@@ -61,13 +61,16 @@ async fn gated_worker(store: Arc<dyn JournalStore>) -> WorkerHandle {
         .spawn()
 }
 
-async fn gated_server(store: Arc<dyn JournalStore>, addr: Option<std::net::SocketAddr>) -> TestServer {
+async fn gated_server(
+    store: Arc<dyn JournalStore>,
+    addr: Option<std::net::SocketAddr>,
+) -> TestServer {
     match addr {
         None => TestServer::start_with(store, |_| {}, |s| s.with_registry(gated_registry())).await,
         Some(addr) => {
             // A restart on the same address: the page and clients keep their URL.
-            let server = TestServer::start_with_on(addr, store, |s| s.with_registry(gated_registry()))
-                .await;
+            let server =
+                TestServer::start_with_on(addr, store, |s| s.with_registry(gated_registry())).await;
             server
         }
     }
@@ -98,7 +101,10 @@ async fn call_and_wait_for_gate(server: &TestServer, session: &str, id: &str) ->
     let request = &asked["event"]["data"]["request"];
     assert_eq!(request["display"], "approval", "{asked}");
     assert_eq!(request["approval"]["tool"], "pay");
-    assert_eq!(request["approval"]["input"], json!({ "id": id, "cents": 250 }));
+    assert_eq!(
+        request["approval"]["input"],
+        json!({ "id": id, "cents": 250 })
+    );
     assert_eq!(request["options"][0]["id"], "approve");
     assert_eq!(request["options"][1]["id"], "deny");
     asked["event"]["data"]["requestId"]
@@ -139,7 +145,11 @@ async fn approve_runs_the_body_deny_settles_denied() {
         Some(json!({ "optionId": "maybe" })),
     )
     .await;
-    assert_eq!((status, err["code"].as_str()), (422, Some("invalid_answer")), "{err}");
+    assert_eq!(
+        (status, err["code"].as_str()),
+        (422, Some("invalid_answer")),
+        "{err}"
+    );
     let (status, _) = send(
         reqwest::Method::POST,
         server.url(&format!("/v1/requests/{request}/answer")),

@@ -213,9 +213,12 @@ fn denial_reason(answer: &crate::InputResponse) -> String {
 /// Wraps `body` in the approval gate `policy`. The policy is a function of the recorded input
 /// only, so every replay decides the same; an `Ask` is the body's command 0 (the request id
 /// `{run}:0`), and the body's own commands follow it.
-fn gated(body: ErasedBody, policy: Arc<dyn Fn(&Payload) -> Result<Approval, String> + Send + Sync>) -> ErasedBody {
-    Arc::new(move |ctx: WorkflowCtx, input: &Payload| {
-        match policy(input)? {
+fn gated(
+    body: ErasedBody,
+    policy: Arc<dyn Fn(&Payload) -> Result<Approval, String> + Send + Sync>,
+) -> ErasedBody {
+    Arc::new(
+        move |ctx: WorkflowCtx, input: &Payload| match policy(input)? {
             Approval::Approve => body(ctx, input),
             Approval::Deny { reason } => {
                 ctx.deny(reason.clone());
@@ -239,8 +242,8 @@ fn gated(body: ErasedBody, policy: Arc<dyn Fn(&Payload) -> Result<Approval, Stri
                     }
                 }) as BoxFuture<BodyOutcome>)
             }
-        }
-    })
+        },
+    )
 }
 
 impl fmt::Debug for WorkflowTool {
