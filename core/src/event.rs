@@ -222,7 +222,7 @@ pub struct InputRequest {
     /// input the model called it with. Answered with the option [`APPROVE`] or [`DENY`]; any
     /// text beside `deny` is the reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub approval: Option<ApprovalRequest>,
+    pub approval: Option<Box<ApprovalRequest>>,
 }
 
 /// The option id that lets a gated call run.
@@ -288,7 +288,7 @@ impl InputRequest {
             ],
             allow_freeform: false,
             agent: None,
-            approval: Some(ApprovalRequest { tool, input }),
+            approval: Some(Box::new(ApprovalRequest { tool, input })),
         }
     }
 

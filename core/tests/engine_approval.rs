@@ -102,7 +102,7 @@ mod confirm {
     use super::*;
 
     /// Gated, and asks again inside the body.
-    pub async fn execute(ctx: WorkflowCtx, input: Deploy) -> Result<String, WorkflowError> {
+    pub async fn execute(ctx: WorkflowCtx, _input: Deploy) -> Result<String, WorkflowError> {
         count(&ctx);
         let answer = ctx
             .ask(InputRequest::confirmation("Really deploy now?"))
@@ -508,7 +508,7 @@ async fn a_denied_background_call_is_a_denied_task() {
     assert_eq!(env.status(&run).await, RunStatus::Failed);
 }
 
-async fn background_deploy(ctx: WorkflowCtx, input: Deploy) -> Result<String, WorkflowError> {
+async fn background_deploy(ctx: WorkflowCtx, _input: Deploy) -> Result<String, WorkflowError> {
     count(&ctx);
     Ok("done".into())
 }

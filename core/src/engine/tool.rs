@@ -20,6 +20,9 @@ use std::sync::Arc;
 /// What a body returned: the output, or the error the run fails with.
 pub(crate) type BodyOutcome = Result<Payload, String>;
 
+/// An approval policy over the recorded input; `Err` fails the run with the message.
+type ErasedPolicy = Arc<dyn Fn(&Payload) -> Result<Approval, String> + Send + Sync>;
+
 pub(crate) type ErasedBody =
     Arc<dyn Fn(WorkflowCtx, &Payload) -> Result<BoxFuture<BodyOutcome>, String> + Send + Sync>;
 
@@ -213,10 +216,7 @@ fn denial_reason(answer: &crate::InputResponse) -> String {
 /// Wraps `body` in the approval gate `policy`. The policy is a function of the recorded input
 /// only, so every replay decides the same; an `Ask` is the body's command 0 (the request id
 /// `{run}:0`), and the body's own commands follow it.
-fn gated(
-    body: ErasedBody,
-    policy: Arc<dyn Fn(&Payload) -> Result<Approval, String> + Send + Sync>,
-) -> ErasedBody {
+fn gated(body: ErasedBody, policy: ErasedPolicy) -> ErasedBody {
     Arc::new(
         move |ctx: WorkflowCtx, input: &Payload| match policy(input)? {
             Approval::Approve => body(ctx, input),
