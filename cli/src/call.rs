@@ -205,6 +205,9 @@ async fn result(store: &dyn JournalStore, run: &RunRecord) -> Result<serde_json:
         Some(Event::RunFailed { error }) => {
             serde_json::json!({ "run": run.run_id, "status": run.status, "error": error })
         }
+        Some(Event::RunDenied { reason }) => serde_json::json!({
+            "run": run.run_id, "status": run.status, "error": reason, "denied": true,
+        }),
         _ => serde_json::json!({ "run": run.run_id, "status": run.status }),
     })
 }

@@ -349,6 +349,13 @@ pub fn request_line(p: &PendingRequest) -> String {
         (false, false) => options.join("|"),
         (false, true) => format!("{}|--text", options.join("|")),
     };
+    // An approval gate: the tool and the model's input, and a denial may carry a reason.
+    if let Some(gate) = &p.request.approval {
+        return format!(
+            "{}  run {}  approval: {} {}  answer: {} [--text REASON]",
+            p.request_id, p.run_id, gate.tool, gate.input, accepts
+        );
+    }
     format!(
         "{}  run {}  {:?}  answer: {}",
         p.request_id, p.run_id, p.request.prompt, accepts
@@ -483,4 +490,29 @@ pub async fn resolve(
         .map_err(CliError::store(format!("cannot resolve blocked run {run}")))?;
     let _ = writeln!(out, "{what} run {run} (seq {seq})");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_approval_request_shows_the_tool_and_its_input() {
+        let run = eve_core::RunId::new("run_1");
+        let p = PendingRequest {
+            request_id: RequestId::for_command(&run, 0),
+            run_id: run,
+            session_id: SessionId::new("s"),
+            cmd: 0,
+            request: eve_core::InputRequest::approval(
+                "deploy",
+                serde_json::json!({"service": "api"}),
+            ),
+            requested_at: Timestamp(0),
+        };
+        assert_eq!(
+            request_line(&p),
+            r#"run_1:0  run run_1  approval: deploy {"service":"api"}  answer: approve|deny [--text REASON]"#
+        );
+    }
 }

@@ -98,6 +98,7 @@ pub fn ask(run: &RunId, cmd: u64) -> (RequestId, Event) {
             options: vec![opt("yes"), opt("no")],
             allow_freeform: true,
             agent: None,
+            approval: None,
         },
     };
     (id, event)

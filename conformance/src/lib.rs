@@ -551,6 +551,7 @@ macro_rules! __store_cases {
             sessions::queries_by_session_and_status,
             sessions::list_runs_ties_by_run_id,
             sessions::agent_request_answered_once,
+            sessions::approval_request_and_denial,
             turns::ended_session_refuses_new_runs,
             turns::end_racing_starts_lists_every_run,
             turns::queued_messages_taken_once_in_order,

@@ -384,6 +384,20 @@ impl Model {
                         }
                     });
                 }
+                Event::RunDenied { reason } => {
+                    run.rec.status = RunStatus::Failed;
+                    session_events.push(if background {
+                        SessionEvent::TaskDenied {
+                            reason: reason.clone(),
+                        }
+                    } else {
+                        SessionEvent::ToolSettled {
+                            result: ToolResult::Denied {
+                                reason: reason.clone(),
+                            },
+                        }
+                    });
+                }
                 Event::RunBlocked { .. } => run.rec.status = RunStatus::Blocked,
                 Event::RunResumed => run.rec.status = RunStatus::Running,
                 _ => {}

@@ -138,6 +138,9 @@ pub enum Display {
     /// A subagent call for the host to serve ([`InputRequest::agent`]); answered with an
     /// [`AgentReply`], never by a person's button.
     Agent,
+    /// A tool's approval policy asks whether the call may run ([`InputRequest::approval`]):
+    /// the tool and the model's input, with the options `approve` and `deny`.
+    Approval,
 }
 
 /// Visual weight of an option.
@@ -214,6 +217,29 @@ pub struct InputRequest {
     /// HTTP): what the child is asked; the answer is an [`InputResponse::agent`] reply.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<AgentRequest>,
+    /// Set when this request is a tool's approval gate (see
+    /// [`WorkflowTool::approval`](crate::engine::WorkflowTool::approval)): the tool and the
+    /// input the model called it with. Answered with the option [`APPROVE`] or [`DENY`]; any
+    /// text beside `deny` is the reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<Box<ApprovalRequest>>,
+}
+
+/// The option id that lets a gated call run.
+pub const APPROVE: &str = "approve";
+/// The option id that denies a gated call: it settles `denied` and its body never runs.
+pub const DENY: &str = "deny";
+
+/// What an approval request shows: the tool and the model's input, nothing the body computed
+/// (the body has not run).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalRequest {
+    /// The model-visible tool name.
+    pub tool: String,
+    /// The input the model called the tool with.
+    pub input: serde_json::Value,
 }
 
 /// A subagent call as a request: what `ctx.agent` asked the host for (wire hosts, Wave 3
@@ -248,6 +274,24 @@ pub enum AgentReply {
 }
 
 impl InputRequest {
+    /// The approval gate of a call of `tool` with `input`: display
+    /// [`Display::Approval`], options [`APPROVE`] (primary) and [`DENY`] (danger), a reason
+    /// may be given as text beside `deny`.
+    pub fn approval(tool: impl Into<String>, input: serde_json::Value) -> Self {
+        let tool = tool.into();
+        Self {
+            prompt: format!("Allow the call of {tool}?"),
+            display: Display::Approval,
+            options: vec![
+                InputOption::new(APPROVE, "Approve").style(OptionStyle::Primary),
+                InputOption::new(DENY, "Deny").style(OptionStyle::Danger),
+            ],
+            allow_freeform: false,
+            agent: None,
+            approval: Some(Box::new(ApprovalRequest { tool, input })),
+        }
+    }
+
     /// A confirmation: buttons `approve` (primary) and `cancel`.
     pub fn confirmation(prompt: impl Into<String>) -> Self {
         Self {
@@ -259,6 +303,7 @@ impl InputRequest {
             ],
             allow_freeform: false,
             agent: None,
+            approval: None,
         }
     }
 
@@ -270,6 +315,7 @@ impl InputRequest {
             options,
             allow_freeform: false,
             agent: None,
+            approval: None,
         }
     }
 
@@ -281,6 +327,7 @@ impl InputRequest {
             options: Vec::new(),
             allow_freeform: true,
             agent: None,
+            approval: None,
         }
     }
 
@@ -636,6 +683,13 @@ pub enum Event {
     },
     /// An operator resumed a blocked run.
     RunResumed,
+    /// The run ended denied by the tool's approval policy or the person who answered its
+    /// approval request: the body never ran. The run's status is `failed`; its call settles
+    /// `denied`.
+    RunDenied {
+        /// Why (the policy's reason, or the person's).
+        reason: String,
+    },
 }
 
 /// How many leading characters of a webhook token [`Event::mask_webhook_token`] keeps: `wh_` and
@@ -685,6 +739,7 @@ impl Event {
             Event::RunCancelled => "RunCancelled",
             Event::RunBlocked { .. } => "RunBlocked",
             Event::RunResumed => "RunResumed",
+            Event::RunDenied { .. } => "RunDenied",
         }
     }
 
@@ -692,7 +747,10 @@ impl Event {
     pub fn is_terminal(&self) -> bool {
         matches!(
             self,
-            Event::RunCompleted { .. } | Event::RunFailed { .. } | Event::RunCancelled
+            Event::RunCompleted { .. }
+                | Event::RunFailed { .. }
+                | Event::RunCancelled
+                | Event::RunDenied { .. }
         )
     }
 
@@ -709,7 +767,9 @@ impl Event {
             Event::StepFailed { error, .. }
             | Event::AgentFailed { error, .. }
             | Event::RunFailed { error } => error.len(),
-            Event::CancelRequested { reason } | Event::RunBlocked { reason } => reason.len(),
+            Event::CancelRequested { reason }
+            | Event::RunBlocked { reason }
+            | Event::RunDenied { reason } => reason.len(),
             Event::InputRequested { request, .. } => {
                 request.prompt.len()
                     + request

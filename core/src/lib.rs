@@ -22,8 +22,9 @@ pub mod worker_lock;
 
 pub use error::StoreError;
 pub use event::{
-    AgentReply, AgentRequest, Display, Event, Execution, InputOption, InputRequest, InputResponse,
-    OptionStyle, Payload, StoredEvent, WebhookRequest, WebhookResponse, MASKED_TOKEN_CHARS,
+    AgentReply, AgentRequest, ApprovalRequest, Display, Event, Execution, InputOption,
+    InputRequest, InputResponse, OptionStyle, Payload, StoredEvent, WebhookRequest,
+    WebhookResponse, MASKED_TOKEN_CHARS,
 };
 pub use ids::{
     check_client_id, AppendId, CallId, DeploymentId, InvalidId, RequestId, RunId, SessionId,

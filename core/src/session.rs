@@ -102,6 +102,13 @@ pub enum SessionEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
+    /// A background task was denied by its tool's approval policy or the person asked: its
+    /// body never ran.
+    #[serde(rename = "task.denied")]
+    TaskDenied {
+        /// Why.
+        reason: String,
+    },
 }
 
 /// How a default-execution tool call was settled.
@@ -121,6 +128,12 @@ pub enum ToolResult {
     },
     /// The run was cancelled.
     Cancelled,
+    /// The call was denied by its tool's approval policy or the person asked; the body never
+    /// ran.
+    Denied {
+        /// Why.
+        reason: String,
+    },
 }
 
 /// One entry of a session's log, with its own per-session seq (from 0).

@@ -814,6 +814,22 @@ impl Effects {
                         }
                     });
                 }
+                Event::RunDenied { reason } => {
+                    // A denied run is a failed run to the stores (no status of its own); the
+                    // session sees the typed outcome.
+                    fx.status = Some(RunStatus::Failed);
+                    fx.session_events.push(if background {
+                        SessionEvent::TaskDenied {
+                            reason: reason.clone(),
+                        }
+                    } else {
+                        SessionEvent::ToolSettled {
+                            result: ToolResult::Denied {
+                                reason: reason.clone(),
+                            },
+                        }
+                    });
+                }
                 Event::RunBlocked { .. } => fx.status = Some(RunStatus::Blocked),
                 Event::RunResumed => fx.status = Some(RunStatus::Running),
                 Event::Patched { .. } => {}

@@ -49,6 +49,7 @@ fn approval() -> InputRequest {
         ],
         allow_freeform: false,
         agent: None,
+        approval: None,
     }
 }
 
@@ -244,6 +245,7 @@ mod leftovers {
             options: vec![],
             allow_freeform: true,
             agent: None,
+            approval: None,
         });
         let _hook = ctx.create_hook::<serde_json::Value>(format!("left-{}", ctx.run_id()));
         first.await;

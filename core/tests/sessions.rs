@@ -68,6 +68,7 @@ mod tools {
             ],
             allow_freeform: false,
             agent: None,
+            approval: None,
         }
     }
 
@@ -182,6 +183,7 @@ mod tools {
                 options: vec![],
                 allow_freeform: true,
                 agent: None,
+                approval: None,
             });
             let answer = first.await;
             if input.fail {
@@ -593,6 +595,7 @@ fn kinds(events: &[SessionEvent]) -> Vec<&'static str> {
             SessionEvent::ToolSettled { .. } => "tool.settled",
             SessionEvent::AgentRequested { .. } => "agent.requested",
             SessionEvent::AgentCompleted { .. } => "agent.completed",
+            SessionEvent::TaskDenied { .. } => "task.denied",
         })
         .collect()
 }

@@ -57,8 +57,9 @@ pub use eve_storage_sqlite as sqlite;
 /// What a tool module needs: `use eve::prelude::*;`.
 pub mod prelude {
     pub use crate::engine::{
-        AgentCall, Either, IntoWorkflowTool, Registry, RetryPolicy, Session, StepCtx, StepError,
-        StepFuture, TaskHandle, ToolCtx, Worker, WorkerConfig, WorkflowCtx, WorkflowError,
+        AgentCall, Approval, Either, IntoWorkflowTool, Registry, RetryPolicy, Session, StepCtx,
+        StepError, StepFuture, TaskHandle, ToolCtx, Worker, WorkerConfig, WorkflowCtx,
+        WorkflowError,
     };
     pub use crate::{step, tool, workflow};
     pub use crate::{InputRequest, InputResponse, JournalStore, MemoryStore};

@@ -37,6 +37,7 @@ pub fn describe_entry(e: &SessionEntry) -> String {
         SessionEvent::TaskCompleted { output } => output.get().to_owned(),
         SessionEvent::TaskFailed { error } => error.clone(),
         SessionEvent::TaskCancelled => String::new(),
+        SessionEvent::TaskDenied { reason } => reason.clone(),
         SessionEvent::ToolSettled { result } => serde_json::to_string(result).unwrap_or_default(),
         SessionEvent::AgentRequested { request_id, agent } => {
             format!(
@@ -74,6 +75,7 @@ pub fn ends_run(e: &SessionEntry, run: &RunId) -> bool {
                 | SessionEvent::TaskCompleted { .. }
                 | SessionEvent::TaskFailed { .. }
                 | SessionEvent::TaskCancelled
+                | SessionEvent::TaskDenied { .. }
         )
 }
 

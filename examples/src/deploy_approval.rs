@@ -43,6 +43,7 @@ pub fn approve_or_cancel(prompt: String, approve_label: &str) -> InputRequest {
         ],
         allow_freeform: false,
         agent: None,
+        approval: None,
     }
 }
 

@@ -136,6 +136,7 @@ pub fn describe(e: &Event) -> String {
         }
         Event::RunCompleted { output } => format!("RunCompleted    {}", output.get()),
         Event::RunFailed { error } => format!("RunFailed       {error}"),
+        Event::RunDenied { reason } => format!("RunDenied       {reason}"),
         other => other.kind().to_owned(),
     }
 }

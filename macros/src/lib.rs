@@ -22,7 +22,10 @@ use syn::{Attribute, Error, FnArg, Ident, ItemFn, LitStr, Meta, Pat, Token, Type
 /// type), `name = ".."` (tool name), `description = ".."`, `id = ".."` (keep an old workflow
 /// id after moving or renaming the function), `background` (the call returns a task receipt at
 /// once; the body may take `(ctx: WorkflowCtx, task: TaskHandle, input: I)` to post messages),
-/// `waits_for_input` (the body waits for input in a helper function; see below).
+/// `waits_for_input` (the body waits for input in a helper function; see below), `approval`
+/// (every call waits for a person's approval before the body runs: `WorkflowTool::needs_approval`)
+/// or `approval = path::to::policy` (an `fn(&I) -> Approval` deciding approve, deny or ask per
+/// input: `WorkflowTool::approval`).
 ///
 /// The tool is declared to wait for input (`WorkflowTool::waits_for_input`, MCP's
 /// `_meta["eve/mayWaitForInput"]`) when the body calls a method named `ask` or `agent`
@@ -89,6 +92,8 @@ struct Options {
     backoff: Option<LitStr>,
     output_schema: Option<Span>,
     waits_for_input: Option<Span>,
+    /// `approval` (always ask) or `approval = path::to::policy`.
+    approval: Option<(Span, Option<syn::Path>)>,
 }
 
 impl Options {
@@ -101,6 +106,16 @@ impl Options {
                 Meta::Path(p) if p.is_ident("waits_for_input") => {
                     o.waits_for_input = Some(p.span())
                 }
+                Meta::Path(p) if p.is_ident("approval") => o.approval = Some((p.span(), None)),
+                Meta::NameValue(nv) if nv.path.is_ident("approval") => {
+                    let syn::Expr::Path(policy) = &nv.value else {
+                        return Err(Error::new(
+                            nv.value.span(),
+                            "expected a path to the policy function: approval = path::to::policy (an fn(&Input) -> Approval)",
+                        ));
+                    };
+                    o.approval = Some((nv.path.span(), Some(policy.path.clone())));
+                }
                 Meta::NameValue(nv) => {
                     let key = nv.path.get_ident().map(Ident::to_string).unwrap_or_default();
                     let syn::Expr::Lit(syn::ExprLit { lit, .. }) = &nv.value else {
@@ -112,10 +127,10 @@ impl Options {
                         ("id", syn::Lit::Str(s)) => o.id = Some(s.clone()),
                         ("backoff", syn::Lit::Str(s)) => o.backoff = Some(s.clone()),
                         ("retries", syn::Lit::Int(i)) => o.retries = Some(i.clone()),
-                        _ => return Err(Error::new(meta.span(), "unknown option or wrong literal type: expected name = \"..\", description = \"..\", id = \"..\", background, output_schema, waits_for_input, retries = N or backoff = \"2s\"")),
+                        _ => return Err(Error::new(meta.span(), "unknown option or wrong literal type: expected name = \"..\", description = \"..\", id = \"..\", background, output_schema, waits_for_input, approval, approval = path::to::policy, retries = N or backoff = \"2s\"")),
                     }
                 }
-                _ => return Err(Error::new(meta.span(), "unknown option: expected name = \"..\", description = \"..\", id = \"..\", background, output_schema, waits_for_input, retries = N or backoff = \"2s\"")),
+                _ => return Err(Error::new(meta.span(), "unknown option: expected name = \"..\", description = \"..\", id = \"..\", background, output_schema, waits_for_input, approval, approval = path::to::policy, retries = N or backoff = \"2s\"")),
             }
         }
         Ok(o)
@@ -132,6 +147,7 @@ impl Options {
             ("backoff", self.backoff.as_ref().map(LitStr::span)),
             ("output_schema", self.output_schema),
             ("waits_for_input", self.waits_for_input),
+            ("approval", self.approval.as_ref().map(|(span, _)| *span)),
         ];
         for (key, span) in given {
             if let (Some(span), false) = (span, allowed.contains(&key)) {
@@ -288,6 +304,7 @@ fn workflow_impl(o: Options, f: ItemFn) -> syn::Result<TokenStream2> {
             "background",
             "output_schema",
             "waits_for_input",
+            "approval",
         ],
     )?;
     check_fn("workflow", &f, "a workflow body awaits durable operations")?;
@@ -358,6 +375,11 @@ fn workflow_impl(o: Options, f: ItemFn) -> syn::Result<TokenStream2> {
     };
     let waits = (o.waits_for_input.is_some() || calls_input_method(quote!(#f)))
         .then(|| quote!(.waits_for_input()));
+    let approval = match &o.approval {
+        Some((_, None)) => Some(quote!(.needs_approval())),
+        Some((_, Some(policy))) => Some(quote!(.approval(#policy))),
+        None => None,
+    };
     let ItemFn {
         attrs,
         vis,
@@ -389,6 +411,7 @@ fn workflow_impl(o: Options, f: ItemFn) -> syn::Result<TokenStream2> {
                 #background
                 #output_schema
                 #waits
+                #approval
             }
         }
     })

@@ -4,7 +4,7 @@
 use crate::error::{from_engine, from_store, invalid};
 use crate::task::{self, RunView};
 use crate::wire::{clip, MAX_ID};
-use crate::{McpServer, META_CALL_KEY, META_EXECUTION, META_MAY_ASK};
+use crate::{McpServer, META_CALL_KEY, META_EXECUTION, META_MAY_ASK, META_NEEDS_APPROVAL};
 use eve_core::engine::tool_call_run;
 use eve_core::wake::{Waiter, WatchKey};
 use eve_core::{CallId, Execution, InputRequest, RequestId, RunId, RunRecord, SessionId};
@@ -42,6 +42,10 @@ impl Connection {
         };
         let mut meta = JsonObject::new();
         meta.insert(META_MAY_ASK.into(), Value::Bool(t.may_wait_for_input()));
+        meta.insert(
+            META_NEEDS_APPROVAL.into(),
+            Value::Bool(t.requires_approval()),
+        );
         meta.insert(
             META_EXECUTION.into(),
             json!(match t.execution() {
@@ -234,6 +238,7 @@ impl Connection {
                     task::End::Cancelled => CallToolResult::error(vec![ContentBlock::text(
                         "the run was cancelled before it finished",
                     )]),
+                    task::End::Denied(reason) => task::denied(reason),
                 }));
             }
             if let (Some(token), Some(value)) = (&progress_token, &view.progress) {

@@ -3,11 +3,12 @@
 //!
 //! | MCP | eve |
 //! | --- | --- |
-//! | `tools/list` | the [`Registry`]: name, description, `inputSchema` (schemars), `outputSchema` when the tool declares its output type (`WorkflowTool::output_schema_of`); `_meta` says whether the tool may wait for input ([`META_MAY_ASK`], `WorkflowTool::may_wait_for_input`) and how it executes ([`META_EXECUTION`]) |
+//! | `tools/list` | the [`Registry`]: name, description, `inputSchema` (schemars), `outputSchema` when the tool declares its output type (`WorkflowTool::output_schema_of`); `_meta` says whether the tool may wait for input ([`META_MAY_ASK`], `WorkflowTool::may_wait_for_input`) how it executes ([`META_EXECUTION`]) and whether calls wait for an approval ([`META_NEEDS_APPROVAL`]) |
 //! | `tools/call`, client declared tasks | a run; answered with a task whose `taskId` is the run id |
 //! | `tools/call` of an ordinary tool of default execution (`#[tool]`) | no run: the tool runs inline in the call, for every client (with or without tasks), and its output (or its error, as `isError`) is the result; its arguments are checked as a workflow tool's (-32602 `invalid_input`). An ordinary `#[tool(background)]` is a workflow tool of one step: a run and a task like any other |
 //! | `tools/call`, no tasks | a run; the call blocks until the run settles. Progress goes out as `notifications/progress` (when a progress token was sent); a pending `ctx.ask` goes to the client as `elicitation/create` (when it declared elicitation, protocol ≤ 2025-11-25) or as an `input_required` result whose `requestState` is the run id (protocol 2026-07-28) |
 //! | `tasks/get` | the run read from the store: `working`, `input_required` (pending asks as elicitation forms), `completed`, `failed`, `cancelled`; `statusMessage` = the last progress value |
+//! | approval (`WorkflowTool::needs_approval` / `approval`) | the approval request is an ask like any other (elicitation in a blocking call, `input_required` in task mode, options `approve` / `deny`); a denied call answers a tool result with `isError: true` and `_meta` [`META_DENIED`] `{"reason"}` (in task mode: a `completed` task with that result) |
 //! | `tasks/update` | `JournalStore::answer`, exactly once, with the HTTP API's errors as JSON-RPC errors; all or nothing: every response is checked before any is written |
 //! | a pending `ctx.agent` call (no `AgentHost`) | `sampling/createMessage` (the call in `_meta` under `eve/` keys, [`META_RUN`] …; a prompt a model can serve): server-to-client in a blocking call of a client that declared `sampling` (one that did not gets -32600 naming the capability, the call staying pending), an entry of `inputRequests` in task mode and 2026-07-28 rounds; the result's text is the output, checked against the call's output schema before it is recorded once |
 //! | `tasks/cancel` | `JournalStore::request_cancel` (the tool's grace period and cleanup steps apply); a finished task is acknowledged with the empty result and stays as it is (SEP-2663: cancellation is an acknowledged signal) |
@@ -96,6 +97,13 @@ pub const META_CALL_KEY: &str = "eve/callKey";
 /// `ctx.agent`): `true` only for a tool that declares it (`WorkflowTool::waits_for_input`) or
 /// whose `#[workflow]` body calls `.ask(..)` or `.agent(..)`.
 pub const META_MAY_ASK: &str = "eve/mayWaitForInput";
+/// The `_meta` key of a listed tool saying whether its calls pass an approval policy before the
+/// body runs (`WorkflowTool::requires_approval`): the approval request reaches the client like
+/// any ask (elicitation, or `input_required` in task mode).
+pub const META_NEEDS_APPROVAL: &str = "eve/needsApproval";
+/// The `_meta` key of a tool result (`isError: true`) whose call was denied by its approval
+/// policy or the person asked: `{"reason": ".."}`. The body never ran.
+pub const META_DENIED: &str = "eve/denied";
 /// The `_meta` key of a listed tool saying how it executes: `"default"` or `"background"`.
 pub const META_EXECUTION: &str = "eve/execution";
 /// The property of an elicitation form that holds the chosen option id.

@@ -49,6 +49,8 @@ pub(crate) enum End {
     Completed(Payload),
     Failed(String),
     Cancelled,
+    /// Denied by the tool's approval policy or the person asked; the body never ran.
+    Denied(String),
 }
 
 impl RunView {
@@ -81,6 +83,7 @@ impl RunView {
                 Event::RunCompleted { output } => self.end = Some(End::Completed(output)),
                 Event::RunFailed { error } => self.end = Some(End::Failed(error)),
                 Event::RunCancelled => self.end = Some(End::Cancelled),
+                Event::RunDenied { reason } => self.end = Some(End::Denied(reason)),
                 Event::RunBlocked { reason, .. } => self.blocked = Some(reason),
                 Event::RunResumed => self.blocked = None,
                 _ => {}
@@ -172,6 +175,18 @@ pub(crate) fn completed(output: &Payload) -> CallToolResult {
     result
 }
 
+/// A denied call as a tool result: `isError: true`, the reason as text, and `_meta`
+/// [`META_DENIED`](crate::META_DENIED) `{"reason"}` so a host tells a denial from a failure.
+pub(crate) fn denied(reason: &str) -> CallToolResult {
+    let mut result = CallToolResult::error(vec![ContentBlock::text(format!(
+        "the call was denied: {reason}"
+    ))]);
+    let mut meta = JsonObject::new();
+    meta.insert(crate::META_DENIED.into(), json!({ "reason": reason }));
+    result.meta = Some(rmcp::model::MetaObject(meta));
+    result
+}
+
 /// A failed run as a JSON-RPC error object: -32603 with the run's error, its bracketed eve code
 /// (`[EVE-…]`) in `data.code` when it has one.
 pub(crate) fn failure(error: &str) -> JsonObject {
@@ -207,6 +222,9 @@ pub(crate) fn detailed(
             error: failure(error),
         },
         (Some(End::Cancelled), _) | (None, RunStatus::Cancelled) => TaskPayload::Cancelled,
+        (Some(End::Denied(reason)), _) => TaskPayload::Completed {
+            result: object(serde_json::to_value(denied(reason)).unwrap_or_default()),
+        },
         _ if !view.pending.is_empty() && !run.cancel_requested => TaskPayload::InputRequired {
             input_requests: input_requests(&run.run_id, &view.pending, sampling_max_tokens),
         },
@@ -247,7 +265,13 @@ pub(crate) fn form(request: &InputRequest) -> Value {
             required.push(FIELD_OPTION);
         }
     }
-    if request.allow_freeform || request.options.is_empty() {
+    if request.approval.is_some() {
+        // A denial may say why; the text beside `deny` is the call's `denied` reason.
+        properties.insert(
+            FIELD_TEXT.into(),
+            json!({ "type": "string", "title": "Reason (sent with a denial)" }),
+        );
+    } else if request.allow_freeform || request.options.is_empty() {
         properties.insert(
             FIELD_TEXT.into(),
             json!({ "type": "string", "title": "Answer" }),
@@ -256,9 +280,15 @@ pub(crate) fn form(request: &InputRequest) -> Value {
             required.push(FIELD_TEXT);
         }
     }
+    // An approval request shows the model's input: the body has not run, so that is all a
+    // person can judge.
+    let message = match &request.approval {
+        Some(gate) => format!("{}\n\n{} input: {}", request.prompt, gate.tool, gate.input),
+        None => request.prompt.clone(),
+    };
     json!({
         "mode": "form",
-        "message": request.prompt,
+        "message": message,
         "requestedSchema": { "type": "object", "properties": properties, "required": required },
     })
 }

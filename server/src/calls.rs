@@ -37,6 +37,9 @@ pub(crate) struct ToolView {
     execution: Execution,
     /// The JSON Schema its input must match.
     input_schema: serde_json::Value,
+    /// Whether a call waits for an approval (options `approve` / `deny`) before the body runs:
+    /// the tool's approval policy may ask a person, and a denied call settles `denied`.
+    needs_approval: bool,
 }
 
 /// The tools this server starts.
@@ -48,7 +51,8 @@ pub(crate) struct Tools {
 
 /// The tools this server starts.
 ///
-/// `GET /v1/tools` (read): `{"tools": [{name, description, execution, inputSchema}]}`, by name.
+/// `GET /v1/tools` (read): `{"tools": [{name, description, execution, inputSchema,
+/// needsApproval}]}`, by name.
 #[utoipa::path(
     get,
     path = "/v1/tools",
@@ -67,6 +71,7 @@ pub(crate) async fn list(State(inner): State<Arc<Inner>>) -> Json<Tools> {
             description: t.description().to_owned(),
             execution: t.execution(),
             input_schema: t.input_schema().clone(),
+            needs_approval: t.requires_approval(),
         })
         .collect();
     // Ordinary tools of default execution run inline in the call.
@@ -80,6 +85,7 @@ pub(crate) async fn list(State(inner): State<Arc<Inner>>) -> Json<Tools> {
                 description: t.description().to_owned(),
                 execution: t.execution(),
                 input_schema: t.input_schema().clone(),
+                needs_approval: false,
             }),
     );
     tools.sort_by(|a, b| a.name.cmp(&b.name));
@@ -128,9 +134,13 @@ pub(crate) struct Settled {
     /// The output of a completed run.
     #[serde(skip_serializing_if = "Option::is_none")]
     output: Option<serde_json::Value>,
-    /// The error of a failed run.
+    /// The error of a failed run; the reason of a denied one.
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+    /// Set when the call was denied by its tool's approval policy or the person asked (the
+    /// body never ran): `status` is then `failed` and `error` the reason.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    denied: bool,
 }
 
 /// Parses `30s`, `500ms`, `2m` (or plain seconds).
@@ -268,11 +278,13 @@ async fn inline(tool: &eve_core::engine::Tool, req: StartCall) -> Result<Respons
             status: eve_core::RunStatus::Completed,
             output: Some(output),
             error: None,
+            denied: false,
         },
         Err(error) => Settled {
             status: eve_core::RunStatus::Failed,
             output: None,
             error: Some(error),
+            denied: false,
         },
     };
     Ok((
@@ -295,6 +307,7 @@ async fn settled(store: &dyn JournalStore, run: &RunRecord) -> Result<Option<Set
         status: run.status,
         output: None,
         error: None,
+        denied: false,
     };
     match last.as_ref().map(|e| &e.event) {
         Some(Event::RunCompleted { output }) => {
@@ -302,6 +315,10 @@ async fn settled(store: &dyn JournalStore, run: &RunRecord) -> Result<Option<Set
                 Some(serde_json::from_str::<serde_json::Value>(output.get()).unwrap_or_default());
         }
         Some(Event::RunFailed { error }) => settled.error = Some(error.clone()),
+        Some(Event::RunDenied { reason }) => {
+            settled.error = Some(reason.clone());
+            settled.denied = true;
+        }
         _ => {}
     }
     Ok(Some(settled))

@@ -64,6 +64,8 @@ pub(crate) enum OutcomeKind {
     Cancelled,
     /// Parked until an operator resumes or fails it.
     Blocked,
+    /// Denied by the tool's approval policy or the person asked; the body never ran.
+    Denied,
 }
 
 /// A run as `GET /v1/runs` lists it: its record and, on a page, its outcome.
@@ -206,6 +208,7 @@ async fn outcome(
         Event::RunFailed { error } => (OutcomeKind::Failed, error.clone()),
         Event::RunCancelled => (OutcomeKind::Cancelled, String::new()),
         Event::RunBlocked { reason } => (OutcomeKind::Blocked, reason.clone()),
+        Event::RunDenied { reason } => (OutcomeKind::Denied, reason.clone()),
         _ => return Ok(None),
     };
     let code = detail

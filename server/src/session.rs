@@ -40,6 +40,7 @@ pub(crate) fn event_type(e: &SessionEvent) -> &'static str {
         SessionEvent::TaskCompleted { .. } => "task.completed",
         SessionEvent::TaskFailed { .. } => "task.failed",
         SessionEvent::TaskCancelled => "task.cancelled",
+        SessionEvent::TaskDenied { .. } => "task.denied",
         SessionEvent::ToolSettled { .. } => "tool.settled",
         SessionEvent::AgentRequested { .. } => "agent.requested",
         SessionEvent::AgentCompleted { .. } => "agent.completed",

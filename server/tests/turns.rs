@@ -32,6 +32,7 @@ fn question(topic: &str) -> InputRequest {
         options: vec![],
         allow_freeform: true,
         agent: None,
+        approval: None,
     }
 }
 

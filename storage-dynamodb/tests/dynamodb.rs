@@ -193,6 +193,7 @@ async fn transaction_item_limit_is_refused_whole() {
                 options: vec![],
                 allow_freeform: true,
                 agent: None,
+                approval: None,
             },
         });
     }
@@ -360,6 +361,7 @@ async fn calls_per_operation() {
                         options: vec![],
                         allow_freeform: true,
                         agent: None,
+                        approval: None,
                     },
                 },
             ],

@@ -73,6 +73,7 @@ fn request(prompt: &str) -> InputRequest {
         ],
         allow_freeform: false,
         agent: None,
+        approval: None,
     }
 }
 

@@ -437,6 +437,7 @@ fn request() -> eve_core::InputRequest {
         options: Vec::new(),
         allow_freeform: true,
         agent: None,
+        approval: None,
     }
 }
 

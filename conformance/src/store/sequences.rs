@@ -472,6 +472,7 @@ impl Harness {
                         options: vec![opt("yes"), opt("no")],
                         allow_freeform: cmd % 2 == 0,
                         agent: None,
+                        approval: None,
                     },
                 }
             }

@@ -340,6 +340,7 @@ pub async fn agent_request_answered_once(factory: &dyn StoreFactory) {
         display: Display::Agent,
         options: Vec::new(),
         allow_freeform: false,
+        approval: None,
         agent: Some(call(key)),
     };
     let (facts, check) = (
@@ -490,5 +491,128 @@ pub async fn agent_request_answered_once(factory: &dyn StoreFactory) {
             ),
         ],
         "agent.requested and agent.completed, once each, with their journal events"
+    );
+}
+
+/// The approval gate: an approval request (`InputRequest::approval`) is kept with its tool and
+/// input in the journal, the pending requests and the session log; `RunDenied` ends the run
+/// `failed` and settles the call `denied` (`tool.settled`
+/// with `ToolResult::Denied`, `task.denied` for a background run).
+pub async fn approval_request_and_denial(factory: &dyn StoreFactory) {
+    let s = fresh(factory).await;
+    let st = &*s.store;
+    let session = SessionId::new(unique("session"));
+    let mut fg = new_run("gated");
+    fg.session_id = session.clone();
+    let mut bg = new_run("gated-bg");
+    bg.session_id = session.clone();
+    bg.execution = Execution::Background;
+    let (fg_run, fl) = started(st, fg.clone(), at(0)).await;
+    let (bg_run, bl) = started(st, bg.clone(), at(0)).await;
+    let request = eve_core::InputRequest::approval(
+        "conformance_tool",
+        serde_json::json!({"tag": "input", "nested": [1, 2]}),
+    );
+    let req = eve_core::RequestId::for_command(&fg_run.run_id, 0);
+    must_append(
+        st,
+        append(
+            &fg_run.run_id,
+            1,
+            &fl,
+            vec![Event::InputRequested {
+                cmd: 0,
+                request_id: req.clone(),
+                request: request.clone(),
+            }],
+            at(1),
+        ),
+    )
+    .await;
+    let pending = st.pending_requests(&session).await.expect("pending");
+    assert_eq!(pending.len(), 1);
+    assert_eq!(
+        pending[0].request, request,
+        "the approval gate's tool and input round-trip"
+    );
+    let err = st
+        .answer(&req, InputResponse::option("maybe"), at(2))
+        .await
+        .expect_err("an option not offered");
+    assert!(
+        matches!(err, eve_core::StoreError::InvalidAnswer { .. }),
+        "{err}"
+    );
+    st.answer(
+        &req,
+        InputResponse {
+            option_id: Some("deny".into()),
+            text: Some("too risky".into()),
+            ..InputResponse::default()
+        },
+        at(2),
+    )
+    .await
+    .expect("answer");
+    must_append(
+        st,
+        append(
+            &fg_run.run_id,
+            3,
+            &fl,
+            vec![Event::RunDenied {
+                reason: "too risky".into(),
+            }],
+            at(3),
+        ),
+    )
+    .await;
+    must_append(
+        st,
+        append(
+            &bg_run.run_id,
+            1,
+            &bl,
+            vec![Event::RunDenied {
+                reason: "frozen".into(),
+            }],
+            at(4),
+        ),
+    )
+    .await;
+    for run in [&fg_run.run_id, &bg_run.run_id] {
+        assert_eq!(
+            st.get_run(run).await.expect("get_run").status,
+            RunStatus::Failed,
+            "a denied run is ended, as failed"
+        );
+    }
+    let log: Vec<SessionEvent> = st
+        .read_session(&session, 0, 100)
+        .await
+        .expect("read_session")
+        .into_iter()
+        .map(|e| e.event)
+        .collect();
+    assert_eq!(
+        log[0],
+        SessionEvent::InputRequested {
+            request_id: req.clone(),
+            request,
+        }
+    );
+    assert_eq!(
+        &log[log.len() - 2..],
+        &[
+            SessionEvent::ToolSettled {
+                result: ToolResult::Denied {
+                    reason: "too risky".into()
+                }
+            },
+            SessionEvent::TaskDenied {
+                reason: "frozen".into()
+            },
+        ],
+        "{log:#?}"
     );
 }

@@ -91,6 +91,7 @@ impl AgentCall {
             display: Display::Agent,
             options: Vec::new(),
             allow_freeform: false,
+            approval: None,
             agent: Some(AgentRequest {
                 key: self.key.clone(),
                 target: self.target.clone(),

@@ -205,6 +205,9 @@ pub(crate) struct Core {
     /// The journal's length when replay began (0: unknown): while events before it are still
     /// to be delivered, the body is replaying a recorded run.
     pub(crate) journal_end: u64,
+    /// Set by the approval gate when it denied the call: the body's error is then the reason
+    /// of a `RunDenied`, not a failure.
+    pub(crate) denied: Option<String>,
 }
 
 impl Core {
@@ -231,6 +234,7 @@ impl Core {
             patches: HashMap::new(),
             seq: 0,
             journal_end: 0,
+            denied: None,
         }
     }
 
@@ -334,6 +338,11 @@ impl WorkflowCtx {
     /// The run.
     pub fn run_id(&self) -> RunId {
         lock(&self.core).run_id.clone()
+    }
+
+    /// Marks the call denied by its approval gate (see [`WorkflowTool::approval`](super::WorkflowTool::approval)).
+    pub(crate) fn deny(&self, reason: String) {
+        lock(&self.core).denied = Some(reason);
     }
 
     /// The model-visible tool name.

@@ -45,8 +45,9 @@ pub use replay::{GRACE_CMD, GUARD_CMD};
 pub use session::*;
 pub use step::{parse_duration, RetryPolicy, StepCtx};
 pub use tool::{
-    define_tool, define_workflow_tool, resume_hook, start_tool_call, tool_call_run, IntoTool,
-    IntoWorkflowTool, Registrable, Registry, Tool, ToolCtx, Workflow, WorkflowTool, DEFAULT_GRACE,
+    define_tool, define_workflow_tool, resume_hook, start_tool_call, tool_call_run, Approval,
+    IntoTool, IntoWorkflowTool, Registrable, Registry, Tool, ToolCtx, Workflow, WorkflowTool,
+    DEFAULT_GRACE,
 };
 pub(crate) use worker::host_name;
 pub use worker::{

@@ -482,7 +482,10 @@ impl Executor {
             Event::CancelRequested { .. } => {
                 core.cancel_seq.get_or_insert(ev.seq);
             }
-            Event::RunCompleted { .. } | Event::RunFailed { .. } | Event::RunCancelled => {
+            Event::RunCompleted { .. }
+            | Event::RunFailed { .. }
+            | Event::RunCancelled
+            | Event::RunDenied { .. } => {
                 self.ended = true;
             }
             Event::RunStarted { .. }
@@ -530,6 +533,11 @@ impl Executor {
         } else {
             Err(Stop::Stuck)
         }
+    }
+
+    /// The approval gate's denial, when it denied the call (see [`WorkflowTool::approval`]).
+    pub(crate) fn denied(&self) -> Option<String> {
+        lock(&self.core).denied.clone()
     }
 
     /// The seed's return rules: a default-execution body that returns `null` settles with its

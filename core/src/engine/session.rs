@@ -335,6 +335,7 @@ pub fn requests_turn(event: &SessionEvent) -> bool {
         | SessionEvent::TaskCompleted { .. }
         | SessionEvent::TaskFailed { .. }
         | SessionEvent::TaskCancelled
+        | SessionEvent::TaskDenied { .. }
         | SessionEvent::TaskMessage { .. } => true,
         SessionEvent::InputRequested { .. }
         | SessionEvent::InputAnswered { .. }

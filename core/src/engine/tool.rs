@@ -20,6 +20,9 @@ use std::sync::Arc;
 /// What a body returned: the output, or the error the run fails with.
 pub(crate) type BodyOutcome = Result<Payload, String>;
 
+/// An approval policy over the recorded input; `Err` fails the run with the message.
+type ErasedPolicy = Arc<dyn Fn(&Payload) -> Result<Approval, String> + Send + Sync>;
+
 pub(crate) type ErasedBody =
     Arc<dyn Fn(WorkflowCtx, &Payload) -> Result<BoxFuture<BodyOutcome>, String> + Send + Sync>;
 
@@ -171,7 +174,76 @@ pub struct WorkflowTool {
     output_schema: Option<serde_json::Value>,
     waits_for_input: bool,
     validate: fn(&serde_json::Value) -> Result<(), String>,
+    needs_approval: bool,
     pub(crate) body: ErasedBody,
+}
+
+/// What a tool's approval policy decides for one call, before its body runs (the AI SDK's
+/// `toolApproval`, the OpenAI Agents SDK's `needs_approval`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Approval {
+    /// The call runs without asking anyone; nothing is journaled for the decision.
+    Approve,
+    /// The call is denied without asking: the run ends [`Event::RunDenied`](crate::Event::RunDenied)
+    /// with this reason and the body never runs.
+    Deny {
+        /// Why; shown to the model as the call's `denied` result.
+        reason: String,
+    },
+    /// A person decides: an approval request ([`InputRequest::approval`](crate::InputRequest::approval))
+    /// is journaled and the call waits for its answer like any `ctx.ask`.
+    Ask,
+}
+
+impl Approval {
+    /// A denial with `reason`.
+    pub fn deny(reason: impl Into<String>) -> Self {
+        Self::Deny {
+            reason: reason.into(),
+        }
+    }
+}
+
+/// The reason a person's denial carries: their text, else who denied.
+fn denial_reason(answer: &crate::InputResponse) -> String {
+    match (&answer.text, &answer.answered_by) {
+        (Some(t), _) if !t.trim().is_empty() => t.clone(),
+        (_, Some(who)) => format!("denied by {who}"),
+        _ => "denied by the person asked".into(),
+    }
+}
+
+/// Wraps `body` in the approval gate `policy`. The policy is a function of the recorded input
+/// only, so every replay decides the same; an `Ask` is the body's command 0 (the request id
+/// `{run}:0`), and the body's own commands follow it.
+fn gated(body: ErasedBody, policy: ErasedPolicy) -> ErasedBody {
+    Arc::new(
+        move |ctx: WorkflowCtx, input: &Payload| match policy(input)? {
+            Approval::Approve => body(ctx, input),
+            Approval::Deny { reason } => {
+                ctx.deny(reason.clone());
+                Ok(Box::pin(async move { Err(reason) }) as BoxFuture<BodyOutcome>)
+            }
+            Approval::Ask => {
+                let shown: serde_json::Value = input
+                    .to_value()
+                    .map_err(|e| format!("the recorded input is not JSON: {e}"))?;
+                let ask = ctx.ask(crate::InputRequest::approval(ctx.tool_name(), shown));
+                let body = body.clone();
+                let input = input.clone();
+                Ok(Box::pin(async move {
+                    let answer = ask.await;
+                    if answer.option_id.as_deref() == Some(crate::event::APPROVE) {
+                        body(ctx, &input)?.await
+                    } else {
+                        let reason = denial_reason(&answer);
+                        ctx.deny(reason.clone());
+                        Err(reason)
+                    }
+                }) as BoxFuture<BodyOutcome>)
+            }
+        },
+    )
 }
 
 impl fmt::Debug for WorkflowTool {
@@ -239,6 +311,7 @@ where
         output_schema: None,
         waits_for_input: false,
         validate: validate_as::<I>,
+        needs_approval: false,
         body: workflow.body,
     }
 }
@@ -302,6 +375,53 @@ impl WorkflowTool {
     pub fn waits_for_input(mut self) -> Self {
         self.waits_for_input = true;
         self
+    }
+
+    /// Gates every call on a person's approval: before the body runs, eve journals an approval
+    /// request showing the tool and the model's input (options `approve` / `deny`, display
+    /// [`Display::Approval`](crate::Display::Approval)), answered like any `ctx.ask` (the
+    /// page, `eve answer`, HTTP, MCP). `approve` runs the body; `deny` ends the run
+    /// [`Event::RunDenied`](crate::Event::RunDenied) (the call settles `denied`) and the
+    /// body never runs. Costs one journal append before the body. The request is the run's
+    /// command 0, so adding or removing the gate changes the body's replay: give the tool a
+    /// new workflow id (or let the runs in flight end) when you do.
+    pub fn needs_approval(self) -> Self {
+        self.approval_by(|_| Ok(Approval::Ask))
+    }
+
+    /// Gates calls by `policy`, a function of the tool's input `I` (the type the body takes)
+    /// deciding [`Approval::Approve`] (runs at once, nothing journaled),
+    /// [`Approval::Deny`] (the run ends denied, nothing asked, the body never runs) or
+    /// [`Approval::Ask`] (as [`needs_approval`](Self::needs_approval)). The policy must be a
+    /// pure function of the input: a replay decides again and must decide the same. An input
+    /// that does not deserialize as `I` fails the run with a message saying so.
+    pub fn approval<I, F>(self, policy: F) -> Self
+    where
+        I: DeserializeOwned,
+        F: Fn(&I) -> Approval + Send + Sync + 'static,
+    {
+        self.approval_by(move |input: &Payload| {
+            let input: I = input.to_value().map_err(|e| {
+                format!("the approval policy's input type does not fit the recorded input: {e}")
+            })?;
+            Ok(policy(&input))
+        })
+    }
+
+    fn approval_by(
+        mut self,
+        policy: impl Fn(&Payload) -> Result<Approval, String> + Send + Sync + 'static,
+    ) -> Self {
+        self.body = gated(self.body, Arc::new(policy));
+        self.needs_approval = true;
+        self.waits_for_input = true;
+        self
+    }
+
+    /// Whether calls pass an approval policy before the body runs (MCP lists it as
+    /// `_meta["eve/needsApproval"]`).
+    pub fn requires_approval(&self) -> bool {
+        self.needs_approval
     }
 
     /// Whether the body may wait for input (see [`WorkflowTool::waits_for_input`]).
@@ -775,6 +895,7 @@ impl Tool {
             input_schema: tool.input_schema.clone(),
             output_schema: None,
             waits_for_input: false,
+            needs_approval: false,
             validate: tool.validate,
             body,
         }

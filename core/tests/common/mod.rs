@@ -61,6 +61,11 @@ macro_rules! on_both_stores {
 }
 
 impl Env {
+    /// The same clock over another store (a wrapper of this one, say).
+    pub fn with_store(self, store: Arc<dyn JournalStore>) -> Self {
+        Self { store, ..self }
+    }
+
     pub fn config(&self) -> WorkerConfig {
         WorkerConfig {
             lease_ttl: LEASE,

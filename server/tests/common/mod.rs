@@ -66,6 +66,15 @@ impl TestServer {
         Self::start_full("127.0.0.1:0".parse().unwrap(), store, tune, state).await
     }
 
+    /// [`TestServer::start_with`] on `addr` (a restart with another state).
+    pub async fn start_with_on(
+        addr: SocketAddr,
+        store: Arc<dyn JournalStore>,
+        state: impl FnOnce(AppState) -> AppState,
+    ) -> Self {
+        Self::start_full(addr, store, |_| {}, state).await
+    }
+
     async fn start_full(
         addr: SocketAddr,
         store: Arc<dyn JournalStore>,
@@ -259,6 +268,7 @@ pub async fn deploy(ctx: WorkflowCtx, input: DeployInput) -> Result<Value, Workf
             ],
             allow_freeform: false,
             agent: None,
+            approval: None,
         })
         .await;
     if answer.option_id.as_deref() != Some("approve") {
@@ -299,6 +309,7 @@ pub async fn refund(ctx: WorkflowCtx, input: RefundInput) -> Result<Value, Workf
             ],
             allow_freeform: true,
             agent: None,
+            approval: None,
         })
         .await;
     Ok(
@@ -323,6 +334,7 @@ pub async fn report(ctx: WorkflowCtx, input: ReportInput) -> Result<Value, Workf
             options: vec![],
             allow_freeform: true,
             agent: None,
+            approval: None,
         })
         .await;
     Ok(json!({ "note": note.text }))

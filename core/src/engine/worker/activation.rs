@@ -294,7 +294,7 @@ impl Inner {
             // Past one append's limit, the usual end follows this append.
             if events.len() + more.len() < crate::store::MAX_EVENTS_PER_APPEND {
                 if let Some(out) = exec.finished.take() {
-                    let (event, e) = super::steps::terminal(out);
+                    let (event, e) = super::steps::terminal(out, exec.denied());
                     more.push(event);
                     events.extend(more);
                     end = Some(e);
@@ -437,6 +437,7 @@ fn log_end(run: &RunId, terminal: &Event) {
     match terminal {
         Event::RunFailed { error } => warn!(run_id = %run, %error, "run failed"),
         Event::RunCancelled => info!(run_id = %run, "run cancelled"),
+        Event::RunDenied { reason } => info!(run_id = %run, %reason, "run denied"),
         _ => info!(run_id = %run, "run completed"),
     }
 }

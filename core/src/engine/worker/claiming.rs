@@ -126,6 +126,7 @@ impl Inner {
                                     | ActivationEnd::Failed(_)
                                     | ActivationEnd::Cancelled
                                     | ActivationEnd::Blocked(_)
+                                    | ActivationEnd::Denied(_)
                             );
                     }
                 }

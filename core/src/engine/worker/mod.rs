@@ -109,6 +109,9 @@ pub enum ActivationEnd {
     /// The worker lost the run (fenced, ended by someone else) or the store failed; it was
     /// dropped from memory and another activation will pick it up.
     Dropped(String),
+    /// The run ended denied by its tool's approval policy or the person asked (the body never
+    /// ran), with the reason.
+    Denied(String),
 }
 
 struct Inner {

@@ -97,8 +97,20 @@ fn outbox_cmd(e: &Event) -> u64 {
     }
 }
 
-/// The end event of a body's outcome, and how the activation ends.
-pub(super) fn terminal(out: crate::engine::tool::BodyOutcome) -> (Event, ActivationEnd) {
+/// The end event of a body's outcome, and how the activation ends; `denied` is the reason
+/// when the approval gate denied the call (the outcome is then its error).
+pub(super) fn terminal(
+    out: crate::engine::tool::BodyOutcome,
+    denied: Option<String>,
+) -> (Event, ActivationEnd) {
+    if let Some(reason) = denied {
+        return (
+            Event::RunDenied {
+                reason: reason.clone(),
+            },
+            ActivationEnd::Denied(reason),
+        );
+    }
     match out {
         Ok(output) => (Event::RunCompleted { output }, ActivationEnd::Completed),
         Err(error) => (
@@ -192,7 +204,7 @@ impl Inner {
                 }
                 let (event, end) = match exec.finished.take() {
                     _ if cancelling => (Event::RunCancelled, ActivationEnd::Cancelled),
-                    Some(out) => terminal(out),
+                    Some(out) => terminal(out, exec.denied()),
                     None => unreachable!("past the grace period only when cancelling"),
                 };
                 self.finish(run, exec, event).await?;
