@@ -1488,3 +1488,147 @@ async fn seed_examples_through_the_python_mcp_sdk() {
         "{cleanup}"
     );
 }
+
+/// The other seven examples of the registry through `eve serve`'s MCP endpoint, driven by the
+/// official MCP Python SDK (`tests/python/seed_examples_more.py`): each blocking (asks answered
+/// through elicitation, hooks delivered by `eve hook resume`), the background ones and the
+/// deadline versions also in task mode (`tasks/get`, `tasks/update`), timers shortened by the
+/// examples' own inputs (`delay`, `first_deadline`, `second_deadline`).
+#[test]
+fn seed_examples_more_through_the_python_mcp_sdk() {
+    let Ok(python) = std::env::var("EVE_TEST_MCP_PYTHON") else {
+        println!("SKIPPED: the seed's other examples through the MCP Python SDK: EVE_TEST_MCP_PYTHON is not set (scripts/test-all.sh sets it)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut served = Served::start(d, &[]);
+    let base = served.base();
+    let line = served.wait_for("eve serve:   eve_");
+    let key = line.trim_start_matches("eve serve:").trim().to_owned();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/seed_examples_more.py");
+    let out = Command::new(&python)
+        .arg(&script)
+        .arg(&base)
+        .env("EVE_MCP_BEARER", &key)
+        .env("EVE_BIN", EVE)
+        .env("EVE_DIR", d)
+        .env_remove("EVE_STORE_URL")
+        .output()
+        .expect("run the Python client");
+    let text = stdout(&out);
+    assert!(
+        out.status.success(),
+        "the Python client failed: {text}{}",
+        stderr(&out)
+    );
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let example = |name: &str, mode: &str| {
+        let found = lines
+            .iter()
+            .find(|s| s["example"] == name && s["mode"] == mode)
+            .unwrap_or_else(|| panic!("no {name} ({mode}): {text}"))
+            .clone();
+        assert_eq!(found["is_error"], false, "{found}");
+        found
+    };
+    use serde_json::json;
+
+    // Blocking calls.
+    let remind = example("remind", "blocking");
+    assert_eq!(remind["structured"], json!({"reminder": "Reminder: tea"}));
+    let progress = example("remind_with_progress", "blocking");
+    assert_eq!(progress["structured"], json!({"reminder": "stretch"}));
+    assert_eq!(
+        progress["progress"][0]["message"], r#"{"status":"preparing reminder"}"#,
+        "{progress}"
+    );
+    let approval = example("deploy_approval", "blocking");
+    assert_eq!(
+        approval["asked"],
+        json!([{"message": "Deploy api?\n\nroll out api to 3 regions, 10% at a time", "options": ["approve", "cancel"]}])
+    );
+    assert_eq!(
+        approval["structured"],
+        json!({"deployed": true, "url": "https://deploy.example/api/1"})
+    );
+    let deadline = example("deploy_deadline", "blocking");
+    assert_eq!(
+        deadline["asked"],
+        json!([{"message": "Deploy db?", "options": ["approve", "cancel"]}])
+    );
+    assert_eq!(
+        deadline["structured"],
+        json!({"deployed": true, "url": "https://deploy.example/db/1"})
+    );
+    let refund = example("refund_order", "blocking");
+    assert_eq!(
+        refund["asked"],
+        json!([{"message": "Refund $12.5 on order o1?", "options": ["approve", "deny"]}])
+    );
+    assert_eq!(
+        refund["structured"],
+        json!({"refunded": true, "receipt": "rf-o1-1250"})
+    );
+    let deploy = example("deploy", "blocking");
+    assert_eq!(deploy["hook_rc"], 0, "{deploy}");
+    assert!(
+        deploy["hook_out"]
+            .as_str()
+            .unwrap()
+            .contains("delivered to hook \"approve-web\""),
+        "{deploy}"
+    );
+    assert_eq!(deploy["steps"], json!(["plan_deploy", "apply_deploy"]));
+    assert_eq!(
+        deploy["structured"],
+        json!({"deployed": true, "url": "https://deploy.example/123"})
+    );
+    let render = example("render_hook", "blocking");
+    assert_eq!(render["hook_rc"], 0, "{render}");
+    assert_eq!(
+        render["structured"],
+        json!({"job": "job-py3", "url": "https://cdn.example/py3.mp4"})
+    );
+
+    // Task mode: a receipt at once, then `tasks/get` until the task ends.
+    for name in [
+        "remind",
+        "remind_with_progress",
+        "deploy_deadline",
+        "deploy",
+        "refund_order",
+    ] {
+        let task = example(name, "task");
+        assert_eq!(task["receipt_type"], "task", "{task}");
+        assert_eq!(task["receipt_status"], "working", "{task}");
+        assert_eq!(task["status"], "completed", "{task}");
+    }
+    let remind = example("remind", "task");
+    assert_eq!(remind["structured"], json!({"reminder": "Reminder: tea"}));
+    let progress = example("remind_with_progress", "task");
+    assert_eq!(progress["messages"], json!(["Reminder scheduled for 1s."]));
+    assert_eq!(progress["structured"], json!({"reminder": "stretch"}));
+    let deadline = example("deploy_deadline", "task");
+    assert_eq!(deadline["steps"], json!(["plan_deploy", "page_on_call"]));
+    assert_eq!(deadline["withdrawn"], 1, "{deadline}");
+    assert_eq!(
+        deadline["structured"],
+        json!({"deployed": false, "reason": "timed out"})
+    );
+    let deploy = example("deploy", "task");
+    assert_eq!(deploy["steps"], json!(["plan_deploy", "page_on_call"]));
+    assert_eq!(
+        deploy["structured"],
+        json!({"deployed": false, "reason": "timed out"})
+    );
+    let refund = example("refund_order", "task");
+    assert_eq!(
+        refund["asked"],
+        json!({"message": "Refund $3 on order o2?", "options": ["approve", "deny"]})
+    );
+    assert_eq!(refund["structured"], json!({"refunded": false}));
+}
