@@ -1491,8 +1491,8 @@ async fn seed_examples_through_the_python_mcp_sdk() {
 
 /// The other seven examples of the registry through `eve serve`'s MCP endpoint, driven by the
 /// official MCP Python SDK (`tests/python/seed_examples_more.py`): each blocking (asks answered
-/// through elicitation, hooks delivered by `eve hook resume`), the background ones and the
-/// deadline versions also in task mode (`tasks/get`, `tasks/update`), timers shortened by the
+/// through elicitation, one of them after its deadline paged on-call; hooks delivered by `eve
+/// hook resume`), the background ones and the deadline versions also in task mode (`tasks/get`, `tasks/update`), timers shortened by the
 /// examples' own inputs (`delay`, `first_deadline`, `second_deadline`).
 #[test]
 fn seed_examples_more_through_the_python_mcp_sdk() {
@@ -1563,6 +1563,19 @@ fn seed_examples_more_through_the_python_mcp_sdk() {
     assert_eq!(
         deadline["structured"],
         json!({"deployed": true, "url": "https://deploy.example/db/1"})
+    );
+    let escalated = example("deploy_deadline", "escalated");
+    assert_eq!(
+        escalated["asked"],
+        json!([{"message": "Deploy esc?", "options": ["approve", "cancel"]}])
+    );
+    assert_eq!(
+        escalated["steps"],
+        json!(["plan_deploy", "page_on_call", "apply_deploy"])
+    );
+    assert_eq!(
+        escalated["structured"],
+        json!({"deployed": true, "url": "https://deploy.example/esc/1"})
     );
     let refund = example("refund_order", "blocking");
     assert_eq!(

@@ -14,8 +14,9 @@ so the task session sends its requests through the SDK session's JSON-RPC dispat
 - remind_with_progress (background): blocking with a progress callback (its `ctx.progress`
   arrives as `notifications/progress`); then task mode, whose journal shows the posted message.
 - deploy_approval: blocking; its ask is answered `approve` through elicitation.
-- deploy_deadline: blocking, answered `approve` through elicitation (no deadline fires); then
-  task mode with both deadlines at "1s", left unanswered: it pages on-call and times out.
+- deploy_deadline: blocking, answered `approve` through elicitation (no deadline fires); blocking
+  with a first deadline of "1s", answered `approve` only once the run paged on-call (the same
+  ask, answered after the escalation); then task mode with both deadlines at "1s", left unanswered: it pages on-call and times out.
 - refund_order (background): blocking, answered `approve` (refunded); then task mode, its ask
   read from `tasks/get` (`input_required`) and answered `deny` by `tasks/update`.
 - deploy (hook version): blocking; meanwhile the approver waits for the run's hook and delivers
@@ -45,12 +46,30 @@ EVE_DIR = os.environ["EVE_DIR"]
 HEADERS = {"Authorization": f"Bearer {KEY}"}
 TASKS = "io.modelcontextprotocol/tasks"
 asked = []
+shared = {}
 
 
 async def elicit(context, params):
     options = [o["const"] for o in params.requested_schema["properties"]["option"]["oneOf"]]
     asked.append({"message": params.message, "options": options})
+    if params.message == "Deploy esc?":
+        # The approver answers late: once the first deadline passed and on-call was paged.
+        shared["paged"] = await paged(shared["http"], "deploy_deadline")
     return types.ElicitResult(action="accept", content={"option": "approve"})
+
+
+async def paged(http, tool):
+    """Waits until a running run of `tool` completed its page_on_call step; its run id."""
+
+    async def found():
+        r = await http.get(f"{BASE}/v1/runs", params={"tool": tool}, headers=HEADERS)
+        for run in r.json()["runs"]:
+            if run["status"] == "running":
+                if "page_on_call" in completed_steps(await journal(http, run["runId"])):
+                    return run["runId"]
+        return None
+
+    return await until(found, "the page")
 
 
 def out(example, mode, **fields):
@@ -181,6 +200,19 @@ async def blocking(session, http):
     out("deploy_deadline", "blocking", asked=list(asked), **result_fields(result))
 
     asked.clear()
+    result = await session.call_tool(
+        "deploy_deadline", {"service": "esc", "first_deadline": "1s", "second_deadline": "1h"}
+    )
+    j = await journal(http, shared["paged"])
+    out(
+        "deploy_deadline",
+        "escalated",
+        asked=list(asked),
+        steps=completed_steps(j),
+        **result_fields(result),
+    )
+
+    asked.clear()
     result = await session.call_tool("refund_order", {"order_id": "o1", "amount": 12.5})
     out("refund_order", "blocking", asked=list(asked), **result_fields(result))
 
@@ -271,6 +303,7 @@ async def tasks(session, http):
 
 async def main():
     async with httpx.AsyncClient() as http:
+        shared["http"] = http
         client = create_mcp_http_client(headers=HEADERS)
         async with streamable_http_client(f"{BASE}/mcp", http_client=client) as (read, write, *_):
             async with ClientSession(read, write, elicitation_callback=elicit) as session:
