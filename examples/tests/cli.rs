@@ -1492,8 +1492,9 @@ async fn seed_examples_through_the_python_mcp_sdk() {
 /// The other seven examples of the registry through `eve serve`'s MCP endpoint, driven by the
 /// official MCP Python SDK (`tests/python/seed_examples_more.py`): each blocking (asks answered
 /// through elicitation, one of them after its deadline paged on-call; hooks delivered by `eve
-/// hook resume`), the background ones and the deadline versions also in task mode (`tasks/get`, `tasks/update`), timers shortened by the
-/// examples' own inputs (`delay`, `first_deadline`, `second_deadline`).
+/// hook resume`), the background ones and the deadline versions also in task mode (`tasks/get`,
+/// `tasks/update`), timers shortened by the examples' own inputs (`delay`, `first_deadline`,
+/// `second_deadline`).
 #[test]
 fn seed_examples_more_through_the_python_mcp_sdk() {
     let Ok(python) = std::env::var("EVE_TEST_MCP_PYTHON") else {
