@@ -1405,7 +1405,9 @@ fn call_purge_and_serve_retain_on_sqlite() {
 /// Three of the seed's examples driven end to end by the official MCP Python SDK against
 /// `eve serve` (see `tests/python/seed_examples.py`): `progress_then_ask` answered through
 /// elicitation, `render_video` completed by the farm's POST to its webhook URL, and
-/// `render_cleanup` cancelled over HTTP while the call blocks, its cleanup step run.
+/// `render_cleanup` cancelled over HTTP while the call blocks, its cleanup step run, and
+/// `security_review`'s `reviewer` subagent served by the client's sampling callback (one
+/// recorded agent result; the review's findings in the call's result).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_examples_through_the_python_mcp_sdk() {
     let Ok(python) = std::env::var("EVE_TEST_MCP_PYTHON") else {
@@ -1486,6 +1488,60 @@ async fn seed_examples_through_the_python_mcp_sdk() {
         cleanup["steps"],
         serde_json::json!(["submit_render", "abort_render"]),
         "{cleanup}"
+    );
+    // security_review: the `reviewer` subagent served by the client's sampling callback.
+    let review = example("security_review");
+    assert_eq!(review["is_error"], false, "{review}");
+    let sampled = review["sampled"].as_array().unwrap();
+    assert_eq!(sampled.len(), 1, "one sampling request: {review}");
+    assert_eq!(sampled[0]["target"], "reviewer", "{review}");
+    assert_eq!(sampled[0]["key"], "security-review", "{review}");
+    assert_eq!(
+        sampled[0]["schema"],
+        eve_examples::security_review::review_schema(),
+        "{review}"
+    );
+    assert!(
+        sampled[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("roll out billing to 3 regions"),
+        "{review}"
+    );
+    assert_eq!(review["asked"], serde_json::json!([]), "{review}");
+    // The review approved, so the deploy ran, and its finding is the call's.
+    let finding = "reviewed: roll out billing to 3 regions, 10% at a time";
+    assert_eq!(
+        review["structured"],
+        serde_json::json!({
+            "deployed": true,
+            "url": "https://deploy.example/billing/1",
+            "findings": [finding],
+        }),
+        "{review}"
+    );
+    assert_eq!(review["status"], "completed", "{review}");
+    assert_eq!(
+        review["steps"],
+        serde_json::json!(["plan_deploy", "apply_deploy"]),
+        "{review}"
+    );
+    // Wire mode: the call is journalled as one input request, answered once with the review.
+    let requests = review["agent_requests"].as_array().unwrap();
+    assert_eq!(requests.len(), 1, "one agent request: {review}");
+    assert_eq!(requests[0]["key"], "security-review", "{review}");
+    assert_eq!(requests[0]["target"], "reviewer", "{review}");
+    let results = review["agent_results"].as_array().unwrap();
+    assert_eq!(results.len(), 1, "one recorded agent result: {review}");
+    assert_eq!(
+        results[0],
+        serde_json::json!({"output": {"approved": true, "findings": [finding]}}),
+        "{review}"
+    );
+    assert_eq!(
+        review["host_agent_events"],
+        serde_json::json!([]),
+        "no Rust agent host: {review}"
     );
 }
 

@@ -55,7 +55,11 @@ pub fn step(args: TokenStream, item: TokenStream) -> TokenStream {
 /// Options: `name = ".."`, `description = ".."`, `background` (each call is a durable run of
 /// one journaled step running the tool: a task receipt, task notices, `task_cancel`, and a
 /// restart runs the step again if its outcome was not recorded), `id = ".."` (the workflow id
-/// of background runs; default the module path, crate name left out, and the function name).
+/// of background runs; default the module path, crate name left out, and the function name),
+/// `approval` (with `background`: every call waits for a person's approval before the tool's
+/// step runs: `Tool::needs_approval`) or `approval = path::to::policy` (an `fn(&I) -> Approval`:
+/// `Tool::approval`). `approval` without `background` is a compile error: an inline call has
+/// no run to journal the approval in.
 #[proc_macro_attribute]
 pub fn tool(args: TokenStream, item: TokenStream) -> TokenStream {
     expand(args, item, tool_impl)
@@ -550,7 +554,16 @@ fn ok_type(ty: &Type) -> Option<&Type> {
 }
 
 fn tool_impl(o: Options, f: ItemFn) -> syn::Result<TokenStream2> {
-    o.only("tool", &["name", "description", "id", "background"])?;
+    o.only(
+        "tool",
+        &["name", "description", "id", "background", "approval"],
+    )?;
+    if let (Some((span, _)), None) = (&o.approval, o.background) {
+        return Err(Error::new(
+            *span,
+            "#[tool(approval)] needs `background`: an inline tool has no run to journal the approval in; write #[tool(background, approval)]",
+        ));
+    }
     check_fn("tool", &f, "a tool runs once per call")?;
     no_workflow_ctx("tool", &f)?;
     if f.sig.inputs.len() != 2
@@ -578,6 +591,11 @@ fn tool_impl(o: Options, f: ItemFn) -> syn::Result<TokenStream2> {
         None => quote!(.with_id(#krate::engine::Tool::__id(::core::module_path!(), #fn_name))),
     };
     let background = o.background.map(|_| quote!(.background()));
+    let approval = match &o.approval {
+        Some((_, None)) => Some(quote!(.needs_approval())),
+        Some((_, Some(policy))) => Some(quote!(.approval(#policy))),
+        None => None,
+    };
     let ItemFn {
         attrs,
         vis,
@@ -603,6 +621,7 @@ fn tool_impl(o: Options, f: ItemFn) -> syn::Result<TokenStream2> {
                 #krate::engine::define_tool(#tool_name, #desc, #ident::__body)
                 #with_id
                 #background
+                #approval
             }
         }
 

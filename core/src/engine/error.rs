@@ -224,4 +224,12 @@ pub enum EngineError {
         /// The tool's name.
         name: String,
     },
+    /// An ordinary tool of default execution was given an approval policy
+    /// (`Tool::needs_approval` / `Tool::approval`, `#[tool(approval)]`): it runs inline in the
+    /// call, with no run to journal the approval request in, so it is not registered.
+    #[error("tool {name:?} has an approval policy but runs inline in the call, with no run to journal the approval in; make it a background tool (Tool::background, #[tool(background, approval)]) or drop the policy")]
+    ApprovalNeedsBackground {
+        /// The tool's name.
+        name: String,
+    },
 }

@@ -710,6 +710,9 @@ pub struct Tool {
     execution: Execution,
     workflow_id: WorkflowId,
     validate: fn(&serde_json::Value) -> Result<(), String>,
+    /// The approval policy its background runs pass before the step (see
+    /// [`Tool::needs_approval`]).
+    approval: Option<ErasedPolicy>,
 }
 
 impl fmt::Debug for Tool {
@@ -717,6 +720,7 @@ impl fmt::Debug for Tool {
         f.debug_struct("Tool")
             .field("name", &self.name)
             .field("execution", &self.execution)
+            .field("needs_approval", &self.approval.is_some())
             .finish()
     }
 }
@@ -757,6 +761,7 @@ where
         run,
         execution: Execution::Default,
         validate: validate_as::<I>,
+        approval: None,
     }
 }
 
@@ -792,6 +797,48 @@ impl Tool {
     pub fn named(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
         self
+    }
+
+    /// Gates every call on a person's approval, as [`WorkflowTool::needs_approval`]: before
+    /// the tool's step runs, eve journals an approval request showing the tool and the model's
+    /// input; `approve` runs the step, `deny` ends the run
+    /// [`Event::RunDenied`](crate::Event::RunDenied) and the tool never runs. Only a
+    /// [`background`](Self::background) tool can be gated (its call is a run that journals the
+    /// request): [`Registry::register_tool`] refuses a default-execution tool with a policy
+    /// ([`EngineError::ApprovalNeedsBackground`]).
+    pub fn needs_approval(self) -> Self {
+        self.approval_by(|_| Ok(Approval::Ask))
+    }
+
+    /// Gates calls by `policy`, a pure function of the tool's input `I` deciding
+    /// [`Approval::Approve`], [`Approval::Deny`] or [`Approval::Ask`], as
+    /// [`WorkflowTool::approval`]. Background tools only, as
+    /// [`needs_approval`](Self::needs_approval).
+    pub fn approval<I, F>(self, policy: F) -> Self
+    where
+        I: DeserializeOwned,
+        F: Fn(&I) -> Approval + Send + Sync + 'static,
+    {
+        self.approval_by(move |input: &Payload| {
+            let input: I = input.to_value().map_err(|e| {
+                format!("the approval policy's input type does not fit the recorded input: {e}")
+            })?;
+            Ok(policy(&input))
+        })
+    }
+
+    fn approval_by(
+        mut self,
+        policy: impl Fn(&Payload) -> Result<Approval, String> + Send + Sync + 'static,
+    ) -> Self {
+        self.approval = Some(Arc::new(policy));
+        self
+    }
+
+    /// Whether calls pass an approval policy before the tool runs (see
+    /// [`Tool::needs_approval`]).
+    pub fn requires_approval(&self) -> bool {
+        self.approval.is_some()
     }
 
     /// The workflow id its background runs are pinned to (default: the tool's name when made
@@ -849,8 +896,10 @@ impl Tool {
     /// run with the tool's message). The step runs again only when the process died before
     /// its outcome was recorded (at least once, like every step); [`ToolCtx::attempt`] gives the
     /// attempt's idempotency key and abort signal. Its execution is the tool's; the registry
-    /// uses this for background tools.
-    pub fn into_workflow_tool(self) -> WorkflowTool {
+    /// uses this for background tools. The tool's approval policy ([`Tool::needs_approval`],
+    /// [`Tool::approval`]) becomes the workflow tool's: the gate runs before the step.
+    pub fn into_workflow_tool(mut self) -> WorkflowTool {
+        let approval = self.approval.take();
         let tool = Arc::new(self);
         let runner = tool.clone();
         let body: ErasedBody = Arc::new(move |ctx: WorkflowCtx, input: &Payload| {
@@ -886,7 +935,7 @@ impl Tool {
                     .map_err(|e| format!("the tool's output does not serialize: {e}"))
             }) as BoxFuture<BodyOutcome>)
         });
-        WorkflowTool {
+        let workflow = WorkflowTool {
             name: tool.name.clone(),
             description: tool.description.clone(),
             workflow_id: tool.workflow_id.clone(),
@@ -898,6 +947,10 @@ impl Tool {
             needs_approval: false,
             validate: tool.validate,
             body,
+        };
+        match approval {
+            Some(policy) => workflow.approval_by(move |input: &Payload| policy(input)),
+            None => workflow,
         }
     }
 }
@@ -954,11 +1007,18 @@ impl Registry {
     ///
     /// # Errors
     /// `InvalidInput` when another tool (workflow or ordinary) has the same name, or (in the
-    /// background) another workflow tool the same workflow id.
+    /// background) another workflow tool the same workflow id;
+    /// [`EngineError::ApprovalNeedsBackground`] for a default-execution tool with an approval
+    /// policy (nothing is registered).
     pub fn register_tool(&mut self, tool: impl IntoTool) -> Result<&mut Self, EngineError> {
         let tool = tool.into_tool();
         if tool.execution == Execution::Background {
             return self.register(tool.into_workflow_tool());
+        }
+        if tool.approval.is_some() {
+            return Err(EngineError::ApprovalNeedsBackground {
+                name: tool.name.clone(),
+            });
         }
         if self.ordinary.contains_key(&tool.name) || self.by_name.contains_key(&tool.name) {
             return Err(name_taken(&tool.name));

@@ -8,6 +8,12 @@ Usage: seed_examples.py http://HOST:PORT   (EVE_MCP_BEARER: an admin key; RENDER
 - render_cleanup: a blocking call; the user cancels the run over HTTP (cancellation of a
   blocking call has no MCP counterpart but task mode's `tasks/cancel`); the call ends with an
   error and the run's journal shows the cleanup step.
+- security_review: a blocking call; its `ctx.agent` call to the `reviewer` subagent arrives as
+  `sampling/createMessage` (the examples' registry has no Rust agent host), served by this
+  script's sampling callback with a JSON review satisfying the call's output schema (read from
+  `_meta["eve/outputSchema"]`); the review's findings shape the call's result, and the run's
+  journal records the agent call as one input request answered once with the review (wire
+  mode: `InputRequested` / `InputAnswered` carrying the call and its reply).
 Prints one JSON line per example for the Rust test to assert on.
 """
 
@@ -27,6 +33,53 @@ KEY = os.environ["EVE_MCP_BEARER"]
 FARM = os.environ["RENDER_FARM_DIR"]
 HEADERS = {"Authorization": f"Bearer {KEY}"}
 asked = []
+sampled = []
+
+SCHEMA = "eve/outputSchema"
+RUN = "eve/runId"
+TARGET = "eve/target"
+AGENT_KEY = "eve/agentKey"
+
+
+def value_for(schema, text):
+    """A JSON value satisfying the (simple) JSON schema `schema`: every property an object
+    schema lists, `true` for booleans, one string for arrays of strings, `text` for strings."""
+    kind = schema.get("type")
+    if kind == "object":
+        return {k: value_for(v, text) for k, v in schema.get("properties", {}).items()}
+    if kind == "array":
+        return [value_for(schema.get("items", {"type": "string"}), text)]
+    if kind == "boolean":
+        return True
+    if kind in ("integer", "number"):
+        return 1
+    return text
+
+
+async def review(context, params):
+    """The `reviewer` subagent: approves the plan, its finding naming the plan it read."""
+    meta = params.meta or {}
+    plan = params.messages[0].content.text.strip().splitlines()[-1]
+    sampled.append(
+        {
+            "target": meta.get(TARGET),
+            "key": meta.get(AGENT_KEY),
+            "run": meta.get(RUN),
+            "schema": meta.get(SCHEMA),
+            "system": params.system_prompt,
+            "message": params.messages[0].content.text,
+        }
+    )
+    if meta.get(TARGET) != "reviewer" or SCHEMA not in meta:
+        return types.ErrorData(code=-32602, message=f"no subagent serves {meta.get(TARGET)!r}")
+    verdict = value_for(meta[SCHEMA], f"reviewed: {plan}")
+    missing = [k for k in meta[SCHEMA].get("required", []) if k not in verdict]
+    assert not missing, missing
+    return types.CreateMessageResult(
+        role="assistant",
+        content=types.TextContent(type="text", text=json.dumps(verdict)),
+        model="python-reviewer",
+    )
 
 
 async def elicit(context, params):
@@ -37,6 +90,15 @@ async def elicit(context, params):
 
 def out(example, **fields):
     print(json.dumps({"example": example, **fields}), flush=True)
+
+
+def event_kinds(journal, kind):
+    """The journal's events of `kind` (events are externally tagged)."""
+    return [
+        e["event"][kind]
+        for e in journal["events"]
+        if isinstance(e["event"], dict) and kind in e["event"]
+    ]
 
 
 def completed_steps(journal):
@@ -99,7 +161,9 @@ async def cancel_cleanup(http):
 async def main():
     client = create_mcp_http_client(headers=HEADERS)
     async with streamable_http_client(f"{BASE}/mcp", http_client=client) as (read, write, *_):
-        async with ClientSession(read, write, elicitation_callback=elicit) as session:
+        async with ClientSession(
+            read, write, elicitation_callback=elicit, sampling_callback=review
+        ) as session:
             await session.initialize()
             names = sorted(t.name for t in (await session.list_tools()).tools)
             out("tools", names=names)
@@ -134,6 +198,31 @@ async def main():
                     "render_cleanup",
                     cancel_status=cancelled["status"],
                     steps=steps,
+                    status=journal["run"]["status"],
+                    **result_fields(result),
+                )
+
+                asked.clear()
+                result = await session.call_tool("security_review", {"service": "billing"})
+                run = sampled[0]["run"] if sampled else None
+                journal = (await http.get(f"{BASE}/v1/runs/{run}", headers=HEADERS)).json()
+                out(
+                    "security_review",
+                    sampled=sampled,
+                    asked=asked,
+                    agent_requests=[
+                        e["request"]["agent"]
+                        for e in event_kinds(journal, "InputRequested")
+                        if e["request"].get("agent")
+                    ],
+                    agent_results=[
+                        e["response"]["agent"]
+                        for e in event_kinds(journal, "InputAnswered")
+                        if e["response"].get("agent")
+                    ],
+                    host_agent_events=event_kinds(journal, "AgentCompleted")
+                    + event_kinds(journal, "AgentFailed"),
+                    steps=completed_steps(journal),
                     status=journal["run"]["status"],
                     **result_fields(result),
                 )
