@@ -6,21 +6,12 @@
 mod common;
 
 use common::*;
-use eve_core::engine::{
-    define_workflow_tool, Approval, Registry, SystemClock, Worker, WorkerConfig, WorkflowCtx,
-    WorkflowError,
-};
-use eve_core::{workflow, JournalStore};
-use eve_mcp::McpServer;
-use eve_storage_sqlite::SqliteStore;
-use rmcp::model::{CallToolRequestParams, TaskPayload, TaskStatus, UpdateTaskParams};
-use rmcp::service::RunningService;
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::{RoleClient, ServiceExt};
+use eve_core::engine::{define_workflow_tool, Approval, Registry, WorkflowCtx, WorkflowError};
+use eve_core::workflow;
+use rmcp::model::{TaskPayload, TaskStatus, UpdateTaskParams};
 use serde_json::json;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Mutex;
 
 static RAN: Mutex<Option<HashMap<String, usize>>> = Mutex::new(None);
 
@@ -69,58 +60,9 @@ fn registry() -> Registry {
         )
 }
 
-struct Fixture {
-    _dir: tempfile::TempDir,
-    url: String,
-    _store: Arc<dyn JournalStore>,
-}
-
-async fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn JournalStore> =
-        Arc::new(SqliteStore::open(dir.path().join("eve.db")).await.unwrap());
-    let registry = registry();
-    let worker = Worker::new(
-        store.clone(),
-        registry.clone(),
-        Arc::new(SystemClock),
-        WorkerConfig {
-            poll_interval: Duration::from_millis(50),
-            ..WorkerConfig::default()
-        },
-    )
-    .await
-    .unwrap();
-    let mcp = McpServer::new(store.clone(), Arc::new(registry)).with_worker(worker.clone());
-    let worker = worker.spawn();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let app = axum::Router::new().nest_service("/mcp", eve_mcp::router(mcp));
-    tokio::spawn(async move {
-        let _worker = worker;
-        axum::serve(listener, app).await.unwrap();
-    });
-    Fixture {
-        _dir: dir,
-        url: format!("http://{addr}/mcp"),
-        _store: store,
-    }
-}
-
-async fn connect(f: &Fixture, client: TestClient) -> RunningService<RoleClient, TestClient> {
-    client
-        .serve(StreamableHttpClientTransport::from_uri(f.url.clone()))
-        .await
-        .expect("connect")
-}
-
-fn call(tool: &str, args: serde_json::Value) -> CallToolRequestParams {
-    CallToolRequestParams::new(tool.to_owned()).with_arguments(args.as_object().unwrap().clone())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gated_tool_is_listed_and_approved_through_elicitation() {
-    let f = fixture().await;
+    let f = http_fixture_with(registry()).await;
     let client = TestClient::eliciting("approve");
     let c = connect(&f, client.clone()).await;
     let tools = c.list_all_tools().await.unwrap();
@@ -181,7 +123,7 @@ async fn a_gated_tool_is_listed_and_approved_through_elicitation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_client_gets_the_approval_as_input_required() {
-    let f = fixture().await;
+    let f = http_fixture_with(registry()).await;
     let c = connect(&f, TestClient::tasks()).await;
     let start = |id: &'static str| {
         let c = c.peer().clone();

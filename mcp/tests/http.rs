@@ -6,76 +6,14 @@ mod common;
 use common::*;
 use eve_core::{Event, JournalStore, JournalStoreExt, RunId, RunQuery};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CancelTaskParams, ErrorCode, GetTaskParams,
-    RequestMetaObject, TaskStatus, UpdateTaskParams,
+    CancelTaskParams, ErrorCode, GetTaskParams, RequestMetaObject, TaskStatus, UpdateTaskParams,
 };
-use rmcp::service::RunningService;
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::{RoleClient, ServiceError, ServiceExt};
 use serde_json::json;
-use std::sync::Arc;
-
-struct Fixture {
-    _dir: tempfile::TempDir,
-    url: String,
-    store: Arc<dyn JournalStore>,
-}
-
-async fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let (mcp, store, worker) = server(&dir.path().join("eve.db")).await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let app = axum::Router::new().nest_service("/mcp", eve_mcp::router(mcp));
-    tokio::spawn(async move {
-        let _worker = worker;
-        axum::serve(listener, app).await.unwrap();
-    });
-    Fixture {
-        _dir: dir,
-        url: format!("http://{addr}/mcp"),
-        store,
-    }
-}
-
-async fn connect(f: &Fixture, client: TestClient) -> RunningService<RoleClient, TestClient> {
-    client
-        .serve(StreamableHttpClientTransport::from_uri(f.url.clone()))
-        .await
-        .expect("connect")
-}
-
-fn call(tool: &str, args: serde_json::Value) -> CallToolRequestParams {
-    CallToolRequestParams::new(tool.to_owned()).with_arguments(args.as_object().unwrap().clone())
-}
-
-async fn start_task(
-    c: &RunningService<RoleClient, TestClient>,
-    p: CallToolRequestParams,
-) -> String {
-    match c.call_tool_once(p).await.expect("tools/call") {
-        CallToolResponse::Task(t) => {
-            assert!(t.task.poll_interval_ms.is_some());
-            t.task.task_id
-        }
-        other => panic!("expected a task, got {other:?}"),
-    }
-}
-
-fn rpc_error(r: Result<impl std::fmt::Debug, ServiceError>) -> rmcp::ErrorData {
-    match r {
-        Err(ServiceError::McpError(e)) => e,
-        other => panic!("expected a JSON-RPC error, got {other:?}"),
-    }
-}
-
-async fn runs(store: &dyn JournalStore) -> usize {
-    store.list_runs(&RunQuery::default()).await.unwrap().len()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tools_are_listed_from_the_registry() {
-    let f = fixture().await;
+    let f = http_fixture().await;
     let c = connect(&f, TestClient::default()).await;
     let tools = c.list_all_tools().await.unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
@@ -138,7 +76,7 @@ async fn tools_are_listed_from_the_registry() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_is_a_durable_task_answered_through_tasks_update() {
-    let f = fixture().await;
+    let f = http_fixture().await;
     let c = connect(&f, TestClient::tasks()).await;
     let id = start_task(&c, call("deploy_approval", json!({"service": "api"}))).await;
     assert!(id.starts_with("run_"), "the task id is the run id: {id}");
@@ -173,7 +111,7 @@ async fn a_call_is_a_durable_task_answered_through_tasks_update() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_background_task_reports_progress_in_status_message() {
-    let f = fixture().await;
+    let f = http_fixture().await;
     let c = connect(&f, TestClient::tasks()).await;
     let id = start_task(
         &c,
@@ -200,7 +138,7 @@ async fn a_background_task_reports_progress_in_status_message() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_ends_a_sleeping_task_cancelled_after_its_cleanup_step() {
-    let f = fixture().await;
+    let f = http_fixture().await;
     let c = connect(&f, TestClient::tasks()).await;
     let id = start_task(&c, call("nap", json!({}))).await;
     // Parked on its sleep (the progress and the sleep are journaled together).
@@ -236,7 +174,7 @@ async fn cancel_ends_a_sleeping_task_cancelled_after_its_cleanup_step() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_tasks_a_call_blocks_and_asks_through_elicitation() {
-    let f = fixture().await;
+    let f = http_fixture().await;
     let client = TestClient::eliciting("approve");
     let c = connect(&f, client.clone()).await;
     let result = c
@@ -264,7 +202,7 @@ async fn without_tasks_a_call_blocks_and_asks_through_elicitation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_tasks_progress_goes_out_as_notifications() {
-    let f = fixture().await;
+    let f = http_fixture().await;
     let client = TestClient::default();
     let c = connect(&f, client.clone()).await;
     let mut params = call(
@@ -287,7 +225,7 @@ async fn without_tasks_progress_goes_out_as_notifications() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repeated_call_key_does_not_start_a_second_run() {
-    let f = fixture().await;
+    let f = http_fixture().await;
     let keyed = |args: serde_json::Value| {
         let mut p = call("deploy_approval", args);
         let mut meta = RequestMetaObject::new();
@@ -322,7 +260,7 @@ async fn answers(store: &dyn JournalStore, run: &RunId) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_clients_answering_at_once_record_one_answer() {
-    let f = fixture().await;
+    let f = http_fixture().await;
     let a = connect(&f, TestClient::tasks()).await;
     let b = connect(&f, TestClient::tasks()).await;
     let id = start_task(&a, call("deploy_approval", json!({"service": "api"}))).await;
@@ -348,7 +286,7 @@ async fn two_clients_answering_at_once_record_one_answer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_a_json_rpc_error_and_changes_nothing() {
-    let f = fixture().await;
+    let f = http_fixture().await;
     let c = connect(&f, TestClient::tasks()).await;
     let invalid = |e: rmcp::ErrorData, code: &str, says: &str| {
         assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{e:?}");
@@ -432,7 +370,7 @@ async fn bad_input_is_a_json_rpc_error_and_changes_nothing() {
 async fn a_2026_client_answers_an_input_required_result_and_retries_the_same_run() {
     use rmcp::model::ProtocolVersion;
     use rmcp::service::{serve_client_with_lifecycle, ClientLifecycleMode};
-    let f = fixture().await;
+    let f = http_fixture().await;
     let client = TestClient::eliciting("approve");
     let c = serve_client_with_lifecycle(
         client.clone(),
@@ -460,7 +398,7 @@ async fn a_2026_client_answers_an_input_required_result_and_retries_the_same_run
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http_session_is_an_eve_session() {
-    let f = fixture().await;
+    let f = http_fixture().await;
     let c = connect(&f, TestClient::tasks()).await;
     let a = start_task(&c, call("remind", json!({"note": "a", "delay": "1h"}))).await;
     let b = start_task(&c, call("remind", json!({"note": "b", "delay": "1h"}))).await;
@@ -498,7 +436,7 @@ fn responses(entries: &[(&str, serde_json::Value)]) -> rmcp::model::InputRespons
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_update_with_one_bad_answer_writes_none() {
-    let f = fixture().await;
+    let f = http_fixture().await;
     let c = connect(&f, TestClient::tasks()).await;
     let id = start_task(&c, call("survey", json!({}))).await;
     let run = RunId::new(id.clone());
@@ -569,7 +507,7 @@ async fn an_update_with_one_bad_answer_writes_none() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_with_other_arguments_is_refused() {
-    let f = fixture().await;
+    let f = http_fixture().await;
     let c = connect(&f, TestClient::tasks()).await;
     let id = start_task(&c, call("deploy_approval", json!({"service": "api"}))).await;
     let parked = wait_status(c.peer(), &id, TaskStatus::InputRequired).await;
@@ -596,7 +534,7 @@ async fn a_retry_with_other_arguments_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_a_finished_task_is_acknowledged_and_changes_nothing() {
-    let f = fixture().await;
+    let f = http_fixture().await;
     let c = connect(&f, TestClient::tasks()).await;
     let id = start_task(&c, call("weigh", json!({ "grams": 10 }))).await;
     wait_status(c.peer(), &id, TaskStatus::Completed).await;
@@ -631,7 +569,7 @@ async fn post_raw(url: &str, body: impl Into<reqwest::Body>) -> (u16, serde_json
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn raw_json_rpc_errors_over_http_tell_the_truth() {
-    let f = fixture().await;
+    let f = http_fixture().await;
     let error = |body: &serde_json::Value| {
         assert!(
             body.as_object().unwrap().contains_key("id"),

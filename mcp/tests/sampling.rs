@@ -13,45 +13,11 @@ use eve_core::{
     RunStatus,
 };
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ErrorCode, RequestMetaObject, TaskStatus,
-    UpdateTaskParams,
+    CallToolRequestParams, ErrorCode, RequestMetaObject, TaskStatus, UpdateTaskParams,
 };
-use rmcp::service::RunningService;
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::{RoleClient, ServiceError, ServiceExt};
 use serde_json::{json, Value};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-struct Fixture {
-    _dir: tempfile::TempDir,
-    url: String,
-    store: Arc<dyn JournalStore>,
-}
-
-async fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let (mcp, store, worker) = server(&dir.path().join("eve.db")).await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let app = axum::Router::new().nest_service("/mcp", eve_mcp::router(mcp));
-    tokio::spawn(async move {
-        let _worker = worker;
-        axum::serve(listener, app).await.unwrap();
-    });
-    Fixture {
-        _dir: dir,
-        url: format!("http://{addr}/mcp"),
-        store,
-    }
-}
-
-async fn connect(f: &Fixture, client: TestClient) -> RunningService<RoleClient, TestClient> {
-    client
-        .serve(StreamableHttpClientTransport::from_uri(f.url.clone()))
-        .await
-        .expect("connect")
-}
 
 /// A call of `delegate` about `topic`, keyed `key` when given.
 fn delegate(topic: &str, key: Option<&str>) -> CallToolRequestParams {
@@ -63,23 +29,6 @@ fn delegate(topic: &str, key: Option<&str>) -> CallToolRequestParams {
         p.meta = Some(meta);
     }
     p
-}
-
-fn rpc_error(r: Result<impl std::fmt::Debug, ServiceError>) -> rmcp::ErrorData {
-    match r {
-        Err(ServiceError::McpError(e)) => e,
-        other => panic!("expected a JSON-RPC error, got {other:?}"),
-    }
-}
-
-async fn start_task(
-    c: &RunningService<RoleClient, TestClient>,
-    p: CallToolRequestParams,
-) -> String {
-    match c.call_tool_once(p).await.expect("tools/call") {
-        CallToolResponse::Task(t) => t.task.task_id,
-        other => panic!("expected a task, got {other:?}"),
-    }
 }
 
 /// The agent replies recorded in `run`'s journal, in order.
@@ -166,7 +115,7 @@ fn sampled(text: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blocking_call_serves_its_subagent_through_sampling() {
-    let f = fixture().await;
+    let f = http_fixture().await;
     let client = TestClient::sampling(r#"{"verdict": "pass", "notes": "no secrets"}"#);
     let c = connect(&f, client.clone()).await;
     let result = c.call_tool(delegate("the login form", None)).await.unwrap();
@@ -190,7 +139,7 @@ async fn a_blocking_call_serves_its_subagent_through_sampling() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sampled_output_that_misses_the_schema_is_reported_and_nothing_is_recorded() {
-    let f = fixture().await;
+    let f = http_fixture().await;
     let bad = connect(&f, TestClient::sampling(r#"{"verdict": "maybe"}"#)).await;
     let e = rpc_error(bad.call_tool(delegate("tls", Some("review-tls"))).await);
     assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{e:?}");
@@ -241,7 +190,7 @@ async fn a_sampled_output_that_misses_the_schema_is_reported_and_nothing_is_reco
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_without_sampling_is_told_and_the_call_stays_answerable() {
-    let f = fixture().await;
+    let f = http_fixture().await;
     let c = connect(&f, TestClient::eliciting("approve")).await;
     let e = rpc_error(c.call_tool(delegate("cookies", None)).await);
     assert_eq!(e.code, ErrorCode::INVALID_REQUEST, "{e:?}");
@@ -291,7 +240,7 @@ async fn wait_run(store: &dyn JournalStore, run: &RunId) -> RunStatus {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_answers_sampling_with_an_error_records_nothing() {
-    let f = fixture().await;
+    let f = http_fixture().await;
     let client = TestClient {
         sample: Some(Err("the user rejected the sampling request".into())),
         ..TestClient::default()
@@ -320,7 +269,7 @@ async fn a_client_that_answers_sampling_with_an_error_records_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_task_mode_a_subagent_call_is_a_sampling_input_request_answered_by_tasks_update() {
-    let f = fixture().await;
+    let f = http_fixture().await;
     let c = connect(&f, TestClient::tasks()).await;
     let id = start_task(&c, delegate("uploads", None)).await;
     let parked = wait_status(c.peer(), &id, TaskStatus::InputRequired).await;
@@ -386,7 +335,7 @@ async fn in_task_mode_a_subagent_call_is_a_sampling_input_request_answered_by_ta
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_failure_is_recorded_as_the_calls_error() {
-    let f = fixture().await;
+    let f = http_fixture().await;
     let c = connect(&f, TestClient::tasks()).await;
     let id = start_task(&c, delegate("dns", None)).await;
     let parked = wait_status(c.peer(), &id, TaskStatus::InputRequired).await;
@@ -409,7 +358,7 @@ async fn a_child_failure_is_recorded_as_the_calls_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sampling_answer_for_another_task_is_refused_and_changes_nothing() {
-    let f = fixture().await;
+    let f = http_fixture().await;
     let c = connect(&f, TestClient::tasks()).await;
     let a = start_task(&c, delegate("a", None)).await;
     let b = start_task(&c, delegate("b", None)).await;
@@ -442,7 +391,7 @@ async fn a_sampling_answer_for_another_task_is_refused_and_changes_nothing() {
 async fn a_2026_client_serves_the_subagent_in_an_input_required_round() {
     use rmcp::model::ProtocolVersion;
     use rmcp::service::{serve_client_with_lifecycle, ClientLifecycleMode};
-    let f = fixture().await;
+    let f = http_fixture().await;
     let client = TestClient::sampling(r#"{"verdict": "pass"}"#);
     let c = serve_client_with_lifecycle(
         client.clone(),

@@ -6,18 +6,10 @@
 mod common;
 
 use common::*;
-use eve_core::engine::{
-    define_tool, Registry, SystemClock, ToolCtx, Worker, WorkerConfig, WorkflowError,
-};
-use eve_core::{JournalStore, RunQuery};
-use eve_storage_sqlite::SqliteStore;
-use rmcp::model::{CallToolRequestParams, CallToolResponse, ErrorCode, TaskStatus};
-use rmcp::service::RunningService;
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::{RoleClient, ServiceError, ServiceExt};
+use eve_core::engine::{define_tool, Registry, ToolCtx, WorkflowError};
+use rmcp::model::{CallToolResponse, ErrorCode, TaskStatus};
+use rmcp::ServiceError;
 use serde_json::json;
-use std::sync::Arc;
-use std::time::Duration;
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]
 struct Lookup {
@@ -49,64 +41,9 @@ fn tools() -> Registry {
         )
 }
 
-struct Fixture {
-    _dir: tempfile::TempDir,
-    url: String,
-    store: Arc<dyn JournalStore>,
-}
-
-async fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn JournalStore> = Arc::new(
-        SqliteStore::open(dir.path().join("eve.db"))
-            .await
-            .expect("open store"),
-    );
-    let worker = Worker::new(
-        store.clone(),
-        tools(),
-        Arc::new(SystemClock),
-        WorkerConfig {
-            poll_interval: Duration::from_millis(50),
-            ..WorkerConfig::default()
-        },
-    )
-    .await
-    .expect("register worker");
-    let mcp = eve_mcp::McpServer::new(store.clone(), Arc::new(tools())).with_worker(worker.clone());
-    let worker = worker.spawn();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let app = axum::Router::new().nest_service("/mcp", eve_mcp::router(mcp));
-    tokio::spawn(async move {
-        let _worker = worker;
-        axum::serve(listener, app).await.unwrap();
-    });
-    Fixture {
-        _dir: dir,
-        url: format!("http://{addr}/mcp"),
-        store,
-    }
-}
-
-async fn connect(f: &Fixture, client: TestClient) -> RunningService<RoleClient, TestClient> {
-    client
-        .serve(StreamableHttpClientTransport::from_uri(f.url.clone()))
-        .await
-        .expect("connect")
-}
-
-fn call(tool: &str, args: serde_json::Value) -> CallToolRequestParams {
-    CallToolRequestParams::new(tool.to_owned()).with_arguments(args.as_object().unwrap().clone())
-}
-
-async fn runs(store: &dyn JournalStore) -> usize {
-    store.list_runs(&RunQuery::default()).await.unwrap().len()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ordinary_tools_are_listed_and_called_inline() {
-    let f = fixture().await;
+    let f = http_fixture_with(tools()).await;
     let c = connect(&f, TestClient::default()).await;
     let listed = c.list_all_tools().await.unwrap();
     let lookup = listed

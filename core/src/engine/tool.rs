@@ -397,15 +397,10 @@ impl WorkflowTool {
     /// that does not deserialize as `I` fails the run with a message saying so.
     pub fn approval<I, F>(self, policy: F) -> Self
     where
-        I: DeserializeOwned,
+        I: DeserializeOwned + 'static,
         F: Fn(&I) -> Approval + Send + Sync + 'static,
     {
-        self.approval_by(move |input: &Payload| {
-            let input: I = input.to_value().map_err(|e| {
-                format!("the approval policy's input type does not fit the recorded input: {e}")
-            })?;
-            Ok(policy(&input))
-        })
+        self.approval_by(typed_policy(policy))
     }
 
     fn approval_by(
@@ -816,15 +811,10 @@ impl Tool {
     /// [`needs_approval`](Self::needs_approval).
     pub fn approval<I, F>(self, policy: F) -> Self
     where
-        I: DeserializeOwned,
+        I: DeserializeOwned + 'static,
         F: Fn(&I) -> Approval + Send + Sync + 'static,
     {
-        self.approval_by(move |input: &Payload| {
-            let input: I = input.to_value().map_err(|e| {
-                format!("the approval policy's input type does not fit the recorded input: {e}")
-            })?;
-            Ok(policy(&input))
-        })
+        self.approval_by(typed_policy(policy))
     }
 
     fn approval_by(
@@ -952,6 +942,23 @@ impl Tool {
             Some(policy) => workflow.approval_by(move |input: &Payload| policy(input)),
             None => workflow,
         }
+    }
+}
+
+/// A policy over the tool's typed input as one over the recorded input: an input that does not
+/// deserialize as `I` fails the run with a message saying so.
+fn typed_policy<I, F>(
+    policy: F,
+) -> impl Fn(&Payload) -> Result<Approval, String> + Send + Sync + 'static
+where
+    I: DeserializeOwned + 'static,
+    F: Fn(&I) -> Approval + Send + Sync + 'static,
+{
+    move |input: &Payload| {
+        let input: I = input.to_value().map_err(|e| {
+            format!("the approval policy's input type does not fit the recorded input: {e}")
+        })?;
+        Ok(policy(&input))
     }
 }
 

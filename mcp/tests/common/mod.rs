@@ -174,8 +174,15 @@ pub fn registry() -> Registry {
 
 /// A SQLite store, [`registry`], a worker, and the MCP server over them.
 pub async fn server(db: &Path) -> (McpServer, Arc<dyn JournalStore>, WorkerHandle) {
+    server_with(db, registry()).await
+}
+
+/// A SQLite store, `registry`, a worker polling every 50 ms, and the MCP server over them.
+pub async fn server_with(
+    db: &Path,
+    registry: Registry,
+) -> (McpServer, Arc<dyn JournalStore>, WorkerHandle) {
     let store: Arc<dyn JournalStore> = Arc::new(SqliteStore::open(db).await.expect("open store"));
-    let registry: Registry = registry();
     let worker = Worker::new(
         store.clone(),
         registry.clone(),
@@ -189,6 +196,57 @@ pub async fn server(db: &Path) -> (McpServer, Arc<dyn JournalStore>, WorkerHandl
     .expect("register worker");
     let mcp = McpServer::new(store.clone(), Arc::new(registry)).with_worker(worker.clone());
     (mcp, store, worker.spawn())
+}
+
+/// An MCP server over streamable HTTP on a loopback port (`url` ends in `/mcp`), its store and
+/// the temporary directory of its SQLite file.
+pub struct HttpFixture {
+    pub _dir: tempfile::TempDir,
+    pub url: String,
+    pub store: Arc<dyn JournalStore>,
+}
+
+/// [`registry`] served over HTTP (see [`HttpFixture`]).
+pub async fn http_fixture() -> HttpFixture {
+    http_fixture_with(registry()).await
+}
+
+/// `registry` served over HTTP on a fresh SQLite file; the worker lives as long as the server.
+pub async fn http_fixture_with(registry: Registry) -> HttpFixture {
+    let dir = tempfile::tempdir().unwrap();
+    let (mcp, store, worker) = server_with(&dir.path().join("eve.db"), registry).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum::Router::new().nest_service("/mcp", eve_mcp::router(mcp));
+    tokio::spawn(async move {
+        let _worker = worker;
+        axum::serve(listener, app).await.unwrap();
+    });
+    HttpFixture {
+        _dir: dir,
+        url: format!("http://{addr}/mcp"),
+        store,
+    }
+}
+
+/// `client` connected to the fixture's server over streamable HTTP.
+pub async fn connect(
+    f: &HttpFixture,
+    client: TestClient,
+) -> rmcp::service::RunningService<RoleClient, TestClient> {
+    use rmcp::ServiceExt;
+    client
+        .serve(rmcp::transport::StreamableHttpClientTransport::from_uri(
+            f.url.clone(),
+        ))
+        .await
+        .expect("connect")
+}
+
+/// A `tools/call` of `tool` with `args` (a JSON object).
+pub fn call(tool: &str, args: serde_json::Value) -> rmcp::model::CallToolRequestParams {
+    rmcp::model::CallToolRequestParams::new(tool.to_owned())
+        .with_arguments(args.as_object().unwrap().clone())
 }
 
 /// An rmcp client handler: declares the tasks extension and/or elicitation, answers every
@@ -405,4 +463,36 @@ pub fn malformed_params() -> [(serde_json::Value, &'static str, &'static str); 4
         ),
         (json!({ "name": 5 }), "tools/call", "name"),
     ]
+}
+
+/// Starts `p` as a task (the client declared the tasks extension) and returns its id; the
+/// receipt carries a poll interval.
+pub async fn start_task(
+    c: &rmcp::service::RunningService<RoleClient, TestClient>,
+    p: rmcp::model::CallToolRequestParams,
+) -> String {
+    match c.call_tool_once(p).await.expect("tools/call") {
+        rmcp::model::CallToolResponse::Task(t) => {
+            assert!(t.task.poll_interval_ms.is_some());
+            t.task.task_id
+        }
+        other => panic!("expected a task, got {other:?}"),
+    }
+}
+
+/// The JSON-RPC error `r` must be.
+pub fn rpc_error(r: Result<impl std::fmt::Debug, rmcp::ServiceError>) -> rmcp::ErrorData {
+    match r {
+        Err(rmcp::ServiceError::McpError(e)) => e,
+        other => panic!("expected a JSON-RPC error, got {other:?}"),
+    }
+}
+
+/// How many runs the store holds.
+pub async fn runs(store: &dyn JournalStore) -> usize {
+    store
+        .list_runs(&eve_core::RunQuery::default())
+        .await
+        .unwrap()
+        .len()
 }
