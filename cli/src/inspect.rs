@@ -211,21 +211,10 @@ pub async fn requests(
     json: bool,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let mut all = pending(store, session, "cannot list pending requests").await?;
-    all.retain(|p| p.request.agent.is_none());
-    if json {
-        let _ = writeln!(
-            out,
-            "{}",
-            serde_json::to_string(&all).expect("requests serialize")
-        );
-        return Ok(());
-    }
-    for p in &all {
-        let _ = writeln!(out, "{}", request_line(p));
-    }
-    let _ = writeln!(out, "{} pending request(s)", all.len());
-    Ok(())
+    list_pending(store, session, json, out, "request", |p| {
+        p.request.agent.is_none().then(|| request_line(p))
+    })
+    .await
 }
 
 /// `eve agents list [--session S] [--json]`: the pending subagent calls (pending requests
@@ -239,8 +228,37 @@ pub async fn agents(
     json: bool,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let mut all = pending(store, session, "cannot list pending agent calls").await?;
-    all.retain(|p| p.request.agent.is_some());
+    list_pending(store, session, json, out, "agent call", |p| {
+        let a = p.request.agent.as_ref()?;
+        Some(format!(
+            "{}  run {}  subagent {:?} key {:?}  message {}{}",
+            p.request_id,
+            p.run_id,
+            a.target,
+            a.key,
+            a.message,
+            if a.output_schema.is_some() {
+                "  (output schema)"
+            } else {
+                ""
+            }
+        ))
+    })
+    .await
+}
+
+/// Prints the pending requests `line` gives a line for (the others are not listed), as those
+/// lines and a count of `what`s, or as a JSON array.
+async fn list_pending(
+    store: &dyn JournalStore,
+    session: Option<String>,
+    json: bool,
+    out: &mut dyn Write,
+    what: &str,
+    line: impl Fn(&PendingRequest) -> Option<String>,
+) -> Result<(), CliError> {
+    let mut all = pending(store, session, &format!("cannot list pending {what}s")).await?;
+    all.retain(|p| line(p).is_some());
     if json {
         let _ = writeln!(
             out,
@@ -249,25 +267,10 @@ pub async fn agents(
         );
         return Ok(());
     }
-    for p in &all {
-        if let Some(a) = &p.request.agent {
-            let _ = writeln!(
-                out,
-                "{}  run {}  subagent {:?} key {:?}  message {}{}",
-                p.request_id,
-                p.run_id,
-                a.target,
-                a.key,
-                a.message,
-                if a.output_schema.is_some() {
-                    "  (output schema)"
-                } else {
-                    ""
-                }
-            );
-        }
+    for l in all.iter().filter_map(&line) {
+        let _ = writeln!(out, "{l}");
     }
-    let _ = writeln!(out, "{} pending agent call(s)", all.len());
+    let _ = writeln!(out, "{} pending {what}(s)", all.len());
     Ok(())
 }
 
