@@ -109,14 +109,12 @@ struct Buggy {
 }
 
 #[async_trait]
-impl JournalStore for Buggy {
+impl StoreWrapper for Buggy {
+    fn wrapped(&self) -> &dyn JournalStore {
+        &self.inner
+    }
     fn backend(&self) -> &'static str {
         "buggy"
-    }
-    // Each store its own id (the default, the backend's name, would make every Buggy one
-    // store to the worker-id locks of clause 11).
-    fn store_id(&self) -> String {
-        self.inner.store_id()
     }
     async fn create_run(&self, run: NewRun, now: Timestamp) -> Result<CreatedRun, StoreError> {
         match self.inner.create_run(run.clone(), now).await {
@@ -191,9 +189,6 @@ impl JournalStore for Buggy {
             page.sort_by_key(|e| e.at);
         }
         Ok(page)
-    }
-    async fn get_run(&self, run: &RunId) -> Result<RunRecord, StoreError> {
-        self.inner.get_run(run).await
     }
     async fn list_runs(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError> {
         let mut runs = self.inner.list_runs(query).await?;
@@ -294,18 +289,6 @@ impl JournalStore for Buggy {
         }
         Ok(seq)
     }
-    async fn create_key(&self, key: eve_core::ApiKey) -> Result<(), StoreError> {
-        self.inner.create_key(key).await
-    }
-    async fn list_keys(&self) -> Result<Vec<eve_core::ApiKey>, StoreError> {
-        self.inner.list_keys().await
-    }
-    async fn revoke_key(&self, id: &str, now: Timestamp) -> Result<eve_core::ApiKey, StoreError> {
-        self.inner.revoke_key(id, now).await
-    }
-    async fn key_by_hash(&self, hash: &str) -> Result<Option<eve_core::ApiKey>, StoreError> {
-        self.inner.key_by_hash(hash).await
-    }
     async fn end_session(
         &self,
         session: &SessionId,
@@ -335,31 +318,11 @@ impl JournalStore for Buggy {
         }
         Ok(end)
     }
-    async fn get_session(&self, session: &SessionId) -> Result<SessionRecord, StoreError> {
-        self.inner.get_session(session).await
-    }
-    async fn queue_message(
-        &self,
-        session: &SessionId,
-        message: Payload,
-        now: Timestamp,
-    ) -> Result<QueuedMessage, StoreError> {
-        self.inner.queue_message(session, message, now).await
-    }
     async fn take_messages(&self, session: &SessionId) -> Result<Vec<QueuedMessage>, StoreError> {
         if self.bug == Bug::TakeKeepsMessages {
             return Ok(self.inner.get_session(session).await?.queued);
         }
         self.inner.take_messages(session).await
-    }
-    async fn purge(&self, ended_before: Timestamp, limit: usize) -> Result<usize, StoreError> {
-        self.inner.purge(ended_before, limit).await
-    }
-    async fn pending_requests(
-        &self,
-        session: &SessionId,
-    ) -> Result<Vec<PendingRequest>, StoreError> {
-        self.inner.pending_requests(session).await
     }
     async fn read_session(
         &self,
@@ -381,17 +344,6 @@ impl JournalStore for Buggy {
             );
         }
         Ok(log)
-    }
-    async fn register_worker(
-        &self,
-        worker: &WorkerId,
-        deployment: &DeploymentId,
-        ttl: Duration,
-        now: Timestamp,
-    ) -> Result<Lease, StoreError> {
-        self.inner
-            .register_worker(worker, deployment, ttl, now)
-            .await
     }
     async fn heartbeat(
         &self,
@@ -428,9 +380,6 @@ impl JournalStore for Buggy {
             Err(StoreError::Fenced { .. }) if self.bug == Bug::OldEpochReleaseAccepted => Ok(()),
             r => r,
         }
-    }
-    async fn retire_worker(&self, lease: &Lease, now: Timestamp) -> Result<(), StoreError> {
-        self.inner.retire_worker(lease, now).await
     }
     async fn next_wake(
         &self,

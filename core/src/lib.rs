@@ -19,6 +19,7 @@ pub mod testing;
 pub mod time;
 pub mod wake;
 pub mod worker_lock;
+pub mod wrap;
 
 pub use error::StoreError;
 pub use event::{
@@ -43,3 +44,4 @@ pub use store::{
 pub use time::Timestamp;
 pub use wake::{WakeSignal, WatchHub, WatchKey};
 pub use worker_lock::WorkerLock;
+pub use wrap::StoreWrapper;

@@ -2,18 +2,13 @@
 //! ambiguous-commit tests, reused by the engine-level conformance suite and the benches.
 
 use crate::error::StoreError;
-use crate::event::{InputResponse, Payload, StoredEvent};
-use crate::ids::{DeploymentId, RequestId, RunId, SessionId, WorkerId};
-use crate::session::{QueuedMessage, SessionEnd, SessionEntry, SessionRecord};
-use crate::store::{
-    Append, Appended, CancelOutcome, CreatedRun, Delivered, JournalStore, Lease, NewRun,
-    PendingRequest, Resolution, RunQuery, RunRecord,
-};
-use crate::time::Timestamp;
+use crate::event::StoredEvent;
+use crate::ids::RunId;
+use crate::store::JournalStore;
+use crate::wrap::{Call, StoreWrapper, OUTSIDE_FAULTS};
 use async_trait::async_trait;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 /// What a [`FaultyStore`] does to the calls it wraps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -132,43 +127,16 @@ impl FaultyStore {
 }
 
 #[async_trait]
-impl JournalStore for FaultyStore {
-    fn backend(&self) -> &'static str {
-        self.inner.backend()
+impl StoreWrapper for FaultyStore {
+    fn wrapped(&self) -> &dyn JournalStore {
+        &*self.inner
     }
 
-    async fn wakeups(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
-        self.inner.wakeups().await
-    }
-
-    async fn watch(&self, key: &crate::WatchKey) -> Option<tokio::sync::watch::Receiver<u64>> {
-        self.inner.watch(key).await
-    }
-
-    fn store_id(&self) -> String {
-        self.inner.store_id()
-    }
-
-    async fn create_run(&self, run: NewRun, now: Timestamp) -> Result<CreatedRun, StoreError> {
-        self.call("create_run", self.inner.create_run(run, now))
-            .await
-    }
-
-    async fn create_run_claimed(
-        &self,
-        run: NewRun,
-        lease: &Lease,
-        now: Timestamp,
-    ) -> Result<CreatedRun, StoreError> {
-        self.call(
-            "create_run_claimed",
-            self.inner.create_run_claimed(run, lease, now),
-        )
-        .await
-    }
-
-    async fn append(&self, append: Append) -> Result<Appended, StoreError> {
-        self.call("append", self.inner.append(append)).await
+    fn around<'a, T: Send + 'a>(&'a self, method: &'static str, call: Call<'a, T>) -> Call<'a, T> {
+        if OUTSIDE_FAULTS.contains(&method) {
+            return call;
+        }
+        Box::pin(self.call(method, call))
     }
 
     async fn read(
@@ -178,200 +146,11 @@ impl JournalStore for FaultyStore {
         max: usize,
     ) -> Result<Vec<StoredEvent>, StoreError> {
         let page = self
-            .call("read", self.inner.read(run, from_seq, max))
+            .around("read", self.inner.read(run, from_seq, max))
             .await?;
         self.events_read
             .fetch_add(page.len() as u64, Ordering::SeqCst);
         Ok(page)
-    }
-
-    async fn get_run(&self, run: &RunId) -> Result<RunRecord, StoreError> {
-        self.call("get_run", self.inner.get_run(run)).await
-    }
-
-    async fn list_runs(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError> {
-        self.call("list_runs", self.inner.list_runs(query)).await
-    }
-
-    async fn answer(
-        &self,
-        request: &RequestId,
-        response: InputResponse,
-        now: Timestamp,
-    ) -> Result<Delivered, StoreError> {
-        self.call("answer", self.inner.answer(request, response, now))
-            .await
-    }
-
-    async fn deliver_hook(
-        &self,
-        token: &str,
-        payload: Payload,
-        dedupe_key: Option<&str>,
-        now: Timestamp,
-    ) -> Result<Delivered, StoreError> {
-        self.call(
-            "deliver_hook",
-            self.inner.deliver_hook(token, payload, dedupe_key, now),
-        )
-        .await
-    }
-
-    async fn request_cancel(
-        &self,
-        run: &RunId,
-        reason: &str,
-        now: Timestamp,
-    ) -> Result<CancelOutcome, StoreError> {
-        self.call(
-            "request_cancel",
-            self.inner.request_cancel(run, reason, now),
-        )
-        .await
-    }
-
-    async fn resolve_blocked(
-        &self,
-        run: &RunId,
-        resolution: Resolution,
-        now: Timestamp,
-    ) -> Result<u64, StoreError> {
-        self.call(
-            "resolve_blocked",
-            self.inner.resolve_blocked(run, resolution, now),
-        )
-        .await
-    }
-
-    async fn create_key(&self, key: crate::ApiKey) -> Result<(), StoreError> {
-        self.inner.create_key(key).await
-    }
-    async fn list_keys(&self) -> Result<Vec<crate::ApiKey>, StoreError> {
-        self.inner.list_keys().await
-    }
-    async fn revoke_key(&self, id: &str, now: Timestamp) -> Result<crate::ApiKey, StoreError> {
-        self.inner.revoke_key(id, now).await
-    }
-    async fn key_by_hash(&self, hash: &str) -> Result<Option<crate::ApiKey>, StoreError> {
-        self.inner.key_by_hash(hash).await
-    }
-    async fn end_session(
-        &self,
-        session: &SessionId,
-        now: Timestamp,
-    ) -> Result<SessionEnd, StoreError> {
-        self.call("end_session", self.inner.end_session(session, now))
-            .await
-    }
-    async fn get_session(&self, session: &SessionId) -> Result<SessionRecord, StoreError> {
-        self.inner.get_session(session).await
-    }
-    async fn queue_message(
-        &self,
-        session: &SessionId,
-        message: Payload,
-        now: Timestamp,
-    ) -> Result<QueuedMessage, StoreError> {
-        self.call(
-            "queue_message",
-            self.inner.queue_message(session, message, now),
-        )
-        .await
-    }
-    async fn take_messages(&self, session: &SessionId) -> Result<Vec<QueuedMessage>, StoreError> {
-        self.call("take_messages", self.inner.take_messages(session))
-            .await
-    }
-    async fn purge(&self, ended_before: Timestamp, limit: usize) -> Result<usize, StoreError> {
-        self.call("purge", self.inner.purge(ended_before, limit))
-            .await
-    }
-    async fn pending_requests(
-        &self,
-        session: &SessionId,
-    ) -> Result<Vec<PendingRequest>, StoreError> {
-        self.call("pending_requests", self.inner.pending_requests(session))
-            .await
-    }
-
-    async fn read_session(
-        &self,
-        session: &SessionId,
-        from_seq: u64,
-        max: usize,
-    ) -> Result<Vec<SessionEntry>, StoreError> {
-        self.call(
-            "read_session",
-            self.inner.read_session(session, from_seq, max),
-        )
-        .await
-    }
-
-    // Passed through, outside the fault schedule and the call log: the process lock is no
-    // journal call, and a simulated crash does not end the process that holds it.
-    async fn lock_worker(&self, worker: &WorkerId) -> Result<crate::WorkerLock, StoreError> {
-        self.inner.lock_worker(worker).await
-    }
-
-    async fn register_worker(
-        &self,
-        worker: &WorkerId,
-        deployment: &DeploymentId,
-        ttl: Duration,
-        now: Timestamp,
-    ) -> Result<Lease, StoreError> {
-        self.call(
-            "register_worker",
-            self.inner.register_worker(worker, deployment, ttl, now),
-        )
-        .await
-    }
-
-    async fn heartbeat(
-        &self,
-        lease: &Lease,
-        ttl: Duration,
-        now: Timestamp,
-    ) -> Result<Lease, StoreError> {
-        self.call("heartbeat", self.inner.heartbeat(lease, ttl, now))
-            .await
-    }
-
-    async fn claim(
-        &self,
-        lease: &Lease,
-        max: usize,
-        now: Timestamp,
-    ) -> Result<Vec<RunRecord>, StoreError> {
-        self.call("claim", self.inner.claim(lease, max, now)).await
-    }
-
-    async fn release(
-        &self,
-        lease: &Lease,
-        run: &RunId,
-        processed_seq: u64,
-        now: Timestamp,
-    ) -> Result<(), StoreError> {
-        self.call(
-            "release",
-            self.inner.release(lease, run, processed_seq, now),
-        )
-        .await
-    }
-
-    async fn retire_worker(&self, lease: &Lease, now: Timestamp) -> Result<(), StoreError> {
-        self.call("retire_worker", self.inner.retire_worker(lease, now))
-            .await
-    }
-
-    async fn next_wake(
-        &self,
-        deployment: &DeploymentId,
-        now: Timestamp,
-    ) -> Result<Option<Timestamp>, StoreError> {
-        self.call("next_wake", self.inner.next_wake(deployment, now))
-            .await
     }
 }
 
