@@ -20,7 +20,7 @@ use eve_core::StoreError;
 /// | 413 | `too_large` |
 /// | 422 | `invalid_answer` |
 /// | 500 | `internal` |
-/// | 503 | `unavailable` (the store is unreachable for now: retry after `Retry-After` seconds) |
+/// | 503 | `unavailable` (the store is unreachable for now: retry after `Retry-After` seconds), `storage_full` (a write found the store's disk full: nothing was written, reads still work; `Retry-After: 30`) |
 ///
 /// Every 503 carries `Retry-After`. Messages are written for the caller: a store's own wording
 /// (a driver's message, an SQL position) goes to the server's log, never into an answer.
@@ -133,6 +133,17 @@ impl From<StoreError> for ApiError {
             StoreError::Unavailable { .. } => {
                 tracing::debug!(error = %e, "store unavailable");
                 return Self::unavailable(message);
+            }
+            StoreError::StorageFull { .. } => {
+                tracing::error!(error = %e, "a write was refused: the store's storage is full");
+                let mut full = Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "storage_full",
+                    "the server's storage is full, so nothing of this call was recorded; reads \
+                     still work: retry after Retry-After seconds, once an operator has freed space",
+                );
+                full.retry_after = Some(30);
+                return full;
             }
             StoreError::Other { .. } => {
                 tracing::error!(error = %e, "store error");

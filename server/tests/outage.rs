@@ -47,11 +47,21 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Capture {
     }
 }
 
-fn lines(level: tracing::Level, start: &str) -> Vec<String> {
+/// The tests that make outages run one at a time, so each sees its own outage's log lines.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// How many lines were logged so far (the start of a test's own lines).
+fn logged() -> usize {
+    logs().lock().unwrap().len()
+}
+
+/// The lines of `level` starting with `start` logged since line `from`.
+fn lines(from: usize, level: tracing::Level, start: &str) -> Vec<String> {
     logs()
         .lock()
         .unwrap()
         .iter()
+        .skip(from)
         .filter(|(l, m)| *l == level && m.starts_with(start))
         .map(|(_, m)| m.clone())
         .collect()
@@ -91,7 +101,8 @@ async fn assert_unavailable(resp: reqwest::Response) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outage_is_visible_bounded_and_logged_once() {
-    logs();
+    let _serial = SERIAL.lock().await;
+    let from = logged();
     let (_dir, sqlite) = sqlite().await;
     let faulty = FaultyStore::new(sqlite.clone());
     let store: Arc<dyn JournalStore> = faulty.clone();
@@ -127,22 +138,31 @@ async fn an_outage_is_visible_bounded_and_logged_once() {
         .await
         .unwrap();
     assert_unavailable(answer).await;
-    let started = lines(tracing::Level::WARN, "store unreachable since ");
+    let started = lines(from, tracing::Level::WARN, "store unreachable since ");
     assert_eq!(started.len(), 1, "one line marks the start: {started:?}");
 
     // The store comes back: one line marks the end, with the outage's length, and the server
     // serves again without a restart.
     faulty.heal();
     until("the end of the outage is logged", || {
-        !lines(tracing::Level::INFO, "store reachable again; outage of ").is_empty()
+        !lines(
+            from,
+            tracing::Level::INFO,
+            "store reachable again; outage of ",
+        )
+        .is_empty()
     })
     .await;
     assert_eq!(get("/readyz").await.unwrap().status(), 200);
     assert_eq!(get("/v1/runs").await.unwrap().status(), 200);
-    let ended = lines(tracing::Level::INFO, "store reachable again; outage of ");
+    let ended = lines(
+        from,
+        tracing::Level::INFO,
+        "store reachable again; outage of ",
+    );
     assert_eq!(ended.len(), 1, "{ended:?}");
     assert_eq!(
-        lines(tracing::Level::WARN, "store unreachable since ").len(),
+        lines(from, tracing::Level::WARN, "store unreachable since ").len(),
         1,
         "one start line for the whole outage"
     );
@@ -151,7 +171,8 @@ async fn an_outage_is_visible_bounded_and_logged_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_committed_webhook_never_gets_a_default_202_for_its_configured_response() {
-    logs();
+    let _serial = SERIAL.lock().await;
+    let from = logged();
     let (_dir, sqlite) = sqlite().await;
     let faulty = FaultyStore::new(sqlite.clone());
     let server = TestServer::start(faulty.clone(), |_| {}).await;
@@ -194,6 +215,15 @@ async fn a_committed_webhook_never_gets_a_default_202_for_its_configured_respons
 
     // The retry, once the store answers, is a duplicate that gets the configured response.
     faulty.heal();
+    until("the end of the outage is logged", || {
+        !lines(
+            from,
+            tracing::Level::INFO,
+            "store reachable again; outage of ",
+        )
+        .is_empty()
+    })
+    .await;
     let retry = post().await.unwrap();
     assert_eq!(retry.status(), 200);
     assert_eq!(retry.headers()["x-eve"], "thanks");
@@ -207,5 +237,81 @@ async fn a_committed_webhook_never_gets_a_default_202_for_its_configured_respons
         "one payload for one Idempotency-Key"
     );
     worker.shutdown().await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_refuses_writes_with_503_storage_full_while_reads_work() {
+    logs();
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = eve_storage_sqlite::SqliteStore::open_with(
+        dir.path().join("eve.db"),
+        eve_storage_sqlite::SqliteOptions {
+            max_size_bytes: Some(1024 * 1024),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let store: Arc<dyn JournalStore> = Arc::new(sqlite);
+    // Fill the store with small runs until it is full.
+    let mut n = 0;
+    let full = loop {
+        n += 1;
+        let new = eve_core::NewRun {
+            run_id: eve_core::RunId::new(format!("filler-{n}")),
+            idempotency_key: None,
+            workflow_id: eve_core::WorkflowId::new("filler"),
+            deployment_id: eve_core::DeploymentId::new(DEPLOYMENT),
+            tool: "filler".into(),
+            input: eve_core::Payload::from_json(format!("{{\"n\": \"{n:0>200}\"}}")).unwrap(),
+            session_id: eve_core::SessionId::new(format!("s-{n}")),
+            call_id: eve_core::CallId::new("c"),
+            execution: eve_core::Execution::Default,
+        };
+        match store.create_run(new, eve_core::Timestamp::now()).await {
+            Ok(_) => assert!(n < 100_000, "1 MiB never filled"),
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        matches!(full, eve_core::StoreError::StorageFull { .. }),
+        "{full:?}"
+    );
+    let server =
+        TestServer::start_with(store.clone(), |_| {}, |s| s.with_registry(registry())).await;
+    let client = reqwest::Client::new();
+
+    // A write (a new call, larger than the run that no longer fitted): 503 storage_full.
+    let call = client
+        .post(server.url("/v1/tools/deploy/calls"))
+        .json(&json!({ "session": "s-full", "callId": "c-1", "input": { "service": "x".repeat(2000) } }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(call.status(), 503);
+    assert_eq!(call.headers()["retry-after"], "30");
+    let body: Value = call.json().await.unwrap();
+    assert_eq!(body["code"], "storage_full", "{body}");
+    let message = body["message"].as_str().unwrap();
+    assert!(message.contains("storage is full"), "{message}");
+    assert!(
+        !message.contains("eve.db"),
+        "the file is the operator's: {message}"
+    );
+    assert!(
+        logs()
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(l, m)| *l == tracing::Level::ERROR && m.contains("storage is full")),
+        "the operator's log says it"
+    );
+
+    // Reads still work.
+    for path in ["/readyz", "/v1/runs", "/v1/runs/filler-1", "/v1/requests"] {
+        let resp = client.get(server.url(path)).send().await.unwrap();
+        assert_eq!(resp.status(), 200, "{path}");
+    }
     server.stop().await;
 }
