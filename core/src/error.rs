@@ -137,6 +137,16 @@ pub enum StoreError {
         /// What happened.
         message: String,
     },
+    /// The store's storage is full (the disk, or a size limit the store was given): nothing of
+    /// the call was written. Reads still work; writes succeed again once an operator frees
+    /// space (or raises the limit). Retrying at once gives the same answer.
+    #[error("the {backend} store cannot write: {path} is full (its disk, or the store's size limit); free disk space or raise the limit, then retry: nothing of this call was written, and reads still work")]
+    StorageFull {
+        /// The backend.
+        backend: &'static str,
+        /// The file (or volume) that is full.
+        path: String,
+    },
     /// Any other backend failure.
     #[error("{backend} store error: {source}")]
     Other {

@@ -25,6 +25,9 @@ pub enum Fault {
     /// Like [`Fault::AmbiguousAt`], then every later call fails too (the process died right
     /// after the write landed).
     AmbiguousThenCrash(u64),
+    /// Every call waits, unanswered, until the fault is changed (a store that is partitioned
+    /// away: connections hang rather than fail); then it goes through.
+    Stall,
 }
 
 /// A [`JournalStore`] wrapper that injects a [`Fault`] and counts calls.
@@ -84,6 +87,7 @@ impl FaultyStore {
         let n = self.calls();
         match *self.fault.lock().expect("fault lock") {
             Fault::None => false,
+            Fault::Stall => n > 0,
             Fault::CrashAfter(k) | Fault::AmbiguousAt(k) | Fault::AmbiguousThenCrash(k) => n > k,
         }
     }
@@ -109,6 +113,12 @@ impl FaultyStore {
         let fault = *self.fault.lock().expect("fault lock");
         match fault {
             Fault::None => f.await,
+            Fault::Stall => {
+                while *self.fault.lock().expect("fault lock") == Fault::Stall {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                f.await
+            }
             Fault::CrashAfter(k) if n >= k => Err(Self::unavailable(what)),
             Fault::CrashAfter(_) => f.await,
             Fault::AmbiguousAt(k) if n == k => {

@@ -20,7 +20,10 @@ use eve_core::StoreError;
 /// | 413 | `too_large` |
 /// | 422 | `invalid_answer` |
 /// | 500 | `internal` |
-/// | 503 | `unavailable` (a transient store fault: retry) |
+/// | 503 | `unavailable` (the store is unreachable for now: retry after `Retry-After` seconds), `storage_full` (a write found the store's disk full: nothing was written, reads still work; `Retry-After: 30`) |
+///
+/// Every 503 carries `Retry-After`. Messages are written for the caller: a store's own wording
+/// (a driver's message, an SQL position) goes to the server's log, never into an answer.
 #[derive(Debug, thiserror::Error)]
 #[error("{status} {code}: {message}")]
 pub struct ApiError {
@@ -29,7 +32,16 @@ pub struct ApiError {
     message: String,
     /// The `WWW-Authenticate` challenge sent with the answer (RFC 6750), if any.
     challenge: Option<String>,
+    /// The `Retry-After` sent with the answer, in seconds (every 503 has one: 1 by default).
+    retry_after: Option<u32>,
+    /// The store's description of an unreachable store, for the outage log (never sent).
+    store_fault: Option<String>,
 }
+
+/// The caller's message for a store that cannot be reached.
+pub(crate) const UNAVAILABLE_MESSAGE: &str = "the store cannot be reached right now (it may be \
+     restarting); retry the same call after Retry-After seconds: a call the store recorded \
+     already is answered as recorded, never applied twice";
 
 impl ApiError {
     /// An error with this status, code and message.
@@ -39,7 +51,27 @@ impl ApiError {
             code,
             message: message.into(),
             challenge: None,
+            retry_after: None,
+            store_fault: None,
         }
+    }
+
+    /// 503 `unavailable`: the store did not answer (`detail`, the store's own words, is
+    /// logged once per outage and never sent); `Retry-After: 1`.
+    pub(crate) fn unavailable(detail: impl Into<String>) -> Self {
+        let mut e = Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            UNAVAILABLE_MESSAGE,
+        );
+        e.retry_after = Some(1);
+        e.store_fault = Some(detail.into());
+        e
+    }
+
+    /// Replaces the message (the kind, status and headers stay).
+    pub(crate) fn set_message(&mut self, message: impl Into<String>) {
+        self.message = message.into();
     }
 
     /// The same error sent with `WWW-Authenticate: {challenge}`.
@@ -85,7 +117,7 @@ impl ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
-        let message = e.to_string();
+        let mut message = e.to_string();
         let (status, code) = match &e {
             StoreError::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
             StoreError::AlreadyAnswered { .. } => (StatusCode::CONFLICT, "already_answered"),
@@ -98,7 +130,26 @@ impl From<StoreError> for ApiError {
             }
             StoreError::InvalidInput(_) => (StatusCode::BAD_REQUEST, "invalid_input"),
             StoreError::LimitExceeded { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
-            StoreError::Unavailable { .. } => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            StoreError::Unavailable { .. } => {
+                tracing::debug!(error = %e, "store unavailable");
+                return Self::unavailable(message);
+            }
+            StoreError::StorageFull { .. } => {
+                tracing::error!(error = %e, "a write was refused: the store's storage is full");
+                let mut full = Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "storage_full",
+                    "the server's storage is full, so nothing of this call was recorded; reads \
+                     still work: retry after Retry-After seconds, once an operator has freed space",
+                );
+                full.retry_after = Some(30);
+                return full;
+            }
+            StoreError::Other { .. } => {
+                tracing::error!(error = %e, "store error");
+                message = "the store failed unexpectedly; the server's log has the details".into();
+                (StatusCode::INTERNAL_SERVER_ERROR, "internal")
+            }
             _ => {
                 tracing::error!(error = %e, "store error");
                 (StatusCode::INTERNAL_SERVER_ERROR, "internal")
@@ -135,6 +186,16 @@ impl IntoResponse for ApiError {
             }),
         )
             .into_response();
+        if self.status == StatusCode::SERVICE_UNAVAILABLE || self.retry_after.is_some() {
+            resp.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(self.retry_after.unwrap_or(1)),
+            );
+        }
+        if let Some(detail) = self.store_fault {
+            resp.extensions_mut()
+                .insert(crate::outage::StoreFault(detail));
+        }
         if let Some(c) = self
             .challenge
             .and_then(|c| axum::http::HeaderValue::from_str(&c).ok())

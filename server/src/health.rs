@@ -5,7 +5,6 @@ use crate::error::ApiError;
 use crate::Inner;
 use axum::extract::State;
 use axum::Json;
-use eve_core::RunQuery;
 use serde::Serialize;
 use std::sync::Arc;
 
@@ -34,8 +33,9 @@ pub(crate) async fn alive() -> Json<Health> {
 
 /// The store answers.
 ///
-/// `GET /readyz`: 200 `{"status": "ready"}` when the store answers a one-run query, else its
-/// error (503 `unavailable` for a transient fault).
+/// `GET /readyz`: 200 `{"status": "ready"}` when the store answers a one-run query within 1 s,
+/// else 503 `unavailable` with `Retry-After` (the store is unreachable, or too slow to serve).
+/// It never waits longer than that second, whatever the store's own connection timeouts.
 #[utoipa::path(
     get,
     path = "/readyz",
@@ -43,17 +43,11 @@ pub(crate) async fn alive() -> Json<Health> {
     tag = "health",
     responses(
         (status = 200, description = "The store answers", body = Health),
-        (status = 503, description = "`unavailable`: the store does not answer (retry)", body = crate::error::ErrorBody),
+        (status = 503, description = "`unavailable`: the store does not answer within 1 s (retry after `Retry-After` seconds)", body = crate::error::ErrorBody),
     ),
     security(()),
 )]
 pub(crate) async fn ready(State(inner): State<Arc<Inner>>) -> Result<Json<Health>, ApiError> {
-    inner
-        .store
-        .list_runs(&RunQuery {
-            limit: 1,
-            ..RunQuery::default()
-        })
-        .await?;
+    crate::outage::probe(&inner.store).await?;
     Ok(Json(Health { status: "ready" }))
 }

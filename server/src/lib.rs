@@ -28,7 +28,7 @@
 //! | `POST /v1/auth/session`, `DELETE /v1/auth/session` | (the key in the body) | signs the page in with `{"key": …}` (an HttpOnly, SameSite=Strict cookie), signs it out |
 //! | `GET /` | none | a page for a person: sign in with a key, then pending requests to answer, live updates, the runs and their journals |
 //! | `GET /metrics` | read | Prometheus text format (see [`Metrics`]) |
-//! | `GET /healthz`, `GET /readyz` | none | the process answers; the store answers |
+//! | `GET /healthz`, `GET /readyz` | none | the process answers; the store answers (within 1 s, else 503) |
 //! | `GET /v1/openapi.json` | none | the OpenAPI 3.1 description of every route above (generated from the handlers and their types by utoipa) |
 //!
 //! The server holds no state of its own beyond caches: every answer comes from the store, so
@@ -56,7 +56,20 @@
 //! and `error="invalid_token"` when a key was sent but opens nothing), 403 a key of too small a scope or a
 //! cross-origin browser request, 404 unknown id or token, 409 already answered (or not a task),
 //! 410 withdrawn, 413 body too large, 421 a `Host` this server does not answer for, 422
-//! invalid answer, 503 store unavailable (retry).
+//! invalid answer, 503 store unavailable (retry after the `Retry-After` seconds it carries).
+//!
+//! # Store outages
+//!
+//! When the store cannot be reached (a database restart, a dropped connection, a partition),
+//! every route that needs it answers 503 `unavailable` with `Retry-After: 1` and a message for
+//! the caller (the store's own wording goes to the log only); reads and writes resume by
+//! themselves once it answers, without a restart. `/readyz` answers within 1 s whatever the
+//! store's connection timeouts, so a load balancer sees the outage at once. The first failure
+//! logs one `warn` line, "store unreachable since …"; the server then probes the store every
+//! 0.5 s and logs one `info` line, "store reachable again; outage of …", when it answers. A
+//! webhook delivery recorded just before the store went away answers 503 asking for a retry
+//! with the same `Idempotency-Key` (which gets the webhook's configured response) rather than
+//! a default 202.
 //!
 //! # Security
 //!
@@ -93,6 +106,7 @@ mod guard;
 mod health;
 mod metrics;
 mod openapi;
+mod outage;
 mod page;
 mod requests;
 mod runs;
@@ -271,6 +285,8 @@ pub(crate) struct Inner {
     /// Set when the server shuts down: SSE streams end, so connections can close.
     pub(crate) shutdown: watch::Receiver<bool>,
     pub(crate) hooks: Mutex<HookCache>,
+    /// The store outage in progress, if any (logged at its start and end).
+    pub(crate) outage: Arc<outage::Outage>,
 }
 
 impl Inner {
@@ -300,6 +316,7 @@ fn build(state: AppState, shutdown: watch::Receiver<bool>) -> Router {
         changed: watch::Sender::new(0),
         shutdown,
         hooks: Mutex::new(HashMap::new()),
+        outage: Arc::default(),
     });
     let scope = |s: KeyScope| from_fn_with_state((inner.clone(), s), auth::require);
     let mcp = state.mcp;
@@ -369,6 +386,7 @@ fn build(state: AppState, shutdown: watch::Receiver<bool>) -> Router {
         .layer(from_fn_with_state(inner.clone(), guard::host))
         .layer(from_fn(error::json_errors))
         .layer(from_fn(guard::headers))
+        .layer(from_fn_with_state(inner.clone(), outage::watch))
         .layer(from_fn_with_state(inner.clone(), metrics::access_log))
         .with_state(inner)
 }

@@ -27,6 +27,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 use subtle::ConstantTimeEq;
 
 /// The longest `Idempotency-Key` accepted, in bytes.
@@ -123,6 +124,7 @@ pub(crate) struct Accepted {
         (status = 404, description = "`unknown_webhook`: never created, its run ended, or not a token", body = crate::error::ErrorBody),
         (status = 409, description = "`idempotency_mismatch`: this `Idempotency-Key` was delivered before with another method or body; nothing was delivered (send the new payload under a new key)", body = crate::error::ErrorBody),
         (status = 413, description = "`too_large`: over the body limit", body = crate::error::ErrorBody),
+        (status = 503, description = "`unavailable`: the store cannot be reached; retry after `Retry-After` seconds with the same `Idempotency-Key` (the payload may be recorded already: the retry then gets the webhook's response)", body = crate::error::ErrorBody),
         (status = "default", description = "The webhook's own response (`respond_with`: its status, headers and JSON body)", body = serde_json::Value),
     ),
     security(()),
@@ -186,15 +188,7 @@ async fn deliver(
     } else {
         inner.wrote();
     }
-    let respond_with = match respond_with(&inner, &token, &delivered).await {
-        Ok(r) => r,
-        Err(e) => {
-            // The payload is recorded; failing now would make the caller retry (a second
-            // payload without an Idempotency-Key), so answer the default instead.
-            tracing::warn!(error = %e, run = %delivered.run, "cannot read the webhook's respond_with; answering 202");
-            None
-        }
-    };
+    let respond_with = respond_with_retried(&inner, &token, &delivered).await?;
     let resp = match respond_with {
         Some(r) => custom_response(&r),
         None => accepted(),
@@ -376,6 +370,47 @@ fn check_depth(json: &str) -> Result<(), ApiError> {
         }
     }
     Ok(())
+}
+
+/// How long a committed delivery keeps trying to read its webhook's `respond_with` before it
+/// answers 503 (the caller's retry with the same `Idempotency-Key` then gets the response).
+const RESPOND_WITH_PATIENCE: Duration = Duration::from_secs(3);
+
+/// [`respond_with`], retried with backoff for [`RESPOND_WITH_PATIENCE`] while the store is
+/// unreachable. The payload is recorded by now, so a default 202 would be a lie when the
+/// webhook configured another answer: when the response still cannot be read, the caller gets
+/// 503 asking for a retry with the same `Idempotency-Key` (which is then a duplicate that gets
+/// the recorded response, and delivers nothing again).
+async fn respond_with_retried(
+    inner: &Inner,
+    token: &str,
+    delivered: &Delivered,
+) -> Result<Option<WebhookResponse>, ApiError> {
+    let deadline = tokio::time::Instant::now() + RESPOND_WITH_PATIENCE;
+    let mut pause = Duration::from_millis(50);
+    loop {
+        let read = tokio::time::timeout_at(deadline, respond_with(inner, token, delivered)).await;
+        let err = match read {
+            Ok(Ok(r)) => return Ok(r),
+            Ok(Err(e)) if !e.is_retryable() => return Err(e.into()),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no answer within {RESPOND_WITH_PATIENCE:?}"),
+        };
+        if tokio::time::Instant::now() + pause >= deadline {
+            tracing::warn!(error = %err, run = %delivered.run, seq = delivered.seq,
+                "a webhook delivery is recorded but its respond_with cannot be read; answering 503");
+            let mut e = ApiError::unavailable(err);
+            e.set_message(
+                "the payload was recorded, but the webhook's response cannot be read right now: \
+                 retry with the same Idempotency-Key after Retry-After seconds to get it (the \
+                 payload is not delivered twice; without an Idempotency-Key a retry is a new \
+                 delivery)",
+            );
+            return Err(e);
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(500));
+    }
 }
 
 /// The `respond_with` recorded in the `HookCreated` of the hook that received `delivered`.

@@ -9,6 +9,7 @@ use aws_smithy_runtime_api::client::http::{
     HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpConnector,
 };
 use aws_smithy_runtime_api::client::orchestrator::{HttpRequest, HttpResponse};
+use aws_smithy_runtime_api::client::result::ConnectorError;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_runtime_api::http::StatusCode;
 use aws_smithy_types::body::SdkBody;
@@ -47,6 +48,9 @@ pub struct DynamoConfig {
     pub max_attempts: u32,
     /// First backoff; doubles per attempt (with jitter), capped at one second.
     pub base_backoff: Duration,
+    /// How long one attempt of a call may take before the SDK abandons it as timed out (and
+    /// the store retries it, as any transient fault). Default 20 s.
+    pub attempt_timeout: Duration,
     /// Test hook: answers some requests with injected faults before they reach DynamoDB.
     pub faults: Option<FaultInjector>,
     /// Test hook: global secondary index queries lag behind the table (see [`IndexLag`]).
@@ -65,6 +69,7 @@ impl DynamoConfig {
             wake_shards: 4,
             max_attempts: 8,
             base_backoff: Duration::from_millis(10),
+            attempt_timeout: Duration::from_secs(20),
             faults: None,
             index_lag: None,
         }
@@ -102,7 +107,7 @@ impl DynamoConfig {
             .timeout_config(
                 TimeoutConfig::builder()
                     .connect_timeout(Duration::from_secs(3))
-                    .operation_attempt_timeout(Duration::from_secs(20))
+                    .operation_attempt_timeout(self.attempt_timeout)
                     .build(),
             );
         if let Some(url) = &self.endpoint_url {
@@ -112,18 +117,38 @@ impl DynamoConfig {
     }
 }
 
-/// Injects faults for tests: the next `n` requests are answered with a DynamoDB error response
-/// (HTTP 400 with the error's `__type`, exactly as DynamoDB sends it) without reaching the
-/// server, so the SDK parses it as the real thing.
+/// Injects faults for tests, below the SDK (at its HTTP connector), so the SDK parses and
+/// times out exactly as against the real service:
+///
+/// * [`FaultInjector::fail_next`]: DynamoDB error responses (throttling, 500s), the request
+///   never reaching the server;
+/// * [`FaultInjector::time_out_next`]: requests that never get an answer, until the SDK's
+///   attempt timeout ([`DynamoConfig::attempt_timeout`]) gives up on them;
+/// * [`FaultInjector::lose_reply_next`]: requests that reach DynamoDB and are carried out, but
+///   whose reply is lost (the connection drops): the ambiguous outcome.
 #[derive(Clone, Debug, Default)]
 pub struct FaultInjector {
     inner: Arc<FaultState>,
 }
 
+/// What the next requests get.
+#[derive(Clone, Debug, Default)]
+enum Injected {
+    /// Nothing: requests pass.
+    #[default]
+    Pass,
+    /// An error response with this `__type`.
+    Error(String),
+    /// No answer at all.
+    Silence,
+    /// The request is sent; its reply is dropped.
+    LostReply,
+}
+
 #[derive(Debug, Default)]
 struct FaultState {
     remaining: AtomicU32,
-    code: Mutex<String>,
+    what: Mutex<(Injected, Option<String>)>,
     injected: AtomicU32,
 }
 
@@ -135,9 +160,26 @@ impl FaultInjector {
 
     /// Answers the next `n` requests with `code` (for example
     /// `ProvisionedThroughputExceededException`, `ThrottlingException`,
-    /// `TransactionConflictException`, `InternalServerError`).
+    /// `TransactionConflictException`, `InternalServerError` (HTTP 500)).
     pub fn fail_next(&self, n: u32, code: &str) {
-        *self.inner.code.lock().expect("fault lock") = code.to_owned();
+        self.set(n, Injected::Error(code.to_owned()), None);
+    }
+
+    /// The next `n` requests get no answer: each attempt times out after
+    /// [`DynamoConfig::attempt_timeout`]. Nothing reaches DynamoDB.
+    pub fn time_out_next(&self, n: u32) {
+        self.set(n, Injected::Silence, None);
+    }
+
+    /// The next `n` requests of `operation` (e.g. `TransactWriteItems`; other operations pass)
+    /// reach DynamoDB and are carried out, then their reply is lost as if the connection
+    /// dropped: the caller cannot know whether the write happened.
+    pub fn lose_reply_next(&self, n: u32, operation: &str) {
+        self.set(n, Injected::LostReply, Some(operation.to_owned()));
+    }
+
+    fn set(&self, n: u32, what: Injected, operation: Option<String>) {
+        *self.inner.what.lock().expect("fault lock") = (what, operation);
         self.inner.remaining.store(n, Ordering::SeqCst);
     }
 
@@ -146,14 +188,19 @@ impl FaultInjector {
         self.inner.injected.load(Ordering::SeqCst)
     }
 
-    fn take(&self) -> Option<String> {
+    /// The fault for a request of `operation` (the `X-Amz-Target`'s action), if one is due.
+    fn take(&self, operation: &str) -> Option<Injected> {
+        let (what, only) = self.inner.what.lock().expect("fault lock").clone();
+        if only.is_some_and(|o| o != operation) {
+            return None;
+        }
         self.inner
             .remaining
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .ok()
             .map(|_| {
                 self.inner.injected.fetch_add(1, Ordering::SeqCst);
-                self.inner.code.lock().expect("fault lock").clone()
+                what
             })
     }
 }
@@ -239,9 +286,15 @@ struct FaultConnector {
 
 impl HttpConnector for FaultConnector {
     fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
-        match self.faults.take() {
-            None => self.inner.call(request),
-            Some(code) => {
+        let operation = request
+            .headers()
+            .get("x-amz-target")
+            .and_then(|t| t.rsplit('.').next())
+            .unwrap_or("")
+            .to_owned();
+        match self.faults.take(&operation) {
+            None | Some(Injected::Pass) => self.inner.call(request),
+            Some(Injected::Error(code)) => {
                 let status = if code.starts_with("InternalServer") || code == "ServiceUnavailable" {
                     500
                 } else {
@@ -257,6 +310,18 @@ impl HttpConnector for FaultConnector {
                 resp.headers_mut()
                     .insert("content-type", "application/x-amz-json-1.0");
                 HttpConnectorFuture::ready(Ok(resp))
+            }
+            Some(Injected::Silence) => HttpConnectorFuture::new(std::future::pending()),
+            Some(Injected::LostReply) => {
+                let sent = self.inner.call(request);
+                HttpConnectorFuture::new(async move {
+                    // The request is carried out; whatever DynamoDB answered is dropped.
+                    let _ = sent.await;
+                    Err(ConnectorError::io(
+                        "the connection dropped after the request was sent (injected by eve's FaultInjector)"
+                            .into(),
+                    ))
+                })
             }
         }
     }

@@ -182,8 +182,12 @@
 //!   items of one write" }`, never split: split the events over several appends.
 //! * Throttling (`ProvisionedThroughputExceededException`, `ThrottlingException`,
 //!   `RequestLimitExceeded`), `TransactionConflictException`, transaction cancellations for
-//!   conflict or throttling, 5xx and network faults are retried with exponential backoff and
-//!   jitter ([`DynamoConfig::max_attempts`]), then surface as `StoreError::Unavailable`.
+//!   conflict or throttling, 5xx, timeouts ([`DynamoConfig::attempt_timeout`]) and network faults
+//!   are retried with exponential backoff and jitter ([`DynamoConfig::max_attempts`]), then
+//!   surface as `StoreError::Unavailable`. A transaction whose reply was lost (it may have
+//!   committed) is retried with the same client token, and an append is resolved by its append
+//!   id: a retry of one that landed is answered as a duplicate, never applied twice.
+//!   [`FaultInjector`] injects all of these below the SDK in tests (`tests/faults.rs`).
 //! * Ordering ties: runs created at the same millisecond are listed and claimed in run id order
 //!   (the contract's "creation time, then run id").
 

@@ -184,6 +184,12 @@ pub struct SqliteOptions {
     pub read_connections: u32,
     /// Most write ops folded into one transaction (default 256).
     pub max_batch: usize,
+    /// The largest the database file may grow, in bytes (`PRAGMA max_page_count`, rounded
+    /// down to whole pages, never below the file's current size). A write that needs more
+    /// fails with [`StoreError::StorageFull`] naming the file, exactly as on a full disk, and
+    /// succeeds again once space is freed (a [`JournalStore::purge`] frees pages for reuse).
+    /// Default `None`: only the disk limits the file.
+    pub max_size_bytes: Option<u64>,
 }
 
 impl Default for SqliteOptions {
@@ -193,6 +199,7 @@ impl Default for SqliteOptions {
             busy_timeout: Duration::from_secs(5),
             read_connections: 4,
             max_batch: 256,
+            max_size_bytes: None,
         }
     }
 }
@@ -298,6 +305,20 @@ impl SqliteStore {
             .await
             .map_err(map_sqlx)?;
         schema::migrate(&mut conn).await?;
+        let max_page_count = match options.max_size_bytes {
+            None => None,
+            Some(bytes) => {
+                let page: i64 = sqlx::query_scalar("PRAGMA page_size")
+                    .fetch_one(&mut conn)
+                    .await
+                    .map_err(map_sqlx)?;
+                Some((bytes / u64::try_from(page.max(512)).unwrap_or(4096)).max(1))
+            }
+        };
+        let connect = match max_page_count {
+            Some(pages) => connect.pragma("max_page_count", pages.to_string()),
+            None => connect,
+        };
         let reads = SqlitePoolOptions::new()
             .max_connections(options.read_connections.max(1))
             .min_connections(1)
@@ -315,6 +336,7 @@ impl SqliteStore {
             filename: connect.get_filename().to_string_lossy().into_owned(),
             synchronous: options.synchronous.pragma(),
             busy_timeout: options.busy_timeout,
+            max_page_count,
         };
         writer::spawn(&writer, rx, max_batch, hub.clone(), commits)?;
         let _ = sqlx::Connection::close(conn).await;
@@ -334,7 +356,14 @@ impl SqliteStore {
     async fn call<T>(&self, op: impl FnOnce(Reply<T>) -> Op) -> Result<T, StoreError> {
         let (tx, rx) = oneshot::channel();
         self.writer.send(op(tx)).await.map_err(|_| writer_gone())?;
-        rx.await.map_err(|_| writer_gone())?
+        rx.await
+            .map_err(|_| writer_gone())?
+            .map_err(|e| self.located(e))
+    }
+
+    /// `e`, naming this store's file when it is a [`StoreError::StorageFull`].
+    fn located(&self, e: StoreError) -> StoreError {
+        error::locate(e, &self.path)
     }
 }
 
@@ -451,7 +480,9 @@ impl JournalStore for SqliteStore {
     }
 
     async fn create_key(&self, key: ApiKey) -> Result<(), StoreError> {
-        keys::create(&self.reads, key).await
+        keys::create(&self.reads, key)
+            .await
+            .map_err(|e| self.located(e))
     }
 
     async fn list_keys(&self) -> Result<Vec<ApiKey>, StoreError> {
@@ -459,7 +490,9 @@ impl JournalStore for SqliteStore {
     }
 
     async fn revoke_key(&self, id: &str, now: Timestamp) -> Result<ApiKey, StoreError> {
-        keys::revoke(&self.reads, id, now).await
+        keys::revoke(&self.reads, id, now)
+            .await
+            .map_err(|e| self.located(e))
     }
 
     async fn key_by_hash(&self, hash: &str) -> Result<Option<ApiKey>, StoreError> {
@@ -467,7 +500,9 @@ impl JournalStore for SqliteStore {
     }
 
     async fn purge(&self, ended_before: Timestamp, limit: usize) -> Result<usize, StoreError> {
-        retention::purge(&self.reads, ended_before, limit).await
+        retention::purge(&self.reads, ended_before, limit)
+            .await
+            .map_err(|e| self.located(e))
     }
 
     async fn end_session(
@@ -475,7 +510,9 @@ impl JournalStore for SqliteStore {
         session: &SessionId,
         now: Timestamp,
     ) -> Result<SessionEnd, StoreError> {
-        sessions::end(&self.reads, session, now).await
+        sessions::end(&self.reads, session, now)
+            .await
+            .map_err(|e| self.located(e))
     }
 
     async fn get_session(&self, session: &SessionId) -> Result<SessionRecord, StoreError> {
@@ -488,11 +525,15 @@ impl JournalStore for SqliteStore {
         message: Payload,
         now: Timestamp,
     ) -> Result<QueuedMessage, StoreError> {
-        sessions::queue(&self.reads, session, message, now).await
+        sessions::queue(&self.reads, session, message, now)
+            .await
+            .map_err(|e| self.located(e))
     }
 
     async fn take_messages(&self, session: &SessionId) -> Result<Vec<QueuedMessage>, StoreError> {
-        sessions::take(&self.reads, session).await
+        sessions::take(&self.reads, session)
+            .await
+            .map_err(|e| self.located(e))
     }
 
     async fn create_run(&self, run: NewRun, now: Timestamp) -> Result<CreatedRun, StoreError> {

@@ -84,7 +84,11 @@ fn answer<T: Send + 'static>(
     result: Result<T, StoreError>,
 ) -> (Answer, Option<StoreError>) {
     let fault = match &result {
-        Err(e @ (StoreError::Unavailable { .. } | StoreError::Other { .. })) => Some(copy(e)),
+        Err(
+            e @ (StoreError::Unavailable { .. }
+            | StoreError::Other { .. }
+            | StoreError::StorageFull { .. }),
+        ) => Some(copy(e)),
         _ => None,
     };
     let answer: Answer = Box::new(move |commit_err| {
@@ -99,6 +103,7 @@ fn answer<T: Send + 'static>(
 /// The same kind of backend fault with the same message.
 fn copy(e: &StoreError) -> StoreError {
     match e {
+        StoreError::StorageFull { .. } => batch_failed(e),
         StoreError::Unavailable { backend, message } => StoreError::Unavailable {
             backend,
             message: message.clone(),
@@ -115,6 +120,8 @@ pub(crate) struct WriterConfig {
     /// `FULL` or `NORMAL`.
     pub(crate) synchronous: &'static str,
     pub(crate) busy_timeout: Duration,
+    /// `PRAGMA max_page_count`, if the store was given a size limit.
+    pub(crate) max_page_count: Option<u64>,
 }
 
 /// Opens the writer's connection and starts its thread, which ends when every handle (sender)
@@ -194,6 +201,12 @@ fn open(config: &WriterConfig) -> Result<Conn, StoreError> {
         config.synchronous
     ))
     .map_err(map_rusqlite)?;
+    if let Some(pages) = config.max_page_count {
+        conn.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |r| {
+            r.get::<_, i64>(0)
+        })
+        .map_err(map_rusqlite)?;
+    }
     Ok(conn)
 }
 
