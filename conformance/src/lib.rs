@@ -89,6 +89,7 @@ use std::time::{Duration, Instant};
 
 pub mod engine;
 pub mod fixtures;
+pub mod golden;
 pub mod model;
 pub mod store;
 
@@ -169,7 +170,7 @@ pub enum Corruption {
     Truncated,
     /// Replace the body with bytes that are not JSON.
     Garbage,
-    /// Mark the row with a format version this build does not know.
+    /// Mark the row with a newer format version than this build reads (9999).
     UnknownVersion,
 }
 
