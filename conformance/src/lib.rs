@@ -89,6 +89,7 @@ use std::time::{Duration, Instant};
 
 pub mod engine;
 pub mod fixtures;
+pub mod golden;
 pub mod model;
 pub mod store;
 
@@ -169,7 +170,7 @@ pub enum Corruption {
     Truncated,
     /// Replace the body with bytes that are not JSON.
     Garbage,
-    /// Mark the row with a format version this build does not know.
+    /// Mark the row with a newer format version than this build reads (9999).
     UnknownVersion,
 }
 
@@ -556,6 +557,8 @@ macro_rules! __store_cases {
             turns::end_racing_starts_lists_every_run,
             turns::queued_messages_taken_once_in_order,
             turns::concurrent_takes_split_messages,
+            turns::end_lists_blocked_runs_live,
+            turns::overlapping_takes_hand_each_message_once,
             blocked::resolve_blocked_resume_and_fail,
             blocked::cancel_ends_a_blocked_run,
             keys::keys_create_find_list,
@@ -565,6 +568,7 @@ macro_rules! __store_cases {
             retention::purge_is_bounded_and_idempotent,
             retention::concurrent_purges_count_each_run_once,
             retention::keyed_delivery_retained_until_purge,
+            retention::sessions_outlive_purge,
             clauses::answer_to_withdrawn_request_of_running_run,
             clauses::hook_dedupe_key_belongs_to_one_hook,
             clauses::reads_in_seq_order_when_clocks_go_back,

@@ -34,6 +34,13 @@ enum Bug {
     EndNotPersisted,
     EndListsNoRuns,
     TakeKeepsMessages,
+    // Contract clause 10, the last holes:
+    /// `purge` deletes the session of a run it purges: its end and its queued messages.
+    PurgeForgetsSessions,
+    /// `end_session` lists as live only the running runs, not the blocked ones.
+    EndListsOnlyRunning,
+    /// `take_messages` reads the queue, then deletes it in another statement.
+    TakeReadsThenDeletes,
 }
 
 /// The directed case each clause bug must fail.
@@ -94,11 +101,23 @@ const CLAUSE_BUGS: &[(Bug, &str)] = &[
         Bug::TakeKeepsMessages,
         "turns::queued_messages_taken_once_in_order",
     ),
+    (
+        Bug::PurgeForgetsSessions,
+        "retention::sessions_outlive_purge",
+    ),
+    (
+        Bug::EndListsOnlyRunning,
+        "turns::end_lists_blocked_runs_live",
+    ),
+    (
+        Bug::TakeReadsThenDeletes,
+        "turns::overlapping_takes_hand_each_message_once",
+    ),
 ];
 
 #[derive(Debug)]
 struct Buggy {
-    inner: MemoryStore,
+    inner: Arc<dyn JournalStore>,
     bug: Bug,
     /// `HookDedupeKeyStoreWide`: the first delivery of each key, whatever its hook.
     keys: std::sync::Mutex<std::collections::HashMap<String, Delivered>>,
@@ -106,12 +125,27 @@ struct Buggy {
     zombies: std::sync::Mutex<std::collections::HashSet<String>>,
     /// `RefusedAppendLogged`: session entries of refused appends.
     phantoms: std::sync::Mutex<Vec<SessionEntry>>,
+    /// `PurgeForgetsSessions`: sessions a purge deleted.
+    forgotten: std::sync::Mutex<std::collections::HashSet<SessionId>>,
+}
+
+impl Buggy {
+    fn new(inner: Arc<dyn JournalStore>, bug: Bug) -> Self {
+        Self {
+            inner,
+            bug,
+            keys: Default::default(),
+            zombies: Default::default(),
+            phantoms: Default::default(),
+            forgotten: Default::default(),
+        }
+    }
 }
 
 #[async_trait]
 impl StoreWrapper for Buggy {
     fn wrapped(&self) -> &dyn JournalStore {
-        &self.inner
+        &*self.inner
     }
     fn backend(&self) -> &'static str {
         "buggy"
@@ -316,11 +350,51 @@ impl StoreWrapper for Buggy {
         if self.bug == Bug::EndListsNoRuns {
             end.live.clear();
         }
+        if self.bug == Bug::EndListsOnlyRunning {
+            let mut running = Vec::new();
+            for run in end.live {
+                if self.inner.get_run(&run).await?.status == RunStatus::Running {
+                    running.push(run);
+                }
+            }
+            end.live = running;
+        }
         Ok(end)
+    }
+    async fn get_session(&self, session: &SessionId) -> Result<SessionRecord, StoreError> {
+        if self.forgotten.lock().expect("lock").contains(session) {
+            return Ok(SessionRecord {
+                session_id: session.clone(),
+                ended_at: None,
+                queued: Vec::new(),
+            });
+        }
+        self.inner.get_session(session).await
+    }
+    async fn purge(&self, ended_before: Timestamp, limit: usize) -> Result<usize, StoreError> {
+        let ended: Vec<RunRecord> = if self.bug == Bug::PurgeForgetsSessions {
+            let all = self.inner.list_runs(&RunQuery::default()).await?;
+            all.into_iter().filter(|r| r.status.is_terminal()).collect()
+        } else {
+            Vec::new()
+        };
+        let purged = self.inner.purge(ended_before, limit).await?;
+        for r in ended {
+            if let Err(StoreError::NotFound { .. }) = self.inner.get_run(&r.run_id).await {
+                self.forgotten.lock().expect("lock").insert(r.session_id);
+            }
+        }
+        Ok(purged)
     }
     async fn take_messages(&self, session: &SessionId) -> Result<Vec<QueuedMessage>, StoreError> {
         if self.bug == Bug::TakeKeepsMessages {
             return Ok(self.inner.get_session(session).await?.queued);
+        }
+        if self.bug == Bug::TakeReadsThenDeletes {
+            let read = self.inner.get_session(session).await?.queued;
+            tokio::task::yield_now().await;
+            self.inner.take_messages(session).await?;
+            return Ok(read);
         }
         self.inner.take_messages(session).await
     }
@@ -400,13 +474,7 @@ struct BuggyFactory(Bug);
 impl StoreFactory for BuggyFactory {
     async fn create(&self) -> Result<Opened, StoreError> {
         Ok(Opened {
-            store: Arc::new(Buggy {
-                inner: MemoryStore::new(),
-                bug: self.0,
-                keys: Default::default(),
-                zombies: Default::default(),
-                phantoms: Default::default(),
-            }),
+            store: Arc::new(Buggy::new(Arc::new(MemoryStore::new()), self.0)),
             location: "memory".into(),
         })
     }
@@ -530,4 +598,73 @@ impl StoreFactory for SharedMemoryFactory {
 async fn whole_suite_passes_on_a_reopenable_memory_store() {
     let report = eve_conformance::run_store_suite(&SharedMemoryFactory::default()).await;
     assert!(unexpected_failures(&report).is_empty(), "{report}");
+}
+
+/// SQLite stores in temporary files, behind a [`Buggy`] wrapper with one bug.
+#[derive(Debug)]
+struct SqliteBuggyFactory {
+    bug: Bug,
+    dirs: std::sync::Mutex<Vec<tempfile::TempDir>>,
+}
+
+#[async_trait]
+impl StoreFactory for SqliteBuggyFactory {
+    async fn create(&self) -> Result<Opened, StoreError> {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("journal.db");
+        let store = eve_storage_sqlite::SqliteStore::open(&path).await?;
+        self.dirs.lock().expect("lock").push(dir);
+        Ok(Opened {
+            store: Arc::new(Buggy::new(Arc::new(store), self.bug)),
+            location: path.display().to_string(),
+        })
+    }
+    async fn open(&self, _location: &str) -> Result<Option<Arc<dyn JournalStore>>, StoreError> {
+        Ok(None)
+    }
+}
+
+/// A `take_messages` that reads the queue and then deletes it (not in one statement) is caught
+/// by the overlapping takes in every run, on the memory store and on a real SQLite file, where
+/// the read goes through the read pool and the delete through the writer; the same case passes
+/// on both stores without the bug.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_takes_catch_a_non_atomic_take_every_time() {
+    const RUNS: usize = 5;
+    let name = "turns::overlapping_takes_hand_each_message_once";
+    let case = eve_conformance::store_cases()
+        .iter()
+        .find(|(n, _)| *n == name)
+        .expect("the case is listed")
+        .1;
+    let sqlite = |bug| SqliteBuggyFactory {
+        bug,
+        dirs: Default::default(),
+    };
+    for (store, clean, buggy) in [
+        (
+            "memory",
+            Box::new(BuggyFactory(Bug::None)) as Box<dyn StoreFactory>,
+            Box::new(BuggyFactory(Bug::TakeReadsThenDeletes)) as Box<dyn StoreFactory>,
+        ),
+        (
+            "sqlite",
+            Box::new(sqlite(Bug::None)),
+            Box::new(sqlite(Bug::TakeReadsThenDeletes)),
+        ),
+    ] {
+        let ok = eve_conformance::run_case(&*clean, name, case).await;
+        assert!(
+            matches!(ok.outcome, eve_conformance::CaseOutcome::Passed),
+            "{name} passes on {store} without the bug: {ok:?}"
+        );
+        for i in 0..RUNS {
+            let caught = eve_conformance::run_case(&*buggy, name, case).await;
+            assert!(
+                matches!(caught.outcome, eve_conformance::CaseOutcome::Failed(_)),
+                "run {i}: {name} must catch a non-atomic take on {store}: {caught:?}"
+            );
+        }
+        println!("TakeReadsThenDeletes caught on {store} in {RUNS} of {RUNS} runs");
+    }
 }

@@ -8,9 +8,15 @@ use crate::error::StoreError;
 use crate::event::Event;
 use crate::ids::RunId;
 
-/// The format version written by this build. Stores keep it beside each row; a row with another
-/// version is [`StoreError::Corrupt`], never a panic.
+/// The format version written by this build. Stores keep it beside each row. Every change to
+/// the event format (a new event, a new field, even an optional one) takes a new version: this
+/// build reads every version up to its own, and refuses a row of a newer one with
+/// [`StoreError::FormatTooNew`] (an older eve never misreads a newer one's data); a row of
+/// version 0 is [`StoreError::Corrupt`].
 pub const FORMAT_VERSION: u16 = 1;
+
+/// The oldest format version this build reads.
+pub const OLDEST_FORMAT_VERSION: u16 = 1;
 
 /// Encodes a batch of events as one row body.
 ///
@@ -24,8 +30,11 @@ pub fn encode_batch(events: &[Event]) -> Result<Vec<u8>, StoreError> {
 /// Decodes a row body written by [`encode_batch`].
 ///
 /// # Errors
-/// `Corrupt` naming `run` and `first_seq` when the version is unknown, the bytes are not a JSON
-/// array of events, or the row holds a different number of events than `expected_count`.
+/// `FormatTooNew` when the row was written by a newer eve (its version is past
+/// [`FORMAT_VERSION`]); `Corrupt` naming `run` and `first_seq` when the version is older than
+/// any eve wrote, the bytes are not a JSON array of events (an unknown event or an unknown field
+/// of one included: a field is never silently dropped), or the row holds a different number of
+/// events than `expected_count`.
 pub fn decode_batch(
     run: &RunId,
     first_seq: u64,
@@ -38,9 +47,17 @@ pub fn decode_batch(
         seq: first_seq,
         reason,
     };
-    if version != FORMAT_VERSION {
+    if version > FORMAT_VERSION {
+        return Err(StoreError::FormatTooNew {
+            run: run.clone(),
+            seq: first_seq,
+            version,
+            supported: FORMAT_VERSION,
+        });
+    }
+    if version < OLDEST_FORMAT_VERSION {
         return Err(corrupt(format!(
-            "unknown event format version {version} (this build reads version {FORMAT_VERSION}); upgrade eve to read it"
+            "unknown event format version {version}: no eve writes it (this build reads versions {OLDEST_FORMAT_VERSION} to {FORMAT_VERSION})"
         )));
     }
     let events: Vec<Event> =
@@ -77,9 +94,28 @@ mod tests {
             Event::Progress { value, .. } => assert_eq!(value.get(), r#"{ "a" : 1 }"#),
             other => panic!("unexpected {other:?}"),
         }
+        match decode_batch(&run, 3, FORMAT_VERSION + 1, &bytes, 2) {
+            Err(StoreError::FormatTooNew {
+                run: r,
+                seq: 3,
+                version,
+                supported: FORMAT_VERSION,
+            }) if r == run && version == FORMAT_VERSION + 1 => {}
+            other => panic!("expected FormatTooNew, got {other:?}"),
+        }
         for (version, body, count) in [
-            (FORMAT_VERSION + 1, &bytes[..], 2),
+            (0, &bytes[..], 2),
             (FORMAT_VERSION, &bytes[..bytes.len() - 3], 2),
+            (
+                FORMAT_VERSION,
+                &br#"[{"RunFailed":{"error":"x","hint":"a newer field"}}]"#[..],
+                1,
+            ),
+            (
+                FORMAT_VERSION,
+                &br#"[{"InputAnswered":{"request_id":"r:1","response":{"optionId":"a","mood":1}}}]"#[..],
+                1,
+            ),
             (FORMAT_VERSION, &b"[{\"type\":\"Nope\"}]"[..], 1),
             (FORMAT_VERSION, &bytes[..], 3),
         ] {
@@ -91,5 +127,40 @@ mod tests {
                 other => panic!("expected Corrupt, got {other:?}"),
             }
         }
+    }
+
+    /// Optional fields that are skipped when empty decode when absent, and an event written
+    /// with every optional field set round-trips.
+    #[test]
+    fn absent_optional_fields_decode() {
+        let run = RunId::new("r");
+        let body = br#"[
+            {"HookCreated":{"cmd":1,"token":"t","webhook":true}},
+            {"InputRequested":{"cmd":2,"request_id":"r:2","request":{"prompt":"q"}}},
+            {"InputAnswered":{"request_id":"r:2","response":{}}},
+            {"StepFailed":{"cmd":3,"name":"s","attempt":1,"error":"e","fatal":false,"retry_at":null}},
+            {"AgentStarted":{"cmd":4,"key":"k","target":"t","agent_id":null}},
+            {"HookCreated":{"cmd":5,"token":"u","webhook":true,"respond_with":{}}}
+        ]"#;
+        let events = decode_batch(&run, 0, FORMAT_VERSION, body, 6).expect("decodes");
+        assert!(matches!(
+            &events[0],
+            Event::HookCreated {
+                respond_with: None,
+                ..
+            }
+        ));
+        match &events[5] {
+            Event::HookCreated {
+                respond_with: Some(r),
+                ..
+            } => assert_eq!((r.status, r.body.is_null()), (200, true)),
+            other => panic!("unexpected {other:?}"),
+        }
+        let again = encode_batch(&events).expect("encodes");
+        assert_eq!(
+            decode_batch(&run, 0, FORMAT_VERSION, &again, 6).unwrap(),
+            events
+        );
     }
 }

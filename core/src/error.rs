@@ -128,6 +128,20 @@ pub enum StoreError {
         /// What was wrong.
         reason: String,
     },
+    /// A stored event was written by a newer eve, in an event format this build cannot read
+    /// (contract: a newer version's data is refused, never misread). Nothing was changed;
+    /// upgrade eve to at least the version that wrote it.
+    #[error("journal row for run {run} at seq {seq} was written by a newer eve (event format version {version}; this build reads versions up to {supported}); upgrade eve to read it")]
+    FormatTooNew {
+        /// The run.
+        run: RunId,
+        /// The first seq of the row.
+        seq: u64,
+        /// The row's format version.
+        version: u16,
+        /// The newest format version this build reads ([`crate::codec::FORMAT_VERSION`]).
+        supported: u16,
+    },
     /// A transient fault (connection lost, throttled, busy). Retry the call; appends carry an
     /// append id, so a retry of an append that landed is answered as success.
     #[error("store unavailable ({backend}): {message}; retry the call")]

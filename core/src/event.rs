@@ -160,6 +160,7 @@ pub enum OptionStyle {
 /// One option offered by an input request.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct InputOption {
     /// The id an answer names.
     pub id: String,
@@ -201,6 +202,7 @@ impl InputOption {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[serde(deny_unknown_fields)]
 pub struct InputRequest {
     /// The question.
     pub prompt: String,
@@ -235,6 +237,7 @@ pub const DENY: &str = "deny";
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[serde(deny_unknown_fields)]
 pub struct ApprovalRequest {
     /// The model-visible tool name.
     pub tool: String,
@@ -247,6 +250,7 @@ pub struct ApprovalRequest {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[serde(deny_unknown_fields)]
 pub struct AgentRequest {
     /// The call's key, unique within the run.
     pub key: String,
@@ -410,6 +414,7 @@ impl AgentRequest {
 /// its `HookCreated` event so every server process answers the same.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct WebhookResponse {
     /// HTTP status (default 200).
     #[serde(default = "WebhookResponse::default_status")]
@@ -455,6 +460,7 @@ pub struct WebhookRequest {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
+#[serde(deny_unknown_fields)]
 pub struct InputResponse {
     /// The chosen option.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -508,13 +514,16 @@ impl InputResponse {
 
 /// One journal entry. `cmd` is the body's command counter: the n-th durable operation it issued.
 ///
-/// Adding a variant is a compatible change; changing or removing one needs a new
-/// [`crate::codec::FORMAT_VERSION`].
+/// Every change to the format (a new variant, a new field, even an optional one) needs a new
+/// [`crate::codec::FORMAT_VERSION`]: a field this build does not know is refused, never
+/// silently dropped (`deny_unknown_fields` here and on every type an event holds), so an older
+/// eve never misreads a newer one's events.
 ///
 /// Stored externally tagged (`{"StepCompleted": {..}}`): unlike an internally tagged enum, that
 /// lets payloads stay raw JSON bytes when decoding.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub enum Event {
     /// Always seq 0.
     RunStarted {

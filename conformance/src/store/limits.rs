@@ -190,8 +190,8 @@ pub async fn empty_keys_are_invalid(factory: &dyn StoreFactory) {
     );
 }
 
-/// A damaged row (truncated, garbage, unknown format version) reads as `Corrupt` naming the run
-/// and the row's first seq, never a panic; the events before it and other runs stay readable.
+/// A damaged row (truncated, garbage) reads as `Corrupt`, a row of a newer format version as
+/// `FormatTooNew`, each naming the run and the row's first seq, never a panic; the events before it and other runs stay readable.
 /// Needs [`StoreFactory::corrupt`] (see [`crate::Skip`]).
 pub async fn corrupt_rows_are_typed_errors(factory: &dyn StoreFactory) {
     use crate::Corruption;
@@ -238,6 +238,19 @@ pub async fn corrupt_rows_are_typed_errors(factory: &dyn StoreFactory) {
             });
         }
         match s.store.read(&run.run_id, 0, 100).await {
+            Err(StoreError::FormatTooNew {
+                run: r,
+                seq,
+                version,
+                supported,
+            }) if how == Corruption::UnknownVersion => {
+                assert_eq!(r, run.run_id, "FormatTooNew names the run");
+                assert_eq!(seq, 2, "FormatTooNew names the row's first seq");
+                assert!(
+                    version > supported && supported == eve_core::codec::FORMAT_VERSION,
+                    "FormatTooNew names the row's version {version} and this build's {supported}"
+                );
+            }
             Err(StoreError::Corrupt {
                 run: r,
                 seq,
@@ -248,7 +261,7 @@ pub async fn corrupt_rows_are_typed_errors(factory: &dyn StoreFactory) {
                 assert!(!reason.is_empty(), "{how:?}: Corrupt says what was wrong");
             }
             other => panic!(
-                "{how:?}: reading a damaged row must be Corrupt, got {:?}",
+                "{how:?}: reading a damaged row must be Corrupt (FormatTooNew for a newer version), got {:?}",
                 other.map(|p| p.len())
             ),
         }

@@ -441,3 +441,80 @@ pub async fn keyed_delivery_retained_until_purge(factory: &dyn StoreFactory) {
         "the recorded key is gone with its run"
     );
 }
+
+/// Sessions outlive `purge` (contract clause 10): purging every run of an ended session keeps
+/// the session's end (its time, and the refusal of new runs and messages) and the messages
+/// still queued in it; purging every run of a live session keeps its queue, still taken once
+/// and in order, and its message seqs never reused.
+pub async fn sessions_outlive_purge(factory: &dyn StoreFactory) {
+    let s = fresh(factory).await;
+    let st = &*s.store;
+    let ended = SessionId::new(unique("purge-ended-session"));
+    let live = SessionId::new(unique("purge-live-session"));
+    let mut runs = Vec::new();
+    for (i, session) in [&ended, &live].into_iter().enumerate() {
+        let (run, lease) = started(st, in_session("purged", session), at(0)).await;
+        for m in 0..3 {
+            st.queue_message(session, json(&format!("{{\"m\": {m}}}")), at(1 + m))
+                .await
+                .expect("queue_message");
+        }
+        end(st, &run.run_id, &lease, completed(&i.to_string()), at(5)).await;
+        runs.push(run.run_id);
+    }
+    st.end_session(&ended, at(6)).await.expect("end_session");
+    let before = [
+        st.get_session(&ended).await.expect("get_session"),
+        st.get_session(&live).await.expect("get_session"),
+    ];
+    assert_eq!(before[0].ended_at, Some(at(6)));
+    assert_eq!(before[0].queued.len(), 3);
+    assert_eq!(before[1].queued.len(), 3);
+
+    assert_eq!(
+        purge(st, at(50), 0).await,
+        2,
+        "both runs ended before the cutoff"
+    );
+    for run in &runs {
+        assert_err!(
+            st.get_run(run).await,
+            StoreError::NotFound { .. },
+            "get_run of purged run {run}"
+        );
+    }
+    for (session, want) in [&ended, &live].into_iter().zip(&before) {
+        let after = st.get_session(session).await.expect("get_session");
+        assert_eq!(
+            &after, want,
+            "purging every run of session {session} keeps its end and its queued messages"
+        );
+    }
+    assert_err!(
+        st.create_run(in_session("after-purge", &ended), at(60))
+            .await,
+        StoreError::SessionEnded { .. },
+        "a new run in an ended session whose runs were purged"
+    );
+    assert_err!(
+        st.queue_message(&ended, json("\"late\""), at(60)).await,
+        StoreError::SessionEnded { .. },
+        "a message to an ended session whose runs were purged"
+    );
+    let again = st.end_session(&ended, at(70)).await.expect("end_session");
+    assert_eq!(
+        (again.ended_at, again.live),
+        (at(6), Vec::new()),
+        "ending it again keeps the first end's time"
+    );
+    let taken = st.take_messages(&live).await.expect("take_messages");
+    assert_eq!(
+        taken, before[1].queued,
+        "the live session's queue is taken whole"
+    );
+    let next = st
+        .queue_message(&live, json("3"), at(80))
+        .await
+        .expect("queue_message");
+    assert_eq!(next.seq, 3, "message seqs are not reused after a purge");
+}

@@ -957,7 +957,8 @@ impl Harness {
         }
     }
 
-    /// After the sequence: every journal, record and session log, read through every handle.
+    /// After the sequence: every journal, record, session log and session record (its end and
+    /// queue, which outlive `purge`), read through every handle.
     async fn final_check(&self) -> Check {
         for (h, st) in self.handles.iter().enumerate() {
             for run in self.model.runs() {
@@ -981,6 +982,12 @@ impl Harness {
                     .map_err(|e| format!("final (handle {h}): {e}"))?;
                 self.model
                     .check_pending(&s, &st.pending_requests(&s).await)
+                    .map_err(|e| format!("final (handle {h}): {e}"))?;
+            }
+            for s in 0..3 {
+                let s = self.any_session(s);
+                self.model
+                    .check_get_session(&s, &st.get_session(&s).await)
                     .map_err(|e| format!("final (handle {h}): {e}"))?;
             }
             self.model

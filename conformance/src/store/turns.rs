@@ -5,7 +5,7 @@
 use crate::fixtures::*;
 use crate::{assert_err, StoreFactory};
 use eve_core::store::MAX_PAYLOAD_BYTES;
-use eve_core::{Execution, JournalStore, RunId, SessionId, StoreError};
+use eve_core::{Event, Execution, JournalStore, RunId, RunStatus, SessionId, StoreError};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -331,4 +331,134 @@ pub async fn concurrent_takes_split_messages(factory: &dyn StoreFactory) {
         (0..MESSAGES).collect::<Vec<_>>(),
         "every message taken exactly once"
     );
+}
+
+/// The end lists as live every run of the session that has not ended, whatever its status: a
+/// running run, one parked on a request, and a blocked one (parked by the engine until an
+/// operator resumes or fails it; it must be cancelled like any other), oldest first; not a
+/// completed one.
+pub async fn end_lists_blocked_runs_live(factory: &dyn StoreFactory) {
+    let s = fresh(factory).await;
+    let st = &*s.store;
+    let session = SessionId::new(unique("session"));
+    let in_session = |tag: &str| {
+        let mut n = new_run(tag);
+        n.session_id = session.clone();
+        n
+    };
+    let (blocked, lb) = started(st, in_session("blocked"), at(0)).await;
+    must_append(
+        st,
+        append(
+            &blocked.run_id,
+            1,
+            &lb,
+            vec![Event::RunBlocked {
+                reason: "[EVE0001] non-determinism at cmd 1".into(),
+            }],
+            at(1),
+        ),
+    )
+    .await;
+    assert_eq!(record(st, &blocked.run_id).await.status, RunStatus::Blocked);
+    let (asking, la) = started(st, in_session("asking"), at(2)).await;
+    let (_, question) = ask(&asking.run_id, 1);
+    must_append(st, append(&asking.run_id, 1, &la, vec![question], at(3))).await;
+    let (done, ld) = started(st, in_session("done"), at(4)).await;
+    must_append(
+        st,
+        append(&done.run_id, 1, &ld, vec![completed("1")], at(5)),
+    )
+    .await;
+    let running = st
+        .create_run(in_session("running"), at(6))
+        .await
+        .expect("create_run")
+        .run;
+
+    let end = st.end_session(&session, at(10)).await.expect("end_session");
+    assert_eq!(
+        end.live,
+        vec![
+            blocked.run_id.clone(),
+            asking.run_id.clone(),
+            running.run_id.clone()
+        ],
+        "the end lists the blocked run, the parked one and the running one, oldest first"
+    );
+    let again = st.end_session(&session, at(20)).await.expect("end_session");
+    assert_eq!(again.live, end.live, "a repeated end lists the same runs");
+}
+
+/// Many queued messages, several rounds of takers started together on two handles: every
+/// message is handed out exactly once (a take that reads the queue and then deletes it in
+/// another statement hands the same messages to two takers), and each take returns its
+/// messages oldest first.
+pub async fn overlapping_takes_hand_each_message_once(factory: &dyn StoreFactory) {
+    const ROUNDS: u64 = 6;
+    const PER_ROUND: u64 = 40;
+    const TAKERS: usize = 4;
+    let s = fresh(factory).await;
+    let other = other_handle(factory, &s).await;
+    let session = SessionId::new(unique("session"));
+    let mut handed = Vec::new();
+    for round in 0..ROUNDS {
+        for i in 0..PER_ROUND {
+            let n = round * PER_ROUND + i;
+            retrying(|| {
+                s.store
+                    .queue_message(&session, json(&n.to_string()), at(n as i64))
+            })
+            .await
+            .expect("queue_message");
+        }
+        let start = Arc::new(tokio::sync::Barrier::new(TAKERS));
+        let mut takers = Vec::new();
+        for t in 0..TAKERS {
+            let store = if t % 2 == 0 {
+                Arc::clone(&s.store)
+            } else {
+                Arc::clone(&other)
+            };
+            let (session, start) = (session.clone(), Arc::clone(&start));
+            takers.push(tokio::spawn(async move {
+                start.wait().await;
+                retrying(|| store.take_messages(&session))
+                    .await
+                    .expect("take_messages")
+            }));
+        }
+        for t in takers {
+            let batch = t.await.expect("taker panicked");
+            let seqs: Vec<u64> = batch.iter().map(|m| m.seq).collect();
+            assert!(
+                seqs.windows(2).all(|w| w[0] < w[1]),
+                "round {round}: a take returns its messages oldest first: {seqs:?}"
+            );
+            for m in &batch {
+                assert_eq!(
+                    m.message.get(),
+                    m.seq.to_string(),
+                    "message {} intact",
+                    m.seq
+                );
+            }
+            handed.extend(seqs);
+        }
+        handed.extend(
+            s.store
+                .take_messages(&session)
+                .await
+                .expect("take the rest")
+                .iter()
+                .map(|m| m.seq),
+        );
+        let mut sorted = handed.clone();
+        sorted.sort_unstable();
+        assert_eq!(
+            sorted,
+            (0..(round + 1) * PER_ROUND).collect::<Vec<_>>(),
+            "after round {round}, every message was handed out exactly once"
+        );
+    }
 }
