@@ -17,6 +17,7 @@ pub mod store;
 #[cfg(feature = "test-util")]
 pub mod testing;
 pub mod time;
+pub mod trace;
 pub mod wake;
 pub mod worker_lock;
 
