@@ -42,5 +42,6 @@ pub use store::{
     RunQuery, RunRecord, RunStatus,
 };
 pub use time::Timestamp;
+pub use trace::{CollectingSink, Span, TraceContext, TraceSink};
 pub use wake::{WakeSignal, WatchHub, WatchKey};
 pub use worker_lock::WorkerLock;
