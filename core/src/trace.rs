@@ -356,6 +356,8 @@ pub(crate) struct RunTrace {
     retry_due: HashMap<u64, Timestamp>,
     cancel: Option<(Timestamp, String)>,
     grace_at: Option<Timestamp>,
+    /// When the run ended, once its end event was seen.
+    ended_at: Option<Timestamp>,
     /// Finished spans not reported yet: reported once their events are in the journal.
     pub(crate) done: Vec<Span>,
 }
@@ -396,6 +398,7 @@ impl RunTrace {
             retry_due: HashMap::new(),
             cancel: None,
             grace_at: None,
+            ended_at: None,
             done: Vec::new(),
         }
     }
@@ -447,10 +450,13 @@ impl RunTrace {
         if !self.on {
             return;
         }
+        // The activation that ended the run closes within it (its cleanup after the end
+        // event is not part of the run).
+        let end = self.ended_at.map_or(end, |e| end.min(e));
         let mut s = self.span(
             derive_span_id(&self.run, "activation", at_seq, u64::from(n)),
             "activation".into(),
-            start,
+            start.min(end),
             end,
         );
         s.attributes
@@ -669,6 +675,7 @@ impl RunTrace {
     }
 
     fn ended(&mut self, terminal: &Event, at: Timestamp, report: bool) {
+        self.ended_at = Some(at);
         // Waits still open end with the run (a hook never delivered, a sleep cut short).
         let open: Vec<u64> = self.waits.keys().copied().collect();
         for cmd in open {
