@@ -53,6 +53,7 @@ pub async fn claimed_runs(
             session_id: session.clone(),
             call_id: CallId::new(format!("call_{i}")),
             execution: Execution::Default,
+            traceparent: None,
         };
         ids.push(store.create_run(run, now).await?.run.run_id);
     }

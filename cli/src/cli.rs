@@ -175,6 +175,11 @@ pub struct ServeArgs {
     /// x-gitlab-token (repeatable). Anyone with a read key then sees its value.
     #[arg(long = "webhook-keep-header", value_name = "NAME", value_parser = header_name)]
     pub webhook_keep_headers: Vec<String>,
+    /// Export the runs' spans over OTLP/HTTP to this collector (e.g. http://127.0.0.1:4318;
+    /// /v1/traces is added). Without it, traces are exported when OTEL_EXPORTER_OTLP_ENDPOINT
+    /// (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set, and not at all otherwise.
+    #[arg(long, value_name = "URL")]
+    pub otlp: Option<String>,
 }
 
 /// An HTTP header name, lower-cased: 1 or more token characters (RFC 9110).
@@ -225,6 +230,10 @@ pub struct McpArgs {
     /// hour, reported on stderr. Live runs are never purged. Default: keep everything.
     #[arg(long, value_name = "AGE", value_parser = humantime::parse_duration)]
     pub retain: Option<Duration>,
+    /// Export the runs' spans over OTLP/HTTP to this collector, as `eve serve --otlp`
+    /// (default: the OTEL_EXPORTER_OTLP_* variables; off when none is set).
+    #[arg(long, value_name = "URL")]
+    pub otlp: Option<String>,
 }
 
 /// `eve bench` options.

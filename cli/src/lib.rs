@@ -23,6 +23,7 @@ pub mod inspect;
 pub mod keys;
 pub mod logging;
 pub mod mcp;
+pub mod otlp;
 pub mod replay;
 pub mod retention;
 pub mod serve;

@@ -58,11 +58,20 @@ pub async fn run(url: &StoreUrl, args: &McpArgs, registry: &Registry) -> Result<
         ),
         None => None,
     };
+    let traces = crate::otlp::from_args(args.otlp.as_deref())?;
+    if let Some(sink) = &traces {
+        worker.trace_to(sink.clone());
+    }
     let running = worker.spawn();
     let served = eve_mcp::serve_stdio(server).await;
     if let Some(r) = retention {
         r.abort();
     }
     running.shutdown().await;
+    if let Some(sink) = traces {
+        let _ =
+            tokio::task::spawn_blocking(move || sink.shutdown(std::time::Duration::from_secs(5)))
+                .await;
+    }
     served.map_err(|e| CliError::Serve(format!("MCP on stdio: {e}")))
 }

@@ -66,6 +66,10 @@ pub async fn run(
     if args.base_url.is_some() || std::env::var_os("EVE_BASE_URL").is_none() {
         std::env::set_var("EVE_BASE_URL", &base);
     }
+    let traces = crate::otlp::from_args(args.otlp.as_deref())?;
+    if let Some(sink) = &traces {
+        worker.trace_to(sink.clone());
+    }
     let worker_id = worker.lease().worker;
     let local_worker = worker.clone();
     let mut worker = worker.spawn();
@@ -171,6 +175,12 @@ pub async fn run(
         r.abort();
     }
     worker.shutdown().await;
+    if let Some(sink) = traces {
+        // Exports the spans still queued (a blocking call: not on the runtime's threads).
+        let _ =
+            tokio::task::spawn_blocking(move || sink.shutdown(std::time::Duration::from_secs(5)))
+                .await;
+    }
     let _ = writeln!(out, "eve serve: stopped");
     outcome
 }

@@ -49,6 +49,7 @@ pub fn new_run(tag: &str) -> NewRun {
         session_id: SessionId::new(unique("session")),
         call_id: CallId::new(unique("call")),
         execution: Execution::Default,
+        traceparent: None,
     }
 }
 

@@ -541,6 +541,10 @@ pub enum Event {
         call_id: CallId,
         /// Default or background.
         execution: Execution,
+        /// The caller's W3C `traceparent`, when the call carried one: the run's root span is
+        /// its child. Absent from journals written before traces, and when there was none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        traceparent: Option<String>,
     },
     /// A step attempt succeeded.
     StepCompleted {

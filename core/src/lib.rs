@@ -17,6 +17,7 @@ pub mod store;
 #[cfg(feature = "test-util")]
 pub mod testing;
 pub mod time;
+pub mod trace;
 pub mod wake;
 pub mod worker_lock;
 pub mod wrap;
@@ -42,6 +43,7 @@ pub use store::{
     RunQuery, RunRecord, RunStatus,
 };
 pub use time::Timestamp;
+pub use trace::{CollectingSink, Span, TraceContext, TraceSink};
 pub use wake::{WakeSignal, WatchHub, WatchKey};
 pub use worker_lock::WorkerLock;
 pub use wrap::StoreWrapper;

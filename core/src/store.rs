@@ -98,6 +98,10 @@ pub struct NewRun {
     pub call_id: CallId,
     /// Default or background.
     pub execution: Execution,
+    /// The caller's W3C `traceparent` (from the start route's header or MCP's
+    /// `_meta.traceparent`): the run's root span joins that trace. `None` starts a new trace.
+    /// Ingresses keep only a well-formed value ([`crate::trace::TraceContext::parse`]).
+    pub traceparent: Option<String>,
 }
 
 impl NewRun {
@@ -118,6 +122,7 @@ impl NewRun {
             session_id: self.session_id.clone(),
             call_id: self.call_id.clone(),
             execution: self.execution,
+            traceparent: self.traceparent.clone(),
         }
     }
 

@@ -242,6 +242,7 @@ pub mod canned {
                     session_id: SessionId::new("canned"),
                     call_id: CallId::new(run.as_str()),
                     execution: Execution::Default,
+                    traceparent: None,
                 },
                 now,
             )

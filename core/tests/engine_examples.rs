@@ -607,6 +607,7 @@ async fn recorded_journals_still_replay() {
             session_id,
             call_id,
             execution,
+            traceparent,
         } = journal[0].event.clone()
         else {
             panic!("{name}: no RunStarted");
@@ -624,6 +625,7 @@ async fn recorded_journals_still_replay() {
                     session_id,
                     call_id,
                     execution,
+                    traceparent,
                 },
                 journal[0].at,
             )

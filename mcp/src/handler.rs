@@ -4,7 +4,9 @@
 use crate::error::{from_engine, from_store, invalid};
 use crate::task::{self, RunView};
 use crate::wire::{clip, MAX_ID};
-use crate::{McpServer, META_CALL_KEY, META_EXECUTION, META_MAY_ASK, META_NEEDS_APPROVAL};
+use crate::{
+    McpServer, META_CALL_KEY, META_EXECUTION, META_MAY_ASK, META_NEEDS_APPROVAL, META_TRACEPARENT,
+};
 use eve_core::engine::tool_call_run;
 use eve_core::wake::{Waiter, WatchKey};
 use eve_core::{CallId, Execution, InputRequest, RequestId, RunId, RunRecord, SessionId};
@@ -162,6 +164,16 @@ impl Connection {
         let session = self.session(ctx);
         let mut new = tool_call_run(&self.server.registry, &session, &call, &request.name, args)
             .map_err(from_engine)?;
+        // `_meta.traceparent` (W3C trace context): the run joins the client's trace. A
+        // malformed value is ignored, and the run starts a trace of its own.
+        new.traceparent = request
+            .meta
+            .as_ref()
+            .and_then(|m| m.get(META_TRACEPARENT))
+            .or_else(|| ctx.meta.get(META_TRACEPARENT))
+            .and_then(Value::as_str)
+            .and_then(eve_core::trace::TraceContext::parse)
+            .map(|c| c.to_string());
         if let Some(k) = key {
             // A client key names the call across connections and processes.
             new.idempotency_key = Some(format!("mcp-key:{k}"));

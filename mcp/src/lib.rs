@@ -90,6 +90,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The `_meta` key of a tool call that carries the caller's W3C trace context: the run's
+/// spans join that trace (a malformed value is ignored). See `eve_core::trace`.
+pub const META_TRACEPARENT: &str = "traceparent";
+
 /// The `_meta` key of a tool call that carries the client's call key (its identity; see the
 /// crate docs).
 pub const META_CALL_KEY: &str = "eve/callKey";

@@ -172,12 +172,19 @@ pub(crate) fn parse_wait(s: &str) -> Option<Duration> {
 /// `null`. Background calls are never awaited: they settle as tasks. An ordinary tool of default
 /// execution runs inline: 200 with `"run": null` and `settled` at once (nothing is stored; a
 /// retry runs it again).
+///
+/// A W3C `traceparent` header makes the run's spans part of the caller's trace (see
+/// [`eve_core::trace`]); a malformed one is ignored, and the run starts a trace of its own.
 #[utoipa::path(
     post,
     path = "/v1/tools/{name}/calls",
     operation_id = "startCall",
     tag = "tools",
-    params(("name" = String, Path, description = "The tool"), StartQuery),
+    params(
+        ("name" = String, Path, description = "The tool"),
+        ("traceparent" = Option<String>, Header, description = "W3C trace context of the caller: the run's root span becomes its child (a malformed value is ignored)"),
+        StartQuery
+    ),
     request_body = StartCall,
     responses(
         (status = 201, description = "Started", body = CallStarted),
@@ -192,6 +199,7 @@ pub(crate) async fn start(
     State(inner): State<Arc<Inner>>,
     Path(tool): Path<String>,
     q: Result<Query<StartQuery>, QueryRejection>,
+    headers: axum::http::HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let q = crate::session::query(q)?;
@@ -216,7 +224,7 @@ pub(crate) async fn start(
     if let Some(t) = registry.ordinary(&tool) {
         return inline(t, req).await;
     }
-    let new = tool_call_run(
+    let mut new = tool_call_run(
         registry,
         &SessionId::new(req.session),
         &CallId::new(req.call_id),
@@ -227,6 +235,12 @@ pub(crate) async fn start(
         EngineError::UnknownTool { .. } => ApiError::not_found(e.to_string()),
         other => ApiError::new(StatusCode::BAD_REQUEST, "invalid_input", other.to_string()),
     })?;
+    // Only a well-formed context is kept; anything else starts the run's own trace.
+    new.traceparent = headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(eve_core::trace::TraceContext::parse)
+        .map(|c| c.to_string());
     let created = match inner.store.create_run(new, inner.clock.now()).await {
         Ok(c) => c,
         Err(e @ StoreError::IdempotencyMismatch { .. }) => {

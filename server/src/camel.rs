@@ -336,6 +336,7 @@ mod tests {
                 session_id: SessionId::new("s_1"),
                 call_id: CallId::new("c_1"),
                 execution: Execution::Background,
+                traceparent: None,
             },
         };
         let v = serde_json::to_value(Camel(&e)).unwrap();

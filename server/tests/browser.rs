@@ -934,6 +934,7 @@ async fn seed(store: &std::sync::Arc<dyn eve_core::JournalStore>, template: &eve
                         session_id: SessionId::new(session),
                         call_id: CallId::new(format!("call-{i}")),
                         execution: Execution::Default,
+                        traceparent: None,
                     },
                     &lease,
                     at,

@@ -59,6 +59,7 @@ fn new_run(name: &str, execution: Execution) -> NewRun {
         session_id: SessionId::new(format!("sess-{name}")),
         call_id: CallId::new(format!("call-{}", uuid::Uuid::new_v4().simple())),
         execution,
+        traceparent: None,
     }
 }
 

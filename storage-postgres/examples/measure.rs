@@ -32,6 +32,7 @@ fn new_run(i: usize, dep: &DeploymentId) -> NewRun {
         session_id: SessionId::new("s"),
         call_id: CallId::new(format!("c{i}")),
         execution: Execution::Default,
+        traceparent: None,
     }
 }
 

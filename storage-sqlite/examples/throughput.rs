@@ -37,6 +37,7 @@ fn new_run(i: usize) -> NewRun {
         session_id: SessionId::new("s"),
         call_id: CallId::new(format!("call-{i}-{}", RunId::random())),
         execution: Execution::Default,
+        traceparent: None,
     }
 }
 

@@ -32,6 +32,7 @@ fn new_run(id: &str, session: &str, execution: Execution) -> NewRun {
         session_id: SessionId::new(session),
         call_id: CallId::new(format!("call-{id}")),
         execution,
+        traceparent: None,
     }
 }
 

@@ -24,6 +24,7 @@ fn new_run(id: &str) -> NewRun {
         session_id: SessionId::new("s"),
         call_id: CallId::new(format!("call-{id}")),
         execution: Execution::Default,
+        traceparent: None,
     }
 }
 

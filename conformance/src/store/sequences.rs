@@ -561,6 +561,7 @@ impl Harness {
                     } else {
                         Execution::Default
                     },
+                    traceparent: None,
                 };
                 Some(Call::Create(new))
             }

@@ -97,6 +97,8 @@ pub(crate) struct Executor {
     /// one allocation per delivered event.
     flag: Arc<FlagWaker>,
     waker: Waker,
+    /// The run's trace: its context, and its spans when a sink is set.
+    pub(crate) trace: crate::trace::RunTrace,
 }
 
 impl std::fmt::Debug for Executor {
@@ -131,7 +133,7 @@ impl Executor {
                 "journal of run {run_id} does not start with RunStarted"
             ));
         };
-        let core = Arc::new(Mutex::new(Core::new(run_id, first.at)));
+        let core = Arc::new(Mutex::new(Core::new(run_id.clone(), first.at)));
         let ctx = WorkflowCtx {
             core: core.clone(),
             call: Arc::new(CallInfo {
@@ -155,6 +157,7 @@ impl Executor {
             session: session_id.clone(),
             grace_at: None,
             host_agents: false,
+            trace: crate::trace::RunTrace::new(&run_id, first),
             waker: Waker::from(flag.clone()),
             flag,
         })
@@ -266,6 +269,7 @@ impl Executor {
         debug_assert_eq!(ev.seq, self.next_seq, "events are delivered in seq order");
         self.next_seq = ev.seq + 1;
         self.delivered += 1;
+        self.trace.observe(ev);
         self.apply(ev).map_err(Stop::NonDeterminism)?;
         self.poll()
     }

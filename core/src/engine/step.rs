@@ -92,6 +92,8 @@ pub struct StepCtx {
     pub(crate) starts: Arc<AtomicU32>,
     /// `resume_hook`s made by this attempt so far (shared by its clones).
     pub(crate) resumes: Arc<AtomicU32>,
+    /// The attempt's trace context (its span, in the run's trace).
+    pub(crate) trace: crate::trace::TraceContext,
 }
 
 impl StepCtx {
@@ -119,6 +121,20 @@ impl StepCtx {
             // to run; never resolve.
             std::future::pending::<()>().await;
         }
+    }
+
+    /// The trace context of this attempt: the run's trace (the caller's, when the call carried
+    /// a `traceparent`) and the attempt's own span, the parent of whatever the step calls.
+    /// Its id is derived from the run, the step and the attempt, so it is the same in every
+    /// process and matches the `step {name}` span the worker reports.
+    pub fn trace_context(&self) -> crate::trace::TraceContext {
+        self.trace
+    }
+
+    /// [`trace_context`](Self::trace_context) as a W3C `traceparent` header value: send it
+    /// with the step's outgoing requests so their spans join the run's trace.
+    pub fn traceparent(&self) -> String {
+        self.trace.to_string()
     }
 
     /// The step's name.
@@ -190,7 +206,9 @@ impl StepCtx {
         })?;
         let n = self.starts.fetch_add(1, Ordering::SeqCst);
         let call = self.child_call_id(n);
-        let new = tool_call_run(&self.env.registry, &self.env.session_id, &call, tool, input)?;
+        let mut new = tool_call_run(&self.env.registry, &self.env.session_id, &call, tool, input)?;
+        // The child run joins this run's trace, under this attempt's span.
+        new.traceparent = Some(self.traceparent());
         Ok(self.env.store.create_run(new, self.env.clock.now()).await?)
     }
 

@@ -631,6 +631,7 @@ pub fn tool_call_run(
         session_id: session.clone(),
         call_id: call.clone(),
         execution: t.execution,
+        traceparent: None,
     })
 }
 

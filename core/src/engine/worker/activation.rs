@@ -66,7 +66,13 @@ impl Inner {
         } else if rec.activations > 1 {
             info!(run_id = %rec.run_id, activations = rec.activations, "run retried: an earlier activation died");
         }
-        let span = info_span!("activation", run_id = %rec.run_id, activations = rec.activations);
+        let span = info_span!(
+            "activation",
+            run_id = %rec.run_id,
+            activations = rec.activations,
+            trace_id = tracing::field::Empty,
+            span_id = tracing::field::Empty
+        );
         let run = rec.run_id.clone();
         let end = self.activate_inner(&rec, journal).instrument(span).await;
         match end {
@@ -170,6 +176,16 @@ impl Inner {
             }
         };
         exec.host_agents = self.registry.agent_host().is_some();
+        let started = self.clock.now();
+        exec.trace.on = self.trace_sink.get().is_some();
+        // What was in the journal when the run was last processed was reported then.
+        exec.trace.report_from = rec.processed_seq;
+        if exec.trace.on {
+            let ctx = exec.trace.context();
+            let span = tracing::Span::current();
+            span.record("trace_id", tracing::field::display(ctx.trace_id));
+            span.record("span_id", tracing::field::display(ctx.span_id));
+        }
         // Page by page up to the end the claim's record names (no round trip to find the
         // end), one page read ahead for what the body must get back at the call (webhook
         // tokens); events past that end arrive in the live part like any delivery.
@@ -202,6 +218,16 @@ impl Inner {
         let end = self
             .live(run, &mut exec, tool.grace_period(), rec.fencing_token())
             .await?;
+        if exec.trace.on {
+            exec.trace.activation(
+                rec.next_seq,
+                rec.activations,
+                started,
+                self.clock.now(),
+                end.kind(),
+            );
+            self.report_spans(&mut exec);
+        }
         if end == ActivationEnd::Suspended {
             self.sticky.put(run.clone(), exec);
         } else if exec.commands() > 10_000 {
@@ -239,6 +265,18 @@ impl Inner {
                 Ok(self.catch_up(run, exec).await?.map(|()| Appendix::Conflict))
             }
             Err(e) => Err(e),
+        }
+    }
+
+    /// Reports the spans of `exec` whose events are in the journal to the trace sink.
+    pub(super) fn report_spans(&self, exec: &mut Executor) {
+        if exec.trace.done.is_empty() {
+            return;
+        }
+        if let Some(sink) = self.trace_sink.get() {
+            for span in exec.trace.done.drain(..) {
+                sink.export(span);
+            }
         }
     }
 
@@ -287,6 +325,7 @@ impl Inner {
                 break;
             }
         }
+        let delivered = outcomes.len();
         let mut events = outcomes;
         let mut end = None;
         if stop.is_none() && exec.finished.is_some() {
@@ -303,6 +342,12 @@ impl Inner {
         }
         let a = self.new_append(run, expected_seq, events, now);
         self.retrying(|| self.store.append(a.clone())).await?;
+        if exec.trace.on {
+            // The end and what came with it were appended without a delivery to the body.
+            for (i, event) in a.events.iter().enumerate().skip(delivered) {
+                exec.trace.observe_at(expected_seq + i as u64, now, event);
+            }
+        }
         if let Some(stop) = stop {
             return Ok(Err(stop));
         }

@@ -114,6 +114,21 @@ pub enum ActivationEnd {
     Denied(String),
 }
 
+impl ActivationEnd {
+    /// The variant's name in snake case (`"suspended"`, `"completed"`, …).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ActivationEnd::Completed => "completed",
+            ActivationEnd::Failed(_) => "failed",
+            ActivationEnd::Cancelled => "cancelled",
+            ActivationEnd::Suspended => "suspended",
+            ActivationEnd::Blocked(_) => "blocked",
+            ActivationEnd::Dropped(_) => "dropped",
+            ActivationEnd::Denied(_) => "denied",
+        }
+    }
+}
+
 struct Inner {
     store: Arc<dyn JournalStore>,
     registry: Arc<Registry>,
@@ -126,6 +141,8 @@ struct Inner {
     eager: Mutex<Option<mpsc::UnboundedSender<(RunRecord, StoredEvent)>>>,
     /// Activations in flight in the run loop.
     running: AtomicUsize,
+    /// Where finished spans go ([`Worker::trace_to`]); none records no spans.
+    trace_sink: std::sync::OnceLock<Arc<dyn crate::trace::TraceSink>>,
     _ordinal: Ordinal,
     /// This process's hold on the worker id (contract clause 11), freed with the worker.
     _lock: crate::worker_lock::WorkerLock,
@@ -196,6 +213,7 @@ impl Worker {
                 sticky: Sticky::new(config.sticky_bodies),
                 eager: Mutex::new(None),
                 running: AtomicUsize::new(0),
+                trace_sink: std::sync::OnceLock::new(),
                 store,
                 registry: Arc::new(registry),
                 clock,
@@ -240,6 +258,13 @@ impl Worker {
             let _ = tx.send((created.run.clone(), first));
         }
         Ok(created)
+    }
+
+    /// Reports the spans of the runs this worker executes to `sink` (see [`crate::trace`]):
+    /// set it before [`spawn`](Self::spawn). The first sink set stays; `false` when one was
+    /// set already.
+    pub fn trace_to(&self, sink: Arc<dyn crate::trace::TraceSink>) -> bool {
+        self.inner.trace_sink.set(sink).is_ok()
     }
 
     /// The worker's id.

@@ -191,6 +191,8 @@ impl Inner {
             }
         };
         loop {
+            // Spans ended by events now in the journal (delivered after their append, or read).
+            self.report_spans(exec);
             let now = self.clock.now();
             let cancelling = exec.cancel_seq().is_some();
             if cancelling {
@@ -325,12 +327,21 @@ impl Inner {
                     env: step_env.clone(),
                     starts: Default::default(),
                     resumes: Default::default(),
+                    trace: exec.trace.step_context(s.cmd, s.attempt),
                 };
+                exec.trace.step_started(s.cmd, s.attempt, self.clock.now());
                 let tx = tx.clone();
                 let runner = s.runner.clone();
                 let cmd = s.cmd;
-                let span =
-                    info_span!("step", run_id = %run, cmd, name = %s.name, attempt = s.attempt);
+                let span = info_span!(
+                    "step",
+                    run_id = %run,
+                    cmd,
+                    name = %s.name,
+                    attempt = s.attempt,
+                    trace_id = %sc.trace.trace_id,
+                    span_id = %sc.trace.span_id
+                );
                 let task = tokio::spawn(
                     async move {
                         let result = match std::panic::catch_unwind(AssertUnwindSafe(|| runner(sc)))
