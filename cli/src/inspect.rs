@@ -3,9 +3,10 @@
 
 use crate::error::CliError;
 use crate::format::{describe, event_line, run_header, run_row, utc};
+use crate::target::Target;
 use eve_core::{
-    CancelOutcome, Event, InputResponse, JournalStore, JournalStoreExt, Payload, PendingRequest,
-    RequestId, Resolution, RunFilter, RunId, RunQuery, RunStatus, SessionId, Timestamp,
+    CancelOutcome, Event, InputResponse, JournalStore, Payload, PendingRequest, RequestId,
+    Resolution, RunFilter, RunId, RunQuery, RunStatus, SessionId, Timestamp,
 };
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -29,7 +30,7 @@ pub fn parse_status(s: &str) -> Result<RunStatus, CliError> {
 /// # Errors
 /// The store's error.
 pub async fn runs_list(
-    store: &dyn JournalStore,
+    target: &Target,
     session: Option<String>,
     filter: &RunFilter,
     json: bool,
@@ -39,10 +40,10 @@ pub async fn runs_list(
         session: session.map(SessionId::new),
         ..RunQuery::default()
     };
-    let runs = store
+    let runs = target
         .list_runs(&query)
         .await
-        .map_err(CliError::store("cannot list runs"))?;
+        .map_err(CliError::at("cannot list runs"))?;
     let cursor = if filter.newest_first {
         "--before"
     } else {
@@ -83,30 +84,29 @@ pub async fn runs_list(
 /// # Errors
 /// `NotFound` for an unknown run; the store's error.
 pub async fn runs_show(
-    store: &dyn JournalStore,
+    target: &Target,
     run: &str,
     json: bool,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let id = RunId::new(run);
     let doing = || format!("cannot show run {run}");
-    let r = store.get_run(&id).await.map_err(CliError::store(doing()))?;
+    let (r, events) = target
+        .run_and_journal(&id)
+        .await
+        .map_err(CliError::at(doing()))?;
+    let pending: Vec<PendingRequest> = target
+        .pending_requests(&r.session_id)
+        .await
+        .map_err(CliError::at(doing()))?
+        .into_iter()
+        .filter(|p| p.run_id == id)
+        .collect();
+    let outcome = events
+        .iter()
+        .rev()
+        .find(|e| e.event.is_terminal() || matches!(e.event, Event::RunBlocked { .. }));
     if json {
-        let pending: Vec<PendingRequest> = store
-            .pending_requests(&r.session_id)
-            .await
-            .map_err(CliError::store(doing()))?
-            .into_iter()
-            .filter(|p| p.run_id == id)
-            .collect();
-        let events = store
-            .read_all(&id, 0)
-            .await
-            .map_err(CliError::store(doing()))?;
-        let outcome = events
-            .iter()
-            .rev()
-            .find(|e| e.event.is_terminal() || matches!(e.event, Event::RunBlocked { .. }));
         let _ = writeln!(
             out,
             "{}",
@@ -141,25 +141,10 @@ pub async fn runs_show(
     for (k, v) in lines {
         let _ = writeln!(out, "{k:<11} {v}");
     }
-    let pending: Vec<PendingRequest> = store
-        .pending_requests(&r.session_id)
-        .await
-        .map_err(CliError::store(doing()))?
-        .into_iter()
-        .filter(|p| p.run_id == id)
-        .collect();
     for p in &pending {
         let _ = writeln!(out, "{:<11} {}", "pending", request_line(p));
     }
-    let events = store
-        .read_all(&id, 0)
-        .await
-        .map_err(CliError::store(doing()))?;
-    if let Some(end) = events
-        .iter()
-        .rev()
-        .find(|e| e.event.is_terminal() || matches!(e.event, Event::RunBlocked { .. }))
-    {
+    if let Some(end) = outcome {
         let _ = writeln!(out, "{:<11} {}", "outcome", describe(&end.event));
     }
     Ok(())
@@ -172,16 +157,16 @@ pub async fn runs_show(
 /// # Errors
 /// `NotFound` for an unknown run; the store's error.
 pub async fn journal(
-    store: &dyn JournalStore,
+    target: &Target,
     run: &str,
     json: bool,
     reveal: bool,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let mut events = store
-        .read_all(&RunId::new(run), 0)
+    let mut events = target
+        .read_all(&RunId::new(run))
         .await
-        .map_err(CliError::store(format!(
+        .map_err(CliError::at(format!(
             "cannot read the journal of run {run}"
         )))?;
     if !reveal {
@@ -206,12 +191,12 @@ pub async fn journal(
 /// # Errors
 /// The store's error.
 pub async fn requests(
-    store: &dyn JournalStore,
+    target: &Target,
     session: Option<String>,
     json: bool,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    list_pending(store, session, json, out, "request", |p| {
+    list_pending(target, session, json, out, "request", |p| {
         p.request.agent.is_none().then(|| request_line(p))
     })
     .await
@@ -223,12 +208,12 @@ pub async fn requests(
 /// # Errors
 /// Store failures.
 pub async fn agents(
-    store: &dyn JournalStore,
+    target: &Target,
     session: Option<String>,
     json: bool,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    list_pending(store, session, json, out, "agent call", |p| {
+    list_pending(target, session, json, out, "agent call", |p| {
         let a = p.request.agent.as_ref()?;
         Some(format!(
             "{}  run {}  subagent {:?} key {:?}  message {}{}",
@@ -250,14 +235,14 @@ pub async fn agents(
 /// Prints the pending requests `line` gives a line for (the others are not listed), as those
 /// lines and a count of `what`s, or as a JSON array.
 async fn list_pending(
-    store: &dyn JournalStore,
+    target: &Target,
     session: Option<String>,
     json: bool,
     out: &mut dyn Write,
     what: &str,
     line: impl Fn(&PendingRequest) -> Option<String>,
 ) -> Result<(), CliError> {
-    let mut all = pending(store, session, &format!("cannot list pending {what}s")).await?;
+    let mut all = pending(target, session, &format!("cannot list pending {what}s")).await?;
     all.retain(|p| line(p).is_some());
     if json {
         let _ = writeln!(
@@ -281,16 +266,16 @@ async fn list_pending(
 /// The store's refusal: `InvalidAnswer` when the output does not match the call's schema
 /// (nothing is recorded), `AlreadyAnswered`, `Withdrawn`, `NotFound`.
 pub async fn complete_agent(
-    store: &dyn JournalStore,
+    target: &Target,
     id: &str,
     response: InputResponse,
     now: Timestamp,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let d = store
+    let d = target
         .answer(&RequestId::new(id), response, now)
         .await
-        .map_err(CliError::store(format!("cannot complete agent call {id}")))?;
+        .map_err(CliError::at(format!("cannot complete agent call {id}")))?;
     let _ = if d.duplicate {
         writeln!(
             out,
@@ -309,7 +294,7 @@ pub async fn complete_agent(
 
 /// Pending requests of `session`, or of every live run's session.
 async fn pending(
-    store: &dyn JournalStore,
+    target: &Target,
     session: Option<String>,
     what: &str,
 ) -> Result<Vec<PendingRequest>, CliError> {
@@ -323,10 +308,10 @@ async fn pending(
                     status: Some(status),
                     ..RunQuery::default()
                 };
-                let runs = store
+                let runs = target
                     .list_runs(&query)
                     .await
-                    .map_err(CliError::store(doing()))?;
+                    .map_err(CliError::at(doing()))?;
                 all.extend(runs.into_iter().map(|r| r.session_id));
             }
             all
@@ -335,10 +320,10 @@ async fn pending(
     let mut all = Vec::new();
     for s in &sessions {
         all.extend(
-            store
+            target
                 .pending_requests(s)
                 .await
-                .map_err(CliError::store(doing()))?,
+                .map_err(CliError::at(doing()))?,
         );
     }
     Ok(all)
@@ -372,7 +357,7 @@ pub fn request_line(p: &PendingRequest) -> String {
 /// [`CliError::Usage`] when neither an option nor a text is given; the store's typed errors
 /// (unknown request, already answered, withdrawn, an option not offered).
 pub async fn answer(
-    store: &dyn JournalStore,
+    target: &Target,
     request: &str,
     response: InputResponse,
     now: Timestamp,
@@ -383,10 +368,10 @@ pub async fn answer(
             "give an option id (eve answer REQUEST approve) or --text \"…\"".into(),
         ));
     }
-    let d = store
+    let d = target
         .answer(&RequestId::new(request), response, now)
         .await
-        .map_err(CliError::store(format!("cannot answer request {request}")))?;
+        .map_err(CliError::at(format!("cannot answer request {request}")))?;
     let _ = if d.duplicate {
         writeln!(
             out,
@@ -403,7 +388,7 @@ pub async fn answer(
     Ok(())
 }
 
-/// `eve hook resume <token> <json> [--key K]`: delivers a JSON payload to a live hook.
+/// `eve hook resume <token> <json> [--dedupe-key K]`: delivers a JSON payload to a live hook.
 ///
 /// # Errors
 /// [`CliError::Usage`] when the payload is not JSON; `NotFound` when no live hook has the token.
@@ -444,16 +429,16 @@ pub async fn hook_resume(
 /// # Errors
 /// `NotFound` for an unknown run; the store's error.
 pub async fn cancel(
-    store: &dyn JournalStore,
+    target: &Target,
     task: &str,
     reason: &str,
     now: Timestamp,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let outcome = store
+    let outcome = target
         .request_cancel(&RunId::new(task), reason, now)
         .await
-        .map_err(CliError::store(format!("cannot cancel {task}")))?;
+        .map_err(CliError::at(format!("cannot cancel {task}")))?;
     let _ = match outcome {
         CancelOutcome::Requested { seq } => writeln!(
             out,
@@ -477,7 +462,7 @@ pub async fn cancel(
 /// # Errors
 /// `InvalidInput` when the run is not blocked; `NotFound`; the store's error.
 pub async fn resolve(
-    store: &dyn JournalStore,
+    target: &Target,
     run: &str,
     resolution: Resolution,
     now: Timestamp,
@@ -487,10 +472,10 @@ pub async fn resolve(
         Resolution::Resume => "resumed",
         Resolution::Fail { .. } => "failed",
     };
-    let seq = store
+    let seq = target
         .resolve_blocked(&RunId::new(run), resolution, now)
         .await
-        .map_err(CliError::store(format!("cannot resolve blocked run {run}")))?;
+        .map_err(CliError::at(format!("cannot resolve blocked run {run}")))?;
     let _ = writeln!(out, "{what} run {run} (seq {seq})");
     Ok(())
 }
