@@ -42,6 +42,12 @@ pub struct Cli {
     )]
     pub key: Option<String>,
 
+    /// Take --url and --key from this profile of the profiles file ($EVE_CONFIG, else
+    /// ~/.config/eve/profiles.toml: `[profiles.NAME]` with `url` and `key`); --url / --key
+    /// given as well win.
+    #[arg(long, global = true, env = "EVE_PROFILE", value_name = "NAME")]
+    pub profile: Option<String>,
+
     /// Log lines on stderr as text or JSON (filter with RUST_LOG, e.g. RUST_LOG=debug).
     #[arg(long, global = true, value_enum, default_value = "text")]
     pub log_format: crate::logging::LogFormat,
@@ -397,12 +403,27 @@ async fn open_or_create(cli: &Cli) -> Result<Arc<dyn JournalStore>, CliError> {
     Ok(cli.store_url()?.open().await?)
 }
 
-/// The server of `--url` / `EVE_URL`, if one is given.
+/// The server of `--url` / `EVE_URL` or `--profile`, if one is given.
 fn remote(cli: &Cli) -> Result<Option<Remote>, CliError> {
-    cli.url
-        .as_deref()
+    let profile = match cli.profile.as_deref().filter(|p| !p.is_empty()) {
+        Some(name) => {
+            let path = crate::profile::config_path().ok_or_else(|| {
+                CliError::Usage(format!(
+                    "--profile {name}: no profiles file (set {} or HOME)",
+                    crate::profile::CONFIG_ENV
+                ))
+            })?;
+            Some(crate::profile::load(&path, name)?)
+        }
+        None => None,
+    };
+    let url = cli
+        .url
+        .clone()
         .filter(|u| !u.is_empty())
-        .map(|u| Remote::new(u, cli.key.clone()).map_err(CliError::Unreachable))
+        .or_else(|| profile.as_ref().map(|p| p.url.clone()));
+    let key = cli.key.clone().or_else(|| profile.and_then(|p| p.key));
+    url.map(|u| Remote::new(&u, key).map_err(CliError::Unreachable))
         .transpose()
 }
 
@@ -418,11 +439,12 @@ async fn target(cli: &Cli) -> Result<Target, CliError> {
 /// Refuses `--url` for a command that has no HTTP route: it would act on a local store while
 /// the operator means the server's.
 fn local_only(cli: &Cli, command: &str) -> Result<(), CliError> {
-    match &cli.url {
-        Some(u) if !u.is_empty() => Err(CliError::Usage(format!(
-            "{command} acts on the store only; drop --url / EVE_URL ({u}) and give --store"
+    match remote(cli)? {
+        Some(r) => Err(CliError::Usage(format!(
+            "{command} acts on the store only; drop --url / EVE_URL / --profile ({}) and give --store",
+            r.url()
         ))),
-        _ => Ok(()),
+        None => Ok(()),
     }
 }
 
@@ -510,7 +532,7 @@ async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<
             inspect::resolve(&target(&cli).await?, run, resolution, now(), out).await
         }
         Command::Journal { run, json, reveal } => {
-            if *reveal && cli.url.is_some() {
+            if *reveal && remote(&cli)?.is_some() {
                 return Err(CliError::Usage(
                     "--reveal works on the store only (without --url): the HTTP API never shows webhook tokens".into(),
                 ));
@@ -526,7 +548,7 @@ async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<
             text,
             answered_by,
         } => {
-            if answered_by.is_some() && cli.url.is_some() {
+            if answered_by.is_some() && remote(&cli)?.is_some() {
                 return Err(CliError::Usage(
                     "--as works on the store only (without --url): over HTTP the server records the key's name".into(),
                 ));

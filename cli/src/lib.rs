@@ -26,6 +26,7 @@ pub mod inspect;
 pub mod keys;
 pub mod logging;
 pub mod mcp;
+pub mod profile;
 pub mod remote;
 pub mod replay;
 pub mod retention;

@@ -20,7 +20,7 @@ fn eve(dir: &Path, args: &[&str]) -> Output {
         .env_remove("EVE_URL")
         .env_remove("EVE_KEY")
         .env_remove("EVE_PROFILE")
-        .env("EVE_CONFIG", dir.join("no-profiles.toml"))
+        .env("EVE_CONFIG", dir.join("profiles.toml"))
         .output()
         .expect("run eve")
 }
@@ -209,6 +209,23 @@ fn every_command_prints_the_same_through_the_server_as_on_the_store() {
     ] {
         assert_eq!(remote(&read), ok(d, &read), "eve {read:?}");
     }
+
+    // A named profile holds the URL and the key; a missing one is one line naming the file.
+    std::fs::write(
+        d.join("profiles.toml"),
+        format!("[profiles.ops]\nurl = \"{url}\"\nkey = \"{admin}\"\n"),
+    )
+    .unwrap();
+    assert_eq!(
+        ok(d, &["--profile", "ops", "runs", "show", &r1]),
+        ok(d, &["runs", "show", &r1])
+    );
+    fails(
+        d,
+        &["--profile", "prod", "runs", "list"],
+        2,
+        "no profile \"prod\"",
+    );
 
     // A read key cannot answer: one line saying which scope it takes, exit code 1, the request
     // still pending. An unreachable server: one line naming its URL, exit code 2.
