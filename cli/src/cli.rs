@@ -315,6 +315,10 @@ pub enum RunsCommand {
         /// One JSON object ({"run", "pending", "outcome"}).
         #[arg(long)]
         json: bool,
+        /// Then print its journal, one event a line (with --json one JSON object a line), and
+        /// each new event as the run writes it, until it ends.
+        #[arg(long)]
+        follow: bool,
     },
     /// Make a blocked run claimable again (after a fix was deployed).
     Resume {
@@ -519,8 +523,13 @@ async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<
             };
             inspect::runs_list(&target(&cli).await?, session.clone(), &filter, *json, out).await
         }
-        Command::Runs(RunsCommand::Show { run, json }) => {
-            inspect::runs_show(&target(&cli).await?, run, *json, out).await
+        Command::Runs(RunsCommand::Show { run, json, follow }) => {
+            let target = target(&cli).await?;
+            inspect::runs_show(&target, run, *json, out).await?;
+            if *follow {
+                inspect::follow(&target, run, *json, out).await?;
+            }
+            Ok(())
         }
         Command::Runs(RunsCommand::Resume { run }) => {
             inspect::resolve(&target(&cli).await?, run, Resolution::Resume, now(), out).await

@@ -6,10 +6,11 @@ use crate::format::{describe, event_line, run_header, run_row, utc};
 use crate::target::Target;
 use eve_core::{
     CancelOutcome, Event, InputResponse, JournalStore, Payload, PendingRequest, RequestId,
-    Resolution, RunFilter, RunId, RunQuery, RunStatus, SessionId, Timestamp,
+    Resolution, RunFilter, RunId, RunQuery, RunStatus, SessionId, Timestamp, WatchKey,
 };
 use std::collections::BTreeSet;
 use std::io::Write;
+use std::time::Duration;
 
 /// Parses a run status name (`running`, `blocked`, `completed`, `failed`, `cancelled`).
 ///
@@ -148,6 +149,74 @@ pub async fn runs_show(
         let _ = writeln!(out, "{:<11} {}", "outcome", describe(&end.event));
     }
     Ok(())
+}
+
+/// The shortest and longest pause of `eve runs show --follow` between two reads of a live run
+/// that wrote nothing new: it doubles from the first to the second while the run is quiet and
+/// starts over at each new event. A store that notifies (memory, SQLite and Postgres in this
+/// process) wakes it at once when the run's session log grows (a request, an end).
+pub const FOLLOW_PAUSE: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(2));
+
+/// `eve runs show RUN --follow`: after the run's record, its journal, one event per line as
+/// `eve journal` prints it (tokens masked; `json`: one JSON object a line), and every event it
+/// writes from then on as it comes, until the run ends (the last line is its end event). On the
+/// store it reads from the last seq seen, woken by the store's notifications where it has them;
+/// over HTTP it polls the run, with the same backoff ([`FOLLOW_PAUSE`]).
+///
+/// # Errors
+/// `NotFound` for an unknown run; the store's or server's error.
+pub async fn follow(
+    target: &Target,
+    run: &str,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let id = RunId::new(run);
+    let doing = || format!("cannot follow run {run}");
+    let record = target.get_run(&id).await.map_err(CliError::at(doing()))?;
+    let mut wake = match target {
+        Target::Local(s) => s.watch(&WatchKey::Session(record.session_id.clone())).await,
+        Target::Remote(_) => None,
+    };
+    let (mut next, mut pause) = (0u64, FOLLOW_PAUSE.0);
+    loop {
+        let events = target
+            .read_from(&id, next)
+            .await
+            .map_err(CliError::at(doing()))?;
+        let mut ended = false;
+        let new = !events.is_empty();
+        let from = next;
+        for mut e in events.into_iter().filter(|e| e.seq >= from) {
+            e.event.mask_webhook_token();
+            let line = if json {
+                serde_json::to_string(&e).unwrap_or_else(|err| format!("(unserializable: {err})"))
+            } else {
+                event_line(&e)
+            };
+            let _ = writeln!(out, "{line}");
+            next = e.seq + 1;
+            ended |= e.event.is_terminal();
+        }
+        let _ = out.flush();
+        if ended {
+            return Ok(());
+        }
+        pause = if new {
+            FOLLOW_PAUSE.0
+        } else {
+            (pause * 2).min(FOLLOW_PAUSE.1)
+        };
+        match wake.as_mut() {
+            Some(rx) => {
+                tokio::select! {
+                    changed = rx.changed() => if changed.is_err() { wake = None },
+                    _ = tokio::time::sleep(pause) => {}
+                }
+            }
+            None => tokio::time::sleep(pause).await,
+        }
+    }
 }
 
 /// `eve journal <run>`: every event of the run, one line each, in seq order. Webhook tokens are

@@ -114,6 +114,21 @@ impl Target {
         }
     }
 
+    /// A run's journal from `from_seq` on (over HTTP, the whole journal is read and cut).
+    ///
+    /// # Errors
+    /// Not found; the store's or the server's.
+    pub async fn read_from(&self, run: &RunId, from_seq: u64) -> Result<Vec<StoredEvent>> {
+        match self {
+            Target::Local(s) => Ok(s.read_all(run, from_seq).await?),
+            Target::Remote(_) => {
+                let mut all = self.read_all(run).await?;
+                all.retain(|e| e.seq >= from_seq);
+                Ok(all)
+            }
+        }
+    }
+
     /// A run and its whole journal, in one read over HTTP.
     ///
     /// # Errors

@@ -332,5 +332,48 @@ fn every_command_prints_the_same_through_the_server_as_on_the_store() {
         as_local(&shape(&revoked_remote), &[(&rk, &lk)]),
         shape(&revoked_local)
     );
+
+    // runs show --follow: both modes tail the run live and stop at its end, printing the same.
+    let l4 = first_field(&ok(d, &refs(&call("s4", "c5"))), "run");
+    settle(d, 1);
+    let follower = |remote: bool| {
+        let mut c = Command::new(EVE);
+        if remote {
+            c.args(["--url", url.as_str(), "--key", admin.as_str()]);
+        }
+        c.args(["runs", "show", &l4, "--follow"])
+            .current_dir(d)
+            .env_remove("EVE_STORE_URL")
+            .env_remove("EVE_URL")
+            .env_remove("EVE_KEY")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn eve runs show --follow")
+    };
+    let (mut local_f, mut remote_f) = (follower(false), follower(true));
+    std::thread::sleep(Duration::from_millis(500));
+    // The run waits for its answer: neither follower may have stopped.
+    assert!(
+        local_f.try_wait().unwrap().is_none(),
+        "the local follower stopped early"
+    );
+    assert!(
+        remote_f.try_wait().unwrap().is_none(),
+        "the remote follower stopped early"
+    );
+    ok(d, &["answer", &format!("{l4}:1"), "approve"]);
+    let (local_out, remote_out) = (
+        local_f.wait_with_output().unwrap(),
+        remote_f.wait_with_output().unwrap(),
+    );
+    assert!(local_out.status.success() && remote_out.status.success());
+    let (lo, ro) = (
+        String::from_utf8_lossy(&local_out.stdout),
+        String::from_utf8_lossy(&remote_out.stdout),
+    );
+    assert!(lo.contains("InputAnswered"), "{lo}");
+    assert!(lo.lines().last().unwrap().contains("RunCompleted"), "{lo}");
+    assert_eq!(ro, lo);
     drop(served);
 }
