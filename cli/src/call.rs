@@ -50,16 +50,7 @@ pub async fn run(
     req: &CallRequest,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let input: serde_json::Value = serde_json::from_str(&req.input).map_err(|e| {
-        CliError::Usage(format!(
-            "--input is not JSON: {e}; pass an object such as '{{\"service\": \"api\"}}'"
-        ))
-    })?;
-    if !input.is_object() {
-        return Err(CliError::Usage(format!(
-            "--input must be a JSON object, not {input}"
-        )));
-    }
+    let input = parse_input(&req.input)?;
     if let Some(t) = registry.ordinary(&req.tool) {
         return inline(t, req, input, out).await;
     }
@@ -210,4 +201,140 @@ async fn result(store: &dyn JournalStore, run: &RunRecord) -> Result<serde_json:
         }),
         _ => serde_json::json!({ "run": run.run_id, "status": run.status }),
     })
+}
+
+/// `eve --url URL call TOOL --input JSON [--wait [D]]`: starts the call through the server's
+/// `POST /v1/tools/{name}/calls` (an operate key), printing what [`run`] prints on the store:
+/// the run's line, and with `--wait` its result once it settles (the server long-polls, at most
+/// [`eve_server::MAX_WAIT`] a request, asked again until `--wait`'s limit). The server's worker
+/// runs the call; `--worker` is refused.
+///
+/// # Errors
+/// [`CliError::Usage`] for an input that is not a JSON object or `--worker`; the server's
+/// refusal (unknown tool, invalid input, a key of too small a scope); [`CliError::Wait`] when
+/// the run has not ended in time.
+pub async fn run_remote(
+    remote: &crate::remote::Remote,
+    req: &CallRequest,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    use crate::target::TargetError;
+    if req.worker {
+        return Err(CliError::Usage(
+            "--worker runs a worker on the store; with --url the server's worker runs the call"
+                .into(),
+        ));
+    }
+    let input = parse_input(&req.input)?;
+    let path = format!("/v1/tools/{}/calls", crate::remote::segment(&req.tool));
+    let body = serde_json::json!({ "session": req.session, "callId": req.call_id, "input": input });
+    let doing = format!("cannot start a call of {}", req.tool);
+    let deadline = req.wait.map(|w| w.map(|d| tokio::time::Instant::now() + d));
+    let doing = &doing;
+    let post = |wait: Option<Duration>| {
+        let query: Vec<(&str, String)> = wait
+            .map(|w| vec![("wait", format!("{}ms", w.as_millis().max(1)))])
+            .unwrap_or_default();
+        let (path, body) = (&path, &body);
+        async move {
+            remote
+                .post(path, &query, body, wait)
+                .await
+                .map_err(|e| CliError::at(doing.clone())(TargetError::Remote(e)))
+        }
+    };
+    // Started without waiting first, so the run's line shows it as created, as on the store.
+    let (status, mut answer) = post(None).await?;
+    let read = |v: serde_json::Value| -> Result<Option<RunRecord>, CliError> {
+        crate::wire::from_api(v).map_err(|e| CliError::Remote {
+            doing: doing.clone(),
+            source: crate::remote::RemoteError::Unexpected {
+                url: remote.url().to_owned(),
+                reason: format!("run: {e}"),
+            },
+        })
+    };
+    let Some(run) = read(answer["run"].take())? else {
+        // An ordinary tool, run inline by the server: printed as `inline` prints it.
+        let settled = &answer["settled"];
+        let mut line = serde_json::json!({
+            "tool": req.tool,
+            "session": req.session,
+            "call_id": req.call_id,
+            "status": settled["status"],
+        });
+        for k in ["output", "error"] {
+            if let Some(v) = settled.get(k) {
+                line[k] = v.clone();
+            }
+        }
+        let _ = writeln!(out, "{line}");
+        return Ok(());
+    };
+    let created = status == reqwest::StatusCode::CREATED;
+    // The run as it was created, as the store's `create_run` answers.
+    let _ = writeln!(
+        out,
+        "{}",
+        serde_json::json!({
+            "run": run.run_id,
+            "session": run.session_id,
+            "call_id": run.call_id,
+            "created": created,
+            "status": run.status,
+        })
+    );
+    let Some(deadline) = deadline else {
+        return Ok(());
+    };
+    let mut settled = answer["settled"].take();
+    let mut run = run;
+    while settled.is_null() {
+        let left = remaining(deadline);
+        if left.is_zero() {
+            return Err(CliError::Wait(format!(
+                "run {} has not ended after {}; it keeps running (eve runs show {})",
+                run.run_id,
+                humantime::format_duration(req.wait.flatten().unwrap_or_default()),
+                run.run_id,
+            )));
+        }
+        let (_, mut again) = post(Some(left)).await?;
+        if let Some(r) = read(again["run"].take())? {
+            run = r;
+        }
+        settled = again["settled"].take();
+    }
+    let mut line = serde_json::json!({ "run": run.run_id, "status": settled["status"] });
+    for k in ["output", "error", "denied"] {
+        if let Some(v) = settled.get(k) {
+            line[k] = v.clone();
+        }
+    }
+    let _ = writeln!(out, "{line}");
+    Ok(())
+}
+
+/// `--input`: a JSON object.
+fn parse_input(input: &str) -> Result<serde_json::Value, CliError> {
+    let input: serde_json::Value = serde_json::from_str(input).map_err(|e| {
+        CliError::Usage(format!(
+            "--input is not JSON: {e}; pass an object such as '{{\"service\": \"api\"}}'"
+        ))
+    })?;
+    if !input.is_object() {
+        return Err(CliError::Usage(format!(
+            "--input must be a JSON object, not {input}"
+        )));
+    }
+    Ok(input)
+}
+
+/// How long is left until `deadline` (`None`: no limit), at most what one request may wait.
+fn remaining(deadline: Option<tokio::time::Instant>) -> Duration {
+    match deadline {
+        Some(d) => d.saturating_duration_since(tokio::time::Instant::now()),
+        None => eve_server::MAX_WAIT,
+    }
+    .min(eve_server::MAX_WAIT)
 }

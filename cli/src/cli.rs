@@ -2,7 +2,9 @@
 
 use crate::bench::BenchConfig;
 use crate::error::CliError;
+use crate::remote::Remote;
 use crate::store_url::{StoreUrl, DEFAULT_STORE_URL, STORE_URL_ENV};
+use crate::target::Target;
 use crate::{bench, call, conformance, inspect, keys, mcp, replay, retention, serve};
 use clap::{Args, Parser, Subcommand};
 use eve_core::engine::Registry;
@@ -21,6 +23,30 @@ pub struct Cli {
     /// dynamodb://TABLE?endpoint=URL[&region=REGION].
     #[arg(long, global = true, env = STORE_URL_ENV, default_value = DEFAULT_STORE_URL, value_name = "URL")]
     pub store: String,
+
+    /// Act through the HTTP API of the `eve serve` at this URL (e.g. http://127.0.0.1:8787)
+    /// instead of on the store, so keys and scopes apply. The commands that read or act
+    /// (runs, journal, requests, answer, agents, cancel, call, keys) print the same as on the
+    /// store.
+    #[arg(long, global = true, env = "EVE_URL", value_name = "URL")]
+    pub url: Option<String>,
+
+    /// With --url: the API key sent (`Authorization: Bearer`). Mind that a flag is visible to
+    /// other users of the machine; prefer EVE_KEY or a profile.
+    #[arg(
+        long,
+        global = true,
+        env = "EVE_KEY",
+        value_name = "KEY",
+        hide_env_values = true
+    )]
+    pub key: Option<String>,
+
+    /// Take --url and --key from this profile of the profiles file ($EVE_CONFIG, else
+    /// ~/.config/eve/profiles.toml: `[profiles.NAME]` with `url` and `key`); --url / --key
+    /// given as well win.
+    #[arg(long, global = true, env = "EVE_PROFILE", value_name = "NAME")]
+    pub profile: Option<String>,
 
     /// Log lines on stderr as text or JSON (filter with RUST_LOG, e.g. RUST_LOG=debug).
     #[arg(long, global = true, value_enum, default_value = "text")]
@@ -298,6 +324,10 @@ pub enum RunsCommand {
         /// One JSON object ({"run", "pending", "outcome"}).
         #[arg(long)]
         json: bool,
+        /// Then print its journal, one event a line (with --json one JSON object a line), and
+        /// each new event as the run writes it, until it ends.
+        #[arg(long)]
+        follow: bool,
     },
     /// Make a blocked run claimable again (after a fix was deployed).
     Resume {
@@ -360,8 +390,8 @@ pub enum HookCommand {
         /// The payload, as JSON.
         json: String,
         /// Dedupe key: a retry with the same key is delivered once.
-        #[arg(long)]
-        key: Option<String>,
+        #[arg(long, value_name = "KEY")]
+        dedupe_key: Option<String>,
     },
 }
 
@@ -384,6 +414,51 @@ async fn open(cli: &Cli) -> Result<Arc<dyn JournalStore>, CliError> {
 /// Opens (creating) the store of `--store`, for a command that may be the first on it.
 async fn open_or_create(cli: &Cli) -> Result<Arc<dyn JournalStore>, CliError> {
     Ok(cli.store_url()?.open().await?)
+}
+
+/// The server of `--url` / `EVE_URL` or `--profile`, if one is given.
+fn remote(cli: &Cli) -> Result<Option<Remote>, CliError> {
+    let profile = match cli.profile.as_deref().filter(|p| !p.is_empty()) {
+        Some(name) => {
+            let path = crate::profile::config_path().ok_or_else(|| {
+                CliError::Usage(format!(
+                    "--profile {name}: no profiles file (set {} or HOME)",
+                    crate::profile::CONFIG_ENV
+                ))
+            })?;
+            Some(crate::profile::load(&path, name)?)
+        }
+        None => None,
+    };
+    let url = cli
+        .url
+        .clone()
+        .filter(|u| !u.is_empty())
+        .or_else(|| profile.as_ref().map(|p| p.url.clone()));
+    let key = cli.key.clone().or_else(|| profile.and_then(|p| p.key));
+    url.map(|u| Remote::new(&u, key).map_err(CliError::Unreachable))
+        .transpose()
+}
+
+/// Where a command that reads or acts goes: the server of `--url`, else the store of
+/// `--store` (which must exist).
+async fn target(cli: &Cli) -> Result<Target, CliError> {
+    Ok(match remote(cli)? {
+        Some(r) => Target::Remote(r),
+        None => Target::Local(open(cli).await?),
+    })
+}
+
+/// Refuses `--url` for a command that has no HTTP route: it would act on a local store while
+/// the operator means the server's.
+fn local_only(cli: &Cli, command: &str) -> Result<(), CliError> {
+    match remote(cli)? {
+        Some(r) => Err(CliError::Usage(format!(
+            "{command} acts on the store only; drop --url / EVE_URL / --profile ({}) and give --store",
+            r.url()
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Runs the parsed command for the tools of `registry`, writing its output to `out`.
@@ -414,9 +489,13 @@ async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<
                 wait: args.wait,
                 worker: args.worker,
             };
-            call::run(open_or_create(&cli).await?, registry, &req, out).await
+            match remote(&cli)? {
+                Some(r) => call::run_remote(&r, &req, out).await,
+                None => call::run(open_or_create(&cli).await?, registry, &req, out).await,
+            }
         }
         Command::Runs(RunsCommand::Purge { ended_before }) => {
+            local_only(&cli, "eve runs purge")?;
             retention::runs_purge(&*open(&cli).await?, *ended_before, now(), out).await
         }
         Command::Runs(RunsCommand::List {
@@ -451,26 +530,35 @@ async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<
                 before: before.clone().or(after.clone()).map(eve_core::RunId::new),
                 limit: *limit,
             };
-            let store = open(&cli).await?;
-            inspect::runs_list(&*store, session.clone(), &filter, *json, out).await
+            inspect::runs_list(&target(&cli).await?, session.clone(), &filter, *json, out).await
         }
-        Command::Runs(RunsCommand::Show { run, json }) => {
-            inspect::runs_show(&*open(&cli).await?, run, *json, out).await
+        Command::Runs(RunsCommand::Show { run, json, follow }) => {
+            let target = target(&cli).await?;
+            inspect::runs_show(&target, run, *json, out).await?;
+            if *follow {
+                inspect::follow(&target, run, *json, out).await?;
+            }
+            Ok(())
         }
         Command::Runs(RunsCommand::Resume { run }) => {
-            inspect::resolve(&*open(&cli).await?, run, Resolution::Resume, now(), out).await
+            inspect::resolve(&target(&cli).await?, run, Resolution::Resume, now(), out).await
         }
         Command::Runs(RunsCommand::Fail { run, error }) => {
             let resolution = Resolution::Fail {
                 error: error.clone(),
             };
-            inspect::resolve(&*open(&cli).await?, run, resolution, now(), out).await
+            inspect::resolve(&target(&cli).await?, run, resolution, now(), out).await
         }
         Command::Journal { run, json, reveal } => {
-            inspect::journal(&*open(&cli).await?, run, *json, *reveal, out).await
+            if *reveal && remote(&cli)?.is_some() {
+                return Err(CliError::Usage(
+                    "--reveal works on the store only (without --url): the HTTP API never shows webhook tokens".into(),
+                ));
+            }
+            inspect::journal(&target(&cli).await?, run, *json, *reveal, out).await
         }
         Command::Requests { session, json } => {
-            inspect::requests(&*open(&cli).await?, session.clone(), *json, out).await
+            inspect::requests(&target(&cli).await?, session.clone(), *json, out).await
         }
         Command::Answer {
             request,
@@ -478,17 +566,22 @@ async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<
             text,
             answered_by,
         } => {
-            let store = open(&cli).await?;
+            if answered_by.is_some() && remote(&cli)?.is_some() {
+                return Err(CliError::Usage(
+                    "--as works on the store only (without --url): over HTTP the server records the key's name".into(),
+                ));
+            }
+            let target = target(&cli).await?;
             let response = InputResponse {
                 option_id: option.clone(),
                 text: text.clone(),
                 answered_by: answered_by.clone(),
                 agent: None,
             };
-            inspect::answer(&*store, request, response, now(), out).await
+            inspect::answer(&target, request, response, now(), out).await
         }
         Command::Agents(AgentsCommand::List { session, json }) => {
-            inspect::agents(&*open(&cli).await?, session.clone(), *json, out).await
+            inspect::agents(&target(&cli).await?, session.clone(), *json, out).await
         }
         Command::Agents(AgentsCommand::Complete {
             id,
@@ -513,19 +606,27 @@ async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<
                 agent: Some(reply),
                 ..InputResponse::default()
             };
-            inspect::complete_agent(&*open(&cli).await?, id, response, now(), out).await
+            inspect::complete_agent(&target(&cli).await?, id, response, now(), out).await
         }
-        Command::Hook(HookCommand::Resume { token, json, key }) => {
+        Command::Hook(HookCommand::Resume {
+            token,
+            json,
+            dedupe_key: key,
+        }) => {
+            local_only(&cli, "eve hook resume")?;
             let store = open(&cli).await?;
             inspect::hook_resume(&*store, token, json, key.as_deref(), now(), out).await
         }
         Command::Keys(command) => {
             // Creating a key may come before anything else, as on a fresh deployment.
-            let store = match command {
-                keys::KeysCommand::Create { .. } => open_or_create(&cli).await?,
-                _ => open(&cli).await?,
+            let target = match (remote(&cli)?, command) {
+                (Some(r), _) => Target::Remote(r),
+                (None, keys::KeysCommand::Create { .. }) => {
+                    Target::Local(open_or_create(&cli).await?)
+                }
+                (None, _) => Target::Local(open(&cli).await?),
             };
-            keys::run(&*store, command, now(), out).await
+            keys::run(&target, command, now(), out).await
         }
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
@@ -541,7 +642,7 @@ async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<
             Ok(())
         }
         Command::Cancel { task, reason } => {
-            inspect::cancel(&*open(&cli).await?, task, reason, now(), out).await
+            inspect::cancel(&target(&cli).await?, task, reason, now(), out).await
         }
         Command::Conformance { level, filter, .. } => {
             conformance::run(&cli.store_url()?, *level, filter.as_deref(), out)

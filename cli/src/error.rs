@@ -1,6 +1,8 @@
 //! The CLI's one error type: every command fails with one of these, printed as one line.
 
+use crate::remote::RemoteError;
 use crate::store_url::{BadStoreUrl, OpenError};
+use crate::target::TargetError;
 use eve_core::engine::EngineError;
 use eve_core::StoreError;
 
@@ -25,6 +27,19 @@ pub enum CliError {
         #[source]
         source: StoreError,
     },
+    /// The server refused a request of the remote CLI (`--url`); `doing` says which. A 403
+    /// says which scope the route needs.
+    #[error("{doing}: {source}")]
+    Remote {
+        /// What the command was doing.
+        doing: String,
+        /// The server's refusal.
+        #[source]
+        source: RemoteError,
+    },
+    /// The server of `--url` could not be reached: nothing was done.
+    #[error(transparent)]
+    Unreachable(RemoteError),
     /// The engine refused (a worker that cannot register, a tool that does not exist).
     #[error("{doing}: {source}")]
     Engine {
@@ -72,6 +87,19 @@ impl CliError {
         move |source| CliError::Store { doing, source }
     }
 
+    /// Wraps a store's or server's error with what the command was doing; an unreachable
+    /// server is [`CliError::Unreachable`] whatever the command.
+    pub fn at(doing: impl Into<String>) -> impl FnOnce(TargetError) -> CliError {
+        let doing = doing.into();
+        move |e| match e {
+            TargetError::Store(source) => CliError::Store { doing, source },
+            TargetError::Remote(source @ RemoteError::Unreachable { .. }) => {
+                CliError::Unreachable(source)
+            }
+            TargetError::Remote(source) => CliError::Remote { doing, source },
+        }
+    }
+
     /// Wraps an engine error with what the command was doing.
     pub fn engine(doing: impl Into<String>) -> impl FnOnce(EngineError) -> CliError {
         let doing = doing.into();
@@ -93,11 +121,11 @@ impl CliError {
         }
     }
 
-    /// The process exit code: 2 for a usage error (a bad URL or argument), 1 for every other
-    /// failure. Success is 0.
+    /// The process exit code: 2 for a usage error (a bad URL or argument) and a server that
+    /// cannot be reached, 1 for every other failure (a 403 included). Success is 0.
     pub fn exit_code(&self) -> u8 {
         match self {
-            CliError::BadUrl(_) | CliError::Usage(_) => 2,
+            CliError::BadUrl(_) | CliError::Usage(_) | CliError::Unreachable(_) => 2,
             CliError::Open(OpenError::BadUrl(_)) => 2,
             _ => 1,
         }

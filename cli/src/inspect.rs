@@ -3,12 +3,14 @@
 
 use crate::error::CliError;
 use crate::format::{describe, event_line, run_header, run_row, utc};
+use crate::target::Target;
 use eve_core::{
-    CancelOutcome, Event, InputResponse, JournalStore, JournalStoreExt, Payload, PendingRequest,
-    RequestId, Resolution, RunFilter, RunId, RunQuery, RunStatus, SessionId, Timestamp,
+    CancelOutcome, Event, InputResponse, JournalStore, Payload, PendingRequest, RequestId,
+    Resolution, RunFilter, RunId, RunQuery, RunStatus, SessionId, Timestamp, WatchKey,
 };
 use std::collections::BTreeSet;
 use std::io::Write;
+use std::time::Duration;
 
 /// Parses a run status name (`running`, `blocked`, `completed`, `failed`, `cancelled`).
 ///
@@ -29,7 +31,7 @@ pub fn parse_status(s: &str) -> Result<RunStatus, CliError> {
 /// # Errors
 /// The store's error.
 pub async fn runs_list(
-    store: &dyn JournalStore,
+    target: &Target,
     session: Option<String>,
     filter: &RunFilter,
     json: bool,
@@ -39,10 +41,10 @@ pub async fn runs_list(
         session: session.map(SessionId::new),
         ..RunQuery::default()
     };
-    let runs = store
+    let runs = target
         .list_runs(&query)
         .await
-        .map_err(CliError::store("cannot list runs"))?;
+        .map_err(CliError::at("cannot list runs"))?;
     let cursor = if filter.newest_first {
         "--before"
     } else {
@@ -83,30 +85,29 @@ pub async fn runs_list(
 /// # Errors
 /// `NotFound` for an unknown run; the store's error.
 pub async fn runs_show(
-    store: &dyn JournalStore,
+    target: &Target,
     run: &str,
     json: bool,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let id = RunId::new(run);
     let doing = || format!("cannot show run {run}");
-    let r = store.get_run(&id).await.map_err(CliError::store(doing()))?;
+    let (r, events) = target
+        .run_and_journal(&id)
+        .await
+        .map_err(CliError::at(doing()))?;
+    let pending: Vec<PendingRequest> = target
+        .pending_requests(&r.session_id)
+        .await
+        .map_err(CliError::at(doing()))?
+        .into_iter()
+        .filter(|p| p.run_id == id)
+        .collect();
+    let outcome = events
+        .iter()
+        .rev()
+        .find(|e| e.event.is_terminal() || matches!(e.event, Event::RunBlocked { .. }));
     if json {
-        let pending: Vec<PendingRequest> = store
-            .pending_requests(&r.session_id)
-            .await
-            .map_err(CliError::store(doing()))?
-            .into_iter()
-            .filter(|p| p.run_id == id)
-            .collect();
-        let events = store
-            .read_all(&id, 0)
-            .await
-            .map_err(CliError::store(doing()))?;
-        let outcome = events
-            .iter()
-            .rev()
-            .find(|e| e.event.is_terminal() || matches!(e.event, Event::RunBlocked { .. }));
         let _ = writeln!(
             out,
             "{}",
@@ -141,28 +142,81 @@ pub async fn runs_show(
     for (k, v) in lines {
         let _ = writeln!(out, "{k:<11} {v}");
     }
-    let pending: Vec<PendingRequest> = store
-        .pending_requests(&r.session_id)
-        .await
-        .map_err(CliError::store(doing()))?
-        .into_iter()
-        .filter(|p| p.run_id == id)
-        .collect();
     for p in &pending {
         let _ = writeln!(out, "{:<11} {}", "pending", request_line(p));
     }
-    let events = store
-        .read_all(&id, 0)
-        .await
-        .map_err(CliError::store(doing()))?;
-    if let Some(end) = events
-        .iter()
-        .rev()
-        .find(|e| e.event.is_terminal() || matches!(e.event, Event::RunBlocked { .. }))
-    {
+    if let Some(end) = outcome {
         let _ = writeln!(out, "{:<11} {}", "outcome", describe(&end.event));
     }
     Ok(())
+}
+
+/// The shortest and longest pause of `eve runs show --follow` between two reads of a live run
+/// that wrote nothing new: it doubles from the first to the second while the run is quiet and
+/// starts over at each new event. A store that notifies (memory, SQLite and Postgres in this
+/// process) wakes it at once when the run's session log grows (a request, an end).
+pub const FOLLOW_PAUSE: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(2));
+
+/// `eve runs show RUN --follow`: after the run's record, its journal, one event per line as
+/// `eve journal` prints it (tokens masked; `json`: one JSON object a line), and every event it
+/// writes from then on as it comes, until the run ends (the last line is its end event). On the
+/// store it reads from the last seq seen, woken by the store's notifications where it has them;
+/// over HTTP it polls the run, with the same backoff ([`FOLLOW_PAUSE`]).
+///
+/// # Errors
+/// `NotFound` for an unknown run; the store's or server's error.
+pub async fn follow(
+    target: &Target,
+    run: &str,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let id = RunId::new(run);
+    let doing = || format!("cannot follow run {run}");
+    let record = target.get_run(&id).await.map_err(CliError::at(doing()))?;
+    let mut wake = match target {
+        Target::Local(s) => s.watch(&WatchKey::Session(record.session_id.clone())).await,
+        Target::Remote(_) => None,
+    };
+    let (mut next, mut pause) = (0u64, FOLLOW_PAUSE.0);
+    loop {
+        let events = target
+            .read_from(&id, next)
+            .await
+            .map_err(CliError::at(doing()))?;
+        let mut ended = false;
+        let new = !events.is_empty();
+        let from = next;
+        for mut e in events.into_iter().filter(|e| e.seq >= from) {
+            e.event.mask_webhook_token();
+            let line = if json {
+                serde_json::to_string(&e).unwrap_or_else(|err| format!("(unserializable: {err})"))
+            } else {
+                event_line(&e)
+            };
+            let _ = writeln!(out, "{line}");
+            next = e.seq + 1;
+            ended |= e.event.is_terminal();
+        }
+        let _ = out.flush();
+        if ended {
+            return Ok(());
+        }
+        pause = if new {
+            FOLLOW_PAUSE.0
+        } else {
+            (pause * 2).min(FOLLOW_PAUSE.1)
+        };
+        match wake.as_mut() {
+            Some(rx) => {
+                tokio::select! {
+                    changed = rx.changed() => if changed.is_err() { wake = None },
+                    _ = tokio::time::sleep(pause) => {}
+                }
+            }
+            None => tokio::time::sleep(pause).await,
+        }
+    }
 }
 
 /// `eve journal <run>`: every event of the run, one line each, in seq order. Webhook tokens are
@@ -172,16 +226,16 @@ pub async fn runs_show(
 /// # Errors
 /// `NotFound` for an unknown run; the store's error.
 pub async fn journal(
-    store: &dyn JournalStore,
+    target: &Target,
     run: &str,
     json: bool,
     reveal: bool,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let mut events = store
-        .read_all(&RunId::new(run), 0)
+    let mut events = target
+        .read_all(&RunId::new(run))
         .await
-        .map_err(CliError::store(format!(
+        .map_err(CliError::at(format!(
             "cannot read the journal of run {run}"
         )))?;
     if !reveal {
@@ -206,12 +260,12 @@ pub async fn journal(
 /// # Errors
 /// The store's error.
 pub async fn requests(
-    store: &dyn JournalStore,
+    target: &Target,
     session: Option<String>,
     json: bool,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    list_pending(store, session, json, out, "request", |p| {
+    list_pending(target, session, json, out, "request", |p| {
         p.request.agent.is_none().then(|| request_line(p))
     })
     .await
@@ -223,12 +277,12 @@ pub async fn requests(
 /// # Errors
 /// Store failures.
 pub async fn agents(
-    store: &dyn JournalStore,
+    target: &Target,
     session: Option<String>,
     json: bool,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    list_pending(store, session, json, out, "agent call", |p| {
+    list_pending(target, session, json, out, "agent call", |p| {
         let a = p.request.agent.as_ref()?;
         Some(format!(
             "{}  run {}  subagent {:?} key {:?}  message {}{}",
@@ -250,14 +304,14 @@ pub async fn agents(
 /// Prints the pending requests `line` gives a line for (the others are not listed), as those
 /// lines and a count of `what`s, or as a JSON array.
 async fn list_pending(
-    store: &dyn JournalStore,
+    target: &Target,
     session: Option<String>,
     json: bool,
     out: &mut dyn Write,
     what: &str,
     line: impl Fn(&PendingRequest) -> Option<String>,
 ) -> Result<(), CliError> {
-    let mut all = pending(store, session, &format!("cannot list pending {what}s")).await?;
+    let mut all = pending(target, session, &format!("cannot list pending {what}s")).await?;
     all.retain(|p| line(p).is_some());
     if json {
         let _ = writeln!(
@@ -281,16 +335,16 @@ async fn list_pending(
 /// The store's refusal: `InvalidAnswer` when the output does not match the call's schema
 /// (nothing is recorded), `AlreadyAnswered`, `Withdrawn`, `NotFound`.
 pub async fn complete_agent(
-    store: &dyn JournalStore,
+    target: &Target,
     id: &str,
     response: InputResponse,
     now: Timestamp,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let d = store
+    let d = target
         .answer(&RequestId::new(id), response, now)
         .await
-        .map_err(CliError::store(format!("cannot complete agent call {id}")))?;
+        .map_err(CliError::at(format!("cannot complete agent call {id}")))?;
     let _ = if d.duplicate {
         writeln!(
             out,
@@ -309,7 +363,7 @@ pub async fn complete_agent(
 
 /// Pending requests of `session`, or of every live run's session.
 async fn pending(
-    store: &dyn JournalStore,
+    target: &Target,
     session: Option<String>,
     what: &str,
 ) -> Result<Vec<PendingRequest>, CliError> {
@@ -323,10 +377,10 @@ async fn pending(
                     status: Some(status),
                     ..RunQuery::default()
                 };
-                let runs = store
+                let runs = target
                     .list_runs(&query)
                     .await
-                    .map_err(CliError::store(doing()))?;
+                    .map_err(CliError::at(doing()))?;
                 all.extend(runs.into_iter().map(|r| r.session_id));
             }
             all
@@ -335,10 +389,10 @@ async fn pending(
     let mut all = Vec::new();
     for s in &sessions {
         all.extend(
-            store
+            target
                 .pending_requests(s)
                 .await
-                .map_err(CliError::store(doing()))?,
+                .map_err(CliError::at(doing()))?,
         );
     }
     Ok(all)
@@ -372,7 +426,7 @@ pub fn request_line(p: &PendingRequest) -> String {
 /// [`CliError::Usage`] when neither an option nor a text is given; the store's typed errors
 /// (unknown request, already answered, withdrawn, an option not offered).
 pub async fn answer(
-    store: &dyn JournalStore,
+    target: &Target,
     request: &str,
     response: InputResponse,
     now: Timestamp,
@@ -383,10 +437,10 @@ pub async fn answer(
             "give an option id (eve answer REQUEST approve) or --text \"…\"".into(),
         ));
     }
-    let d = store
+    let d = target
         .answer(&RequestId::new(request), response, now)
         .await
-        .map_err(CliError::store(format!("cannot answer request {request}")))?;
+        .map_err(CliError::at(format!("cannot answer request {request}")))?;
     let _ = if d.duplicate {
         writeln!(
             out,
@@ -403,7 +457,7 @@ pub async fn answer(
     Ok(())
 }
 
-/// `eve hook resume <token> <json> [--key K]`: delivers a JSON payload to a live hook.
+/// `eve hook resume <token> <json> [--dedupe-key K]`: delivers a JSON payload to a live hook.
 ///
 /// # Errors
 /// [`CliError::Usage`] when the payload is not JSON; `NotFound` when no live hook has the token.
@@ -444,16 +498,16 @@ pub async fn hook_resume(
 /// # Errors
 /// `NotFound` for an unknown run; the store's error.
 pub async fn cancel(
-    store: &dyn JournalStore,
+    target: &Target,
     task: &str,
     reason: &str,
     now: Timestamp,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let outcome = store
+    let outcome = target
         .request_cancel(&RunId::new(task), reason, now)
         .await
-        .map_err(CliError::store(format!("cannot cancel {task}")))?;
+        .map_err(CliError::at(format!("cannot cancel {task}")))?;
     let _ = match outcome {
         CancelOutcome::Requested { seq } => writeln!(
             out,
@@ -477,7 +531,7 @@ pub async fn cancel(
 /// # Errors
 /// `InvalidInput` when the run is not blocked; `NotFound`; the store's error.
 pub async fn resolve(
-    store: &dyn JournalStore,
+    target: &Target,
     run: &str,
     resolution: Resolution,
     now: Timestamp,
@@ -487,10 +541,10 @@ pub async fn resolve(
         Resolution::Resume => "resumed",
         Resolution::Fail { .. } => "failed",
     };
-    let seq = store
+    let seq = target
         .resolve_blocked(&RunId::new(run), resolution, now)
         .await
-        .map_err(CliError::store(format!("cannot resolve blocked run {run}")))?;
+        .map_err(CliError::at(format!("cannot resolve blocked run {run}")))?;
     let _ = writeln!(out, "{what} run {run} (seq {seq})");
     Ok(())
 }

@@ -3,8 +3,9 @@
 
 use crate::error::CliError;
 use crate::format::utc;
+use crate::target::Target;
 use clap::Subcommand;
-use eve_core::{ApiKey, JournalStore, KeyScope, Timestamp};
+use eve_core::{ApiKey, KeyScope, Timestamp};
 use std::io::Write;
 
 /// `eve keys …`.
@@ -64,12 +65,14 @@ fn line(k: &ApiKey, now: Timestamp) -> String {
     )
 }
 
-/// Runs one `eve keys` command on `store`.
+/// Runs one `eve keys` command on `target` (over HTTP, an admin key is needed).
 ///
 /// # Errors
-/// The store's error (a store without keys, an unknown id).
+/// The store's or server's error (a store without keys, an unknown id, a key of too small a
+/// scope); [`CliError::Usage`] for `--expires-in` over HTTP (the API makes keys that do not
+/// expire).
 pub async fn run(
-    store: &dyn JournalStore,
+    target: &Target,
     command: &KeysCommand,
     now: Timestamp,
     out: &mut dyn Write,
@@ -99,9 +102,15 @@ pub async fn run(
                         })
                 })
                 .transpose()?;
-            let new = eve_server::create_key_expiring(store, name, *scope, expires_at, now)
+            if expires_at.is_some() && matches!(target, Target::Remote(_)) {
+                return Err(CliError::Usage(
+                    "--expires-in works on the store only (without --url): the HTTP API creates keys that do not expire".into(),
+                ));
+            }
+            let new = target
+                .create_key(name, *scope, expires_at, now)
                 .await
-                .map_err(CliError::store("cannot create the key"))?;
+                .map_err(CliError::at("cannot create the key"))?;
             let _ = if *json {
                 writeln!(
                     out,
@@ -121,10 +130,10 @@ pub async fn run(
             };
         }
         KeysCommand::List { json } => {
-            let keys = store
+            let keys = target
                 .list_keys()
                 .await
-                .map_err(CliError::store("cannot list keys"))?;
+                .map_err(CliError::at("cannot list keys"))?;
             let _ = if *json {
                 writeln!(out, "{}", serde_json::json!(keys))
             } else if keys.is_empty() {
@@ -144,10 +153,10 @@ pub async fn run(
             };
         }
         KeysCommand::Revoke { id } => {
-            let key = store
+            let key = target
                 .revoke_key(id, now)
                 .await
-                .map_err(CliError::store(format!("cannot revoke key {id}")))?;
+                .map_err(CliError::at(format!("cannot revoke key {id}")))?;
             let _ = writeln!(out, "{}", line(&key, now));
         }
     }

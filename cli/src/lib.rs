@@ -4,6 +4,9 @@
 //! - Backend choice by URL in one place: [`open_store`] / [`StoreUrl`] (`sqlite://PATH`,
 //!   `postgres://…`, `dynamodb://TABLE?endpoint=…&region=…`), from `--store` or
 //!   `EVE_STORE_URL`, a SQLite file `eve.db` in the working directory by default.
+//! - Or a server: with `--url` / `EVE_URL` (and `--key` / `EVE_KEY`) the commands that read or
+//!   act go through its HTTP API ([`target::Target`], [`remote::Remote`]), keys and scopes
+//!   applying, and print the same as on the store.
 //! - The commands ([`cli::Command`]): `eve serve [--retain AGE]`, `eve mcp`, `eve call`,
 //!   `eve runs list|show|resume|fail|purge`,
 //!   `eve journal`, `eve requests`, `eve answer`, `eve hook resume`, `eve cancel`,
@@ -24,10 +27,14 @@ pub mod keys;
 pub mod logging;
 pub mod mcp;
 pub mod otlp;
+pub mod profile;
+pub mod remote;
 pub mod replay;
 pub mod retention;
 pub mod serve;
 pub mod store_url;
+pub mod target;
+pub mod wire;
 
 pub use app::App;
 pub use error::CliError;

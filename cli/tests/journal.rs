@@ -29,9 +29,10 @@ fn registry() -> Registry {
         .with(define_workflow_tool("One webhook.", workflow!(one_webhook)).named("one_webhook"))
 }
 
-async fn journal(store: &dyn JournalStore, run: &str, json: bool, reveal: bool) -> String {
+async fn journal(store: &Arc<dyn JournalStore>, run: &str, json: bool, reveal: bool) -> String {
     let mut out = Vec::new();
-    inspect::journal(store, run, json, reveal, &mut out)
+    let target = eve_cli::target::Target::Local(store.clone());
+    inspect::journal(&target, run, json, reveal, &mut out)
         .await
         .expect("eve journal");
     String::from_utf8(out).expect("UTF-8")
@@ -96,16 +97,16 @@ async fn journal_masks_webhook_tokens_and_replay_passes_on_a_masked_export() {
     // Masked by default, readable and JSON; whole with --reveal.
     let masked = format!("{}…", &token[..eve_core::MASKED_TOKEN_CHARS]);
     for json in [false, true] {
-        let shown = journal(&*store, run.as_str(), json, false).await;
+        let shown = journal(&store, run.as_str(), json, false).await;
         assert!(!shown.contains(&token), "json {json}: {shown}");
         assert!(shown.contains(&masked), "json {json}: {shown}");
-        let revealed = journal(&*store, run.as_str(), json, true).await;
+        let revealed = journal(&store, run.as_str(), json, true).await;
         assert!(revealed.contains(&token), "json {json}: {revealed}");
     }
     // A masked export replays cleanly.
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join(format!("{run}.jsonl"));
-    std::fs::write(&file, journal(&*store, run.as_str(), true, false).await).unwrap();
+    std::fs::write(&file, journal(&store, run.as_str(), true, false).await).unwrap();
     let mut out = Vec::new();
     replay::run(&[file], &registry(), &mut out).expect("a masked export replays");
     let out = String::from_utf8(out).unwrap();

@@ -270,10 +270,16 @@ async fn inspect_answer_hook_cancel_resolve_on_sqlite() {
     );
     fails(d, &["hook", "resume", "render-none", "{}"], 1, "not found");
     let body = r#"{"status":"ok","url":"https://videos.example/p9.mp4"}"#;
-    assert!(ok(d, &["hook", "resume", "render-p9", body, "--key", "k1"]).contains("delivered"));
-    assert!(
-        ok(d, &["hook", "resume", "render-p9", body, "--key", "k1"]).contains("already received")
-    );
+    assert!(ok(
+        d,
+        &["hook", "resume", "render-p9", body, "--dedupe-key", "k1"]
+    )
+    .contains("delivered"));
+    assert!(ok(
+        d,
+        &["hook", "resume", "render-p9", body, "--dedupe-key", "k1"]
+    )
+    .contains("already received"));
 
     // Cancel the sleeping reminder; again is a no-op.
     assert!(ok(d, &["cancel", remind.as_str()]).contains("cancel requested"));

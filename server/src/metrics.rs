@@ -5,12 +5,23 @@
 //! | `eve_http_requests_total` | counter | `method`, `route` (the route pattern, never an id or token), `status` |
 //! | `eve_http_request_duration_seconds` | histogram | `route` |
 //! | `eve_webhook_deliveries_total` | counter | `outcome`: delivered, duplicate, unknown, refused, failed |
-//! | `eve_answers_total` | counter | `outcome`: accepted, duplicate, refused |
+//! | `eve_answers_total` | counter | `outcome`: accepted, duplicate, refused; `surface`: http (an `Authorization: Bearer` key: the API, the remote CLI), page (the page's cookie) |
+//! | `eve_call_settle_seconds` | histogram | `tool`, `outcome` (completed, failed, cancelled, denied): from a call's start (its run's creation) to the end event that settles it |
 //! | `eve_runs` | gauge, read at scrape | `status` |
 //! | `eve_pending_requests` | gauge, read at scrape | — |
 //! | `eve_steps_total` | counter | `name` (the step's name) |
 //! | `eve_step_duration_seconds` | histogram | — |
 //! | `eve_activation_duration_seconds` | histogram | — |
+//!
+//! What is counted where: an answer is counted by the server that records it (`surface`
+//! http or page). Answers written to the store without this server are not: `eve answer`
+//! without `--url` (it writes to the store directly; give `--url` to have it counted as http),
+//! MCP elicitation answers (the MCP endpoint answers through the store) and in-process
+//! `Session` answers. Call-to-settle latency is observed when this process's worker writes a
+//! run's end event (from the worker's `activation` span and its end log line), so it counts
+//! every call a worker settles, whichever surface started or answered it; a run ended without
+//! a worker (`eve runs fail` of a blocked run, a session ended with a blocked run) is not
+//! observed. Both are measured on the wall clock.
 //!
 //! Steps and activations are measured from the engine's `step` and `activation` tracing spans
 //! by [`Metrics::layer`], so they count only when the worker runs in the same process and that
@@ -36,6 +47,11 @@ use std::time::Instant;
 
 type Labels = Vec<(&'static str, String)>;
 
+/// Call-to-settle latency: 10 ms to about a day (a call may wait hours for an answer).
+fn settle_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.01, 2.0, 24))
+}
+
 fn seconds_histogram() -> Histogram {
     // 1 ms to about 33 s.
     Histogram::new(exponential_buckets(0.001, 2.0, 16))
@@ -49,6 +65,7 @@ pub struct Metrics {
     http_latency: Family<Labels, Histogram>,
     webhooks: Family<Labels, Counter>,
     answers: Family<Labels, Counter>,
+    settle: Family<Labels, Histogram>,
     runs: Family<Labels, Gauge>,
     pending: Gauge,
     steps: Family<Labels, Counter>,
@@ -73,6 +90,9 @@ impl Default for Metrics {
         );
         let webhooks = Family::<Labels, Counter>::default();
         let answers = Family::<Labels, Counter>::default();
+        let settle = Family::<Labels, Histogram>::new_with_constructor(
+            settle_histogram as fn() -> Histogram,
+        );
         let runs = Family::<Labels, Gauge>::default();
         let pending = Gauge::default();
         let steps = Family::<Labels, Counter>::default();
@@ -93,6 +113,11 @@ impl Default for Metrics {
             "eve_answers",
             "Answers to input requests by outcome",
             answers.clone(),
+        );
+        registry.register(
+            "eve_call_settle_seconds",
+            "Time from a call's start to the end event that settles it, per tool and outcome (runs ended by this process's worker)",
+            settle.clone(),
         );
         registry.register(
             "eve_runs",
@@ -125,6 +150,7 @@ impl Default for Metrics {
             http_latency,
             webhooks,
             answers,
+            settle,
             runs,
             pending,
             steps,
@@ -155,10 +181,62 @@ impl Metrics {
             .inc();
     }
 
-    pub(crate) fn answer(&self, outcome: &'static str) {
+    pub(crate) fn answer(&self, outcome: &'static str, surface: Surface) {
         self.answers
-            .get_or_create(&vec![("outcome", outcome.to_owned())])
+            .get_or_create(&vec![
+                ("outcome", outcome.to_owned()),
+                ("surface", surface.as_str().to_owned()),
+            ])
             .inc();
+    }
+
+    /// Observes a call settled `outcome` after `seconds` (see the module docs).
+    fn settled(&self, tool: &str, outcome: &str, seconds: f64) {
+        self.settle
+            .get_or_create(&vec![
+                ("tool", tool.to_owned()),
+                ("outcome", outcome.to_owned()),
+            ])
+            .observe(seconds.max(0.0));
+    }
+}
+
+/// Which surface an answer came through: the `surface` label of `eve_answers_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Surface {
+    /// A request with an `Authorization: Bearer` key (the API, the remote CLI, scripts), or no
+    /// key at all (`insecure_no_auth`).
+    Http,
+    /// The page, signed in with its cookie.
+    Page,
+}
+
+impl Surface {
+    /// The surface of a request with these headers: the page sends its cookie and no
+    /// `Authorization` header.
+    pub(crate) fn of(headers: &axum::http::HeaderMap) -> Self {
+        let cookie = headers
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .any(|c| {
+                c.trim()
+                    .split_once('=')
+                    .is_some_and(|(n, _)| n == crate::COOKIE)
+            });
+        if headers.contains_key(header::AUTHORIZATION) || !cookie {
+            Surface::Http
+        } else {
+            Surface::Page
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Surface::Http => "http",
+            Surface::Page => "page",
+        }
     }
 }
 
@@ -170,6 +248,52 @@ pub struct SpanMetrics {
 
 /// When a span was entered first, kept in its extensions.
 struct Started(Instant);
+
+/// The tool and creation time (epoch ms) of an `activation` span's run, kept in its extensions.
+struct RunOf {
+    tool: String,
+    created_at: i64,
+}
+
+/// Reads the `tool` and `created_at` fields of an `activation` span, and the `outcome` field
+/// of an event.
+#[derive(Default)]
+struct Fields {
+    tool: Option<String>,
+    created_at: Option<i64>,
+    outcome: Option<String>,
+}
+
+impl tracing::field::Visit for Fields {
+    fn record_i64(&mut self, field: &tracing::field::Field, value: i64) {
+        if field.name() == "created_at" {
+            self.created_at = Some(value);
+        }
+    }
+
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        match field.name() {
+            "tool" => self.tool = Some(value.to_owned()),
+            "outcome" => self.outcome = Some(value.to_owned()),
+            _ => {}
+        }
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        match field.name() {
+            "tool" => self.tool = Some(format!("{value:?}")),
+            "outcome" => self.outcome = Some(format!("{value:?}")),
+            _ => {}
+        }
+    }
+}
+
+/// Now, in epoch ms on the wall clock.
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
 
 impl<S> tracing_subscriber::Layer<S> for SpanMetrics
 where
@@ -187,6 +311,13 @@ where
         }
         if let Some(span) = ctx.span(id) {
             span.extensions_mut().insert(Started(Instant::now()));
+            if name == "activation" {
+                let mut f = Fields::default();
+                attrs.record(&mut f);
+                if let (Some(tool), Some(created_at)) = (f.tool, f.created_at) {
+                    span.extensions_mut().insert(RunOf { tool, created_at });
+                }
+            }
             if name == "step" {
                 let mut step = StepName(String::new());
                 attrs.record(&mut step);
@@ -194,6 +325,28 @@ where
                     .steps
                     .get_or_create(&vec![("name", step.0)])
                     .inc();
+            }
+        }
+    }
+
+    fn on_event(&self, event: &tracing::Event<'_>, ctx: tracing_subscriber::layer::Context<'_, S>) {
+        // A run's end, logged by the worker inside the run's activation span.
+        if !event.metadata().target().starts_with("eve_core")
+            || event.metadata().fields().field("outcome").is_none()
+        {
+            return;
+        }
+        let mut f = Fields::default();
+        event.record(&mut f);
+        let Some(outcome) = f.outcome else { return };
+        let Some(scope) = ctx.event_scope(event) else {
+            return;
+        };
+        for span in scope {
+            if let Some(run) = span.extensions().get::<RunOf>() {
+                let seconds = (wall_ms() - run.created_at) as f64 / 1000.0;
+                self.metrics.settled(&run.tool, &outcome, seconds);
+                return;
             }
         }
     }

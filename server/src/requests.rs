@@ -339,6 +339,7 @@ pub(crate) enum AgentResultBody {
 )]
 pub(crate) async fn complete_agent(
     State(inner): State<Arc<Inner>>,
+    headers: axum::http::HeaderMap,
     key: Option<Extension<ApiKey>>,
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
@@ -357,7 +358,8 @@ pub(crate) async fn complete_agent(
         agent: Some(reply),
         ..InputResponse::default()
     };
-    crate::session::record_answer(&inner, RequestId::new(id), response).await
+    let surface = crate::metrics::Surface::of(&headers);
+    crate::session::record_answer(&inner, RequestId::new(id), response, surface).await
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 
 use crate::camel::Camel;
 use crate::error::ApiError;
+use crate::metrics::Surface;
 use crate::Inner;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
@@ -448,6 +449,7 @@ pub(crate) struct Answered {
 )]
 pub(crate) async fn answer(
     State(inner): State<Arc<Inner>>,
+    headers: axum::http::HeaderMap,
     key: Option<Extension<ApiKey>>,
     Path(request): Path<String>,
     body: Result<Bytes, BytesRejection>,
@@ -465,15 +467,17 @@ pub(crate) async fn answer(
         answered_by: key.map(|Extension(k)| k.name),
         agent: None,
     };
-    record_answer(&inner, request_id, response).await
+    record_answer(&inner, request_id, response, Surface::of(&headers)).await
 }
 
 /// Records `response` to `request_id` (an answer, or a subagent call's result), counting it in
-/// the metrics and waking the server's followers when something was written.
+/// the metrics under the `surface` it came through and waking the server's followers when
+/// something was written.
 pub(crate) async fn record_answer(
     inner: &Inner,
     request_id: RequestId,
     response: InputResponse,
+    surface: Surface,
 ) -> Result<Json<Answered>, ApiError> {
     let d = match inner
         .store
@@ -482,13 +486,13 @@ pub(crate) async fn record_answer(
     {
         Ok(d) => d,
         Err(e) => {
-            inner.metrics.answer("refused");
+            inner.metrics.answer("refused", surface);
             return Err(e.into());
         }
     };
     inner
         .metrics
-        .answer(if d.duplicate { "duplicate" } else { "accepted" });
+        .answer(if d.duplicate { "duplicate" } else { "accepted" }, surface);
     if !d.duplicate {
         inner.wrote();
     }

@@ -64,6 +64,44 @@ async fn metrics_after_a_run_and_json_errors_everywhere() {
         .unwrap();
     assert_eq!(resp.status(), 200);
     events.until("tool.settled").await;
+    // A second call answered from the page (its cookie, no Authorization header): counted
+    // under surface="page".
+    let signed_in = client
+        .post(format!("{base}/v1/auth/session"))
+        .json(&json!({ "key": key }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed_in.status(), 200);
+    let cookie = signed_in.headers()[reqwest::header::SET_COOKIE]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    start(
+        &store,
+        "s-m",
+        "call-2",
+        "deploy",
+        json!({ "service": "web" }),
+    )
+    .await;
+    let asked = events.until("input.requested").await.pop().unwrap().json();
+    let second = asked["event"]["data"]["requestId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let resp = client
+        .post(format!("{base}/v1/requests/{second}/answer"))
+        .header(reqwest::header::COOKIE, &cookie)
+        .json(&json!({ "optionId": "approve" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    events.until("tool.settled").await;
     let resp = client
         .post(format!(
             "{base}/.well-known/workflow/v1/webhook/wh_{}",
@@ -86,15 +124,17 @@ async fn metrics_after_a_run_and_json_errors_everywhere() {
         .await
         .unwrap();
     for line in [
-        "eve_runs{status=\"completed\"} 1",
+        "eve_runs{status=\"completed\"} 2",
         "eve_runs{status=\"running\"} 0",
         "eve_pending_requests 0",
-        "eve_steps_total{name=\"plan_deploy\"} 1",
-        "eve_steps_total{name=\"apply_deploy\"} 1",
-        "eve_step_duration_seconds_count 2",
-        "eve_answers_total{outcome=\"accepted\"} 1",
+        "eve_steps_total{name=\"plan_deploy\"} 2",
+        "eve_steps_total{name=\"apply_deploy\"} 2",
+        "eve_step_duration_seconds_count 4",
+        "eve_answers_total{outcome=\"accepted\",surface=\"http\"} 1",
+        "eve_answers_total{outcome=\"accepted\",surface=\"page\"} 1",
+        "eve_call_settle_seconds_count{tool=\"deploy\",outcome=\"completed\"} 2",
         "eve_webhook_deliveries_total{outcome=\"unknown\"} 1",
-        "eve_http_requests_total{method=\"POST\",route=\"/v1/requests/{id}/answer\",status=\"200\"} 1",
+        "eve_http_requests_total{method=\"POST\",route=\"/v1/requests/{id}/answer\",status=\"200\"} 2",
     ] {
         assert!(text.contains(line), "no {line:?} in\n{text}");
     }

@@ -66,10 +66,14 @@ impl Inner {
         } else if rec.activations > 1 {
             info!(run_id = %rec.run_id, activations = rec.activations, "run retried: an earlier activation died");
         }
+        // `tool` and `created_at` (epoch ms) let a subscriber measure call-to-settle latency per tool
+        // at the run's end event (`outcome` field, see `log_end`).
         let span = info_span!(
             "activation",
             run_id = %rec.run_id,
             activations = rec.activations,
+            tool = %rec.tool,
+            created_at = rec.created_at.millis(),
             trace_id = tracing::field::Empty,
             span_id = tracing::field::Empty
         );
@@ -477,12 +481,17 @@ fn before_end(exec: &Executor, now: Timestamp) -> Vec<Event> {
     events
 }
 
-/// Logs a recorded end event.
+/// Logs a recorded end event, with an `outcome` field (completed, failed, cancelled, denied)
+/// that marks it as the run's end for subscribers (eve-server's metrics).
 fn log_end(run: &RunId, terminal: &Event) {
     match terminal {
-        Event::RunFailed { error } => warn!(run_id = %run, %error, "run failed"),
-        Event::RunCancelled => info!(run_id = %run, "run cancelled"),
-        Event::RunDenied { reason } => info!(run_id = %run, %reason, "run denied"),
-        _ => info!(run_id = %run, "run completed"),
+        Event::RunFailed { error } => {
+            warn!(run_id = %run, outcome = "failed", %error, "run failed")
+        }
+        Event::RunCancelled => info!(run_id = %run, outcome = "cancelled", "run cancelled"),
+        Event::RunDenied { reason } => {
+            info!(run_id = %run, outcome = "denied", %reason, "run denied")
+        }
+        _ => info!(run_id = %run, outcome = "completed", "run completed"),
     }
 }

@@ -1,0 +1,327 @@
+//! Where a command acts: on the store itself ([`Target::Local`], for local admin: whoever
+//! opens the store acts as admin) or through a server's HTTP API ([`Target::Remote`], chosen by
+//! `--url` / `EVE_URL`, a key's scope applies). Both give the same eve-core types, so each
+//! command prints the same text and `--json` in either mode.
+
+use crate::remote::{segment, Remote, RemoteError};
+use crate::wire::from_api;
+use eve_core::{
+    AgentReply, ApiKey, CancelOutcome, Delivered, InputResponse, JournalStore, JournalStoreExt,
+    KeyScope, PendingRequest, RequestId, Resolution, RunId, RunQuery, RunRecord, RunStatus,
+    SessionId, StoreError, StoredEvent, Timestamp,
+};
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// Where a command acts.
+#[derive(Clone, Debug)]
+pub enum Target {
+    /// The store, opened directly.
+    Local(Arc<dyn JournalStore>),
+    /// A server's HTTP API.
+    Remote(Remote),
+}
+
+/// Why a [`Target`] call failed: the store's error or the server's.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    /// The store refused or failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The server refused or could not be reached.
+    #[error(transparent)]
+    Remote(#[from] RemoteError),
+}
+
+type Result<T> = std::result::Result<T, TargetError>;
+
+/// `value[field]` read as a `T` of eve-core.
+fn field<T: DeserializeOwned>(remote: &Remote, mut value: Value, field: &str) -> Result<T> {
+    let v = value.get_mut(field).map(Value::take).unwrap_or(Value::Null);
+    read(remote, v, field)
+}
+
+/// `value` read as a `T` of eve-core (`what` names it in the error).
+fn read<T: DeserializeOwned>(remote: &Remote, value: Value, what: &str) -> Result<T> {
+    from_api(value).map_err(|e| {
+        TargetError::Remote(RemoteError::Unexpected {
+            url: remote.url().to_owned(),
+            reason: format!("{what}: {e}"),
+        })
+    })
+}
+
+/// A key record of the API, which never shows the key's hash, given an empty one to be read
+/// as an [`ApiKey`] (whose `hash` is never printed either).
+fn unhashed(key: &mut Value) {
+    if let Some(k) = key.as_object_mut() {
+        k.entry("hash").or_insert_with(|| "".into());
+    }
+}
+
+impl Target {
+    /// Runs matching `query` (its session and status; the other fields apply locally only).
+    ///
+    /// # Errors
+    /// The store's or the server's.
+    pub async fn list_runs(&self, query: &RunQuery) -> Result<Vec<RunRecord>> {
+        match self {
+            Target::Local(s) => Ok(s.list_runs(query).await?),
+            Target::Remote(r) => {
+                let mut q = Vec::new();
+                if let Some(s) = &query.session {
+                    q.push(("session", s.to_string()));
+                }
+                if let Some(s) = query.status {
+                    q.push(("status", s.as_str().to_owned()));
+                }
+                let page = r.get("/v1/runs", &q).await?;
+                field(r, page, "runs")
+            }
+        }
+    }
+
+    /// One run's record.
+    ///
+    /// # Errors
+    /// Not found; the store's or the server's.
+    pub async fn get_run(&self, run: &RunId) -> Result<RunRecord> {
+        match self {
+            Target::Local(s) => Ok(s.get_run(run).await?),
+            Target::Remote(r) => {
+                let v = r
+                    .get(&format!("/v1/runs/{}", segment(run.as_str())), &[])
+                    .await?;
+                field(r, v, "run")
+            }
+        }
+    }
+
+    /// A run's whole journal. Over HTTP, webhook tokens come masked (the API never shows them).
+    ///
+    /// # Errors
+    /// Not found; the store's or the server's.
+    pub async fn read_all(&self, run: &RunId) -> Result<Vec<StoredEvent>> {
+        match self {
+            Target::Local(s) => Ok(s.read_all(run, 0).await?),
+            Target::Remote(r) => {
+                let v = r
+                    .get(&format!("/v1/runs/{}", segment(run.as_str())), &[])
+                    .await?;
+                field(r, v, "events")
+            }
+        }
+    }
+
+    /// A run's journal from `from_seq` on (over HTTP, the whole journal is read and cut).
+    ///
+    /// # Errors
+    /// Not found; the store's or the server's.
+    pub async fn read_from(&self, run: &RunId, from_seq: u64) -> Result<Vec<StoredEvent>> {
+        match self {
+            Target::Local(s) => Ok(s.read_all(run, from_seq).await?),
+            Target::Remote(_) => {
+                let mut all = self.read_all(run).await?;
+                all.retain(|e| e.seq >= from_seq);
+                Ok(all)
+            }
+        }
+    }
+
+    /// A run and its whole journal, in one read over HTTP.
+    ///
+    /// # Errors
+    /// Not found; the store's or the server's.
+    pub async fn run_and_journal(&self, run: &RunId) -> Result<(RunRecord, Vec<StoredEvent>)> {
+        match self {
+            Target::Local(s) => Ok((s.get_run(run).await?, s.read_all(run, 0).await?)),
+            Target::Remote(r) => {
+                let mut v = r
+                    .get(&format!("/v1/runs/{}", segment(run.as_str())), &[])
+                    .await?;
+                let record = read(r, v["run"].take(), "run")?;
+                Ok((record, field(r, v, "events")?))
+            }
+        }
+    }
+
+    /// A session's pending requests, oldest first.
+    ///
+    /// # Errors
+    /// The store's or the server's.
+    pub async fn pending_requests(&self, session: &SessionId) -> Result<Vec<PendingRequest>> {
+        match self {
+            Target::Local(s) => Ok(s.pending_requests(session).await?),
+            Target::Remote(r) => {
+                let path = format!("/v1/sessions/{}/requests", segment(session.as_str()));
+                let v = r.get(&path, &[]).await?;
+                field(r, v, "requests")
+            }
+        }
+    }
+
+    /// Answers a request, or reports a subagent call's result (`response.agent`). Over HTTP the
+    /// server records the key's name as who answered.
+    ///
+    /// # Errors
+    /// The store's or the server's refusal (already answered, withdrawn, invalid, not found).
+    pub async fn answer(
+        &self,
+        request: &RequestId,
+        response: InputResponse,
+        now: Timestamp,
+    ) -> Result<Delivered> {
+        match self {
+            Target::Local(s) => Ok(s.answer(request, response, now).await?),
+            Target::Remote(r) => {
+                let id = segment(request.as_str());
+                let (path, body) = match &response.agent {
+                    Some(AgentReply::Output(o)) => {
+                        (format!("/v1/agents/{id}/result"), json!({ "output": o }))
+                    }
+                    Some(AgentReply::Error(e)) => {
+                        (format!("/v1/agents/{id}/result"), json!({ "error": e }))
+                    }
+                    None => {
+                        let mut body = serde_json::Map::new();
+                        if let Some(o) = &response.option_id {
+                            body.insert("optionId".into(), o.clone().into());
+                        }
+                        if let Some(t) = &response.text {
+                            body.insert("text".into(), t.clone().into());
+                        }
+                        (format!("/v1/requests/{id}/answer"), Value::Object(body))
+                    }
+                };
+                let (_, v) = r.post(&path, &[], &body, None).await?;
+                Ok(Delivered {
+                    run: field(r, v.clone(), "runId")?,
+                    seq: field(r, v.clone(), "seq")?,
+                    duplicate: field(r, v, "duplicate")?,
+                })
+            }
+        }
+    }
+
+    /// Requests cancellation of a run.
+    ///
+    /// # Errors
+    /// Not found; the store's or the server's.
+    pub async fn request_cancel(
+        &self,
+        run: &RunId,
+        reason: &str,
+        now: Timestamp,
+    ) -> Result<CancelOutcome> {
+        match self {
+            Target::Local(s) => Ok(s.request_cancel(run, reason, now).await?),
+            Target::Remote(r) => {
+                let path = format!("/v1/runs/{}/cancel", segment(run.as_str()));
+                let (_, v) = r
+                    .post(&path, &[], &json!({ "reason": reason }), None)
+                    .await?;
+                match v["outcome"].as_str() {
+                    Some("requested") => Ok(CancelOutcome::Requested {
+                        seq: field(r, v, "seq")?,
+                    }),
+                    Some("already_requested") => Ok(CancelOutcome::AlreadyRequested),
+                    Some("already_ended") => Ok(CancelOutcome::AlreadyEnded {
+                        status: field::<RunStatus>(r, v, "status")?,
+                    }),
+                    other => Err(TargetError::Remote(RemoteError::Unexpected {
+                        url: r.url().to_owned(),
+                        reason: format!("a cancel answer with outcome {other:?}"),
+                    })),
+                }
+            }
+        }
+    }
+
+    /// Resumes or fails a blocked run: the seq written.
+    ///
+    /// # Errors
+    /// Not blocked, not found; the store's or the server's.
+    pub async fn resolve_blocked(
+        &self,
+        run: &RunId,
+        resolution: Resolution,
+        now: Timestamp,
+    ) -> Result<u64> {
+        match self {
+            Target::Local(s) => Ok(s.resolve_blocked(run, resolution, now).await?),
+            Target::Remote(r) => {
+                let id = segment(run.as_str());
+                let (path, body) = match resolution {
+                    Resolution::Resume => (format!("/v1/runs/{id}/resume"), json!({})),
+                    Resolution::Fail { error } => {
+                        (format!("/v1/runs/{id}/fail"), json!({ "error": error }))
+                    }
+                };
+                let (_, v) = r.post(&path, &[], &body, None).await?;
+                field(r, v, "seq")
+            }
+        }
+    }
+
+    /// Every API key (never their text), oldest first.
+    ///
+    /// # Errors
+    /// The store's or the server's (an admin key is needed).
+    pub async fn list_keys(&self) -> Result<Vec<ApiKey>> {
+        match self {
+            Target::Local(s) => Ok(s.list_keys().await?),
+            Target::Remote(r) => {
+                let mut v = r.get("/v1/keys", &[]).await?;
+                if let Some(keys) = v["keys"].as_array_mut() {
+                    keys.iter_mut().for_each(unhashed);
+                }
+                field(r, v, "keys")
+            }
+        }
+    }
+
+    /// Revokes a key: its record after.
+    ///
+    /// # Errors
+    /// Not found; the store's or the server's.
+    pub async fn revoke_key(&self, id: &str, now: Timestamp) -> Result<ApiKey> {
+        match self {
+            Target::Local(s) => Ok(s.revoke_key(id, now).await?),
+            Target::Remote(r) => {
+                let path = format!("/v1/keys/{}/revoke", segment(id));
+                let (_, mut v) = r.post(&path, &[], &json!({}), None).await?;
+                unhashed(&mut v["key"]);
+                field(r, v, "key")
+            }
+        }
+    }
+
+    /// Creates a key: its text (shown once) and record. `expires_at` is local only (the API
+    /// creates keys that do not expire); the caller refuses it remotely.
+    ///
+    /// # Errors
+    /// The store's or the server's.
+    pub async fn create_key(
+        &self,
+        name: &str,
+        scope: KeyScope,
+        expires_at: Option<Timestamp>,
+        now: Timestamp,
+    ) -> Result<eve_server::NewKey> {
+        match self {
+            Target::Local(s) => {
+                Ok(eve_server::create_key_expiring(&**s, name, scope, expires_at, now).await?)
+            }
+            Target::Remote(r) => {
+                let body = json!({ "name": name, "scope": scope.to_string() });
+                let (_, mut v) = r.post("/v1/keys", &[], &body, None).await?;
+                unhashed(&mut v["record"]);
+                Ok(eve_server::NewKey {
+                    text: field(r, v.clone(), "key")?,
+                    record: field(r, v, "record")?,
+                })
+            }
+        }
+    }
+}
