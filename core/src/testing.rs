@@ -9,6 +9,7 @@ use crate::wrap::{Call, StoreWrapper, OUTSIDE_FAULTS};
 use async_trait::async_trait;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// What a [`FaultyStore`] does to the calls it wraps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
