@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 export AWS_EC2_METADATA_DISABLED=true
 export EVE_TEST_POSTGRES_URL="${EVE_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}"
 export EVE_TEST_DYNAMODB_ENDPOINT="${EVE_TEST_DYNAMODB_ENDPOINT:-http://127.0.0.1:8000}"
+# The PostgreSQL binaries (initdb, pg_ctl) eve-server's postgres_faults test makes its own cluster with.
+export EVE_TEST_PG_BIN="${EVE_TEST_PG_BIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)}"
 
 if ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
   echo "PostgreSQL is not answering on 127.0.0.1:5432; starting it"

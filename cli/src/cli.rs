@@ -114,6 +114,9 @@ pub enum Command {
     /// their results.
     #[command(subcommand)]
     Agents(AgentsCommand),
+    /// Look at a session or end it.
+    #[command(subcommand)]
+    Sessions(SessionsCommand),
     /// Create, list and revoke the API keys that open `eve serve`'s routes.
     #[command(subcommand)]
     Keys(keys::KeysCommand),
@@ -351,6 +354,25 @@ pub enum RunsCommand {
     },
 }
 
+/// `eve sessions …`.
+#[derive(Debug, Subcommand)]
+pub enum SessionsCommand {
+    /// Whether the session ended, its queued messages and its runs (oldest first).
+    Show {
+        /// The session id.
+        session: String,
+        /// One JSON object ({"session", "runs"}).
+        #[arg(long)]
+        json: bool,
+    },
+    /// End the session (no new call starts in it) and request cancellation of its runs that
+    /// have not ended.
+    End {
+        /// The session id.
+        session: String,
+    },
+}
+
 /// `eve agents …`.
 #[derive(Debug, Subcommand)]
 pub enum AgentsCommand {
@@ -579,6 +601,12 @@ async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<
                 agent: None,
             };
             inspect::answer(&target, request, response, now(), out).await
+        }
+        Command::Sessions(SessionsCommand::Show { session, json }) => {
+            inspect::session_show(&target(&cli).await?, session, *json, out).await
+        }
+        Command::Sessions(SessionsCommand::End { session }) => {
+            inspect::session_end(&target(&cli).await?, session, now(), out).await
         }
         Command::Agents(AgentsCommand::List { session, json }) => {
             inspect::agents(&target(&cli).await?, session.clone(), *json, out).await

@@ -219,6 +219,87 @@ pub async fn follow(
     }
 }
 
+/// `eve sessions show S [--json]`: whether the session ended, its queued messages and its runs
+/// (oldest first); `json`: `{"session": SessionRecord, "runs": [RunRecord…]}`.
+///
+/// # Errors
+/// The store's or server's error (a store without sessions).
+pub async fn session_show(
+    target: &Target,
+    session: &str,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let id = SessionId::new(session);
+    let doing = || format!("cannot show session {session}");
+    let record = target
+        .get_session(&id)
+        .await
+        .map_err(CliError::at(doing()))?;
+    let mut runs = target
+        .list_runs(&RunQuery {
+            session: Some(id),
+            ..RunQuery::default()
+        })
+        .await
+        .map_err(CliError::at(doing()))?;
+    runs.sort_by(|a, b| (a.created_at, &a.run_id).cmp(&(b.created_at, &b.run_id)));
+    if json {
+        let _ = writeln!(
+            out,
+            "{}",
+            serde_json::json!({ "session": record, "runs": runs })
+        );
+        return Ok(());
+    }
+    let _ = writeln!(out, "{:<11} {}", "session", record.session_id);
+    let ended = record.ended_at.map_or("- (live)".to_owned(), utc);
+    let _ = writeln!(out, "{:<11} {ended}", "ended");
+    for m in &record.queued {
+        let _ = writeln!(
+            out,
+            "{:<11} #{} {} {}",
+            "queued",
+            m.seq,
+            utc(m.at),
+            m.message.get()
+        );
+    }
+    let _ = writeln!(out, "{}", run_header());
+    for r in &runs {
+        let _ = writeln!(out, "{}", run_row(r));
+    }
+    let _ = writeln!(out, "{} run(s)", runs.len());
+    Ok(())
+}
+
+/// `eve sessions end S`: ends the session (no new call starts in it) and requests cancellation
+/// of its runs that had not ended; ending again keeps the first time.
+///
+/// # Errors
+/// The store's or server's error.
+pub async fn session_end(
+    target: &Target,
+    session: &str,
+    now: Timestamp,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let end = target
+        .end_session(&SessionId::new(session), now)
+        .await
+        .map_err(CliError::at(format!("cannot end session {session}")))?;
+    let runs: Vec<String> = end.cancelled.iter().map(ToString::to_string).collect();
+    let _ = writeln!(
+        out,
+        "session {session} ended at {}; cancel requested for {} run(s){}{}",
+        utc(end.ended_at),
+        runs.len(),
+        if runs.is_empty() { "" } else { ": " },
+        runs.join(", ")
+    );
+    Ok(())
+}
+
 /// `eve journal <run>`: every event of the run, one line each, in seq order. Webhook tokens are
 /// masked ([`Event::mask_webhook_token`]) unless `reveal`: they are capabilities, and a journal
 /// is pasted into tickets and exported for `eve replay`, which passes on a masked export.

@@ -10,7 +10,7 @@
 //! - The commands ([`cli::Command`]): `eve serve [--retain AGE]`, `eve mcp`, `eve call`,
 //!   `eve runs list|show|resume|fail|purge`,
 //!   `eve journal`, `eve requests`, `eve answer`, `eve hook resume`, `eve cancel`,
-//!   `eve keys create|list|revoke`, `eve replay`, `eve conformance`, `eve bench`. Each fails with one [`CliError`], printed as one line on
+//!   `eve sessions show|end`, `eve keys create|list|revoke`, `eve replay`, `eve conformance`, `eve bench`. Each fails with one [`CliError`], printed as one line on
 //!   stderr with a non-zero exit code.
 
 pub mod app;

@@ -8,7 +8,7 @@ use crate::wire::from_api;
 use eve_core::{
     AgentReply, ApiKey, CancelOutcome, Delivered, InputResponse, JournalStore, JournalStoreExt,
     KeyScope, PendingRequest, RequestId, Resolution, RunId, RunQuery, RunRecord, RunStatus,
-    SessionId, StoreError, StoredEvent, Timestamp,
+    SessionId, SessionRecord, StoreError, StoredEvent, Timestamp,
 };
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
@@ -50,6 +50,16 @@ fn read<T: DeserializeOwned>(remote: &Remote, value: Value, what: &str) -> Resul
             reason: format!("{what}: {e}"),
         })
     })
+}
+
+/// What ending a session did: when it ended (the first end's time) and the runs whose
+/// cancellation this end requested.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+pub struct SessionEnded {
+    /// The first end's time.
+    pub ended_at: Timestamp,
+    /// The runs cancelled (requested) by this end.
+    pub cancelled: Vec<RunId>,
 }
 
 /// A key record of the API, which never shows the key's hash, given an empty one to be read
@@ -260,6 +270,51 @@ impl Target {
                 };
                 let (_, v) = r.post(&path, &[], &body, None).await?;
                 field(r, v, "seq")
+            }
+        }
+    }
+
+    /// A session's record: whether it ended, its queued messages.
+    ///
+    /// # Errors
+    /// The store's or the server's (a store without sessions).
+    pub async fn get_session(&self, session: &SessionId) -> Result<SessionRecord> {
+        match self {
+            Target::Local(s) => Ok(s.get_session(session).await?),
+            Target::Remote(r) => {
+                let v = r
+                    .get(&format!("/v1/sessions/{}", segment(session.as_str())), &[])
+                    .await?;
+                read(r, v, "session")
+            }
+        }
+    }
+
+    /// Ends a session and requests cancellation of its runs that had not ended, as
+    /// `POST /v1/sessions/{id}/end` and `Session::end` do.
+    ///
+    /// # Errors
+    /// The store's or the server's.
+    pub async fn end_session(&self, session: &SessionId, now: Timestamp) -> Result<SessionEnded> {
+        match self {
+            Target::Local(s) => {
+                let end = s.end_session(session, now).await?;
+                let cancelled = eve_core::engine::cancel_runs(
+                    &**s,
+                    end.live,
+                    eve_core::engine::REASON_SESSION_END,
+                    now,
+                )
+                .await?;
+                Ok(SessionEnded {
+                    ended_at: end.ended_at,
+                    cancelled,
+                })
+            }
+            Target::Remote(r) => {
+                let path = format!("/v1/sessions/{}/end", segment(session.as_str()));
+                let (_, v) = r.post(&path, &[], &json!({}), None).await?;
+                read(r, v, "session end")
             }
         }
     }

@@ -8,9 +8,72 @@ use std::fmt;
 
 /// A JSON value kept as the exact bytes it was written with, so it round-trips byte for byte
 /// through every store.
-#[derive(Clone, Serialize, Deserialize)]
+///
+/// Only JSON that parses as data is a payload: a number out of range (`1e999`) or a string with
+/// a lone surrogate escape (`"\ud800"`) is valid raw JSON text but fails every later parse, so
+/// [`Payload::from_json`] and decoding refuse it where it comes in.
+#[derive(Clone, Serialize)]
 #[serde(transparent)]
 pub struct Payload(Box<RawValue>);
+
+impl<'de> Deserialize<'de> for Payload {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = Box::<RawValue>::deserialize(d)?;
+        check_data(raw.get()).map_err(serde::de::Error::custom)?;
+        Ok(Self(raw))
+    }
+}
+
+/// Parses `json` fully, keeping nothing: numbers must be in range and strings' escapes valid.
+fn check_data(json: &str) -> Result<(), serde_json::Error> {
+    serde_json::from_str::<Checked>(json).map(|_| ())
+}
+
+/// A JSON value walked the way a full parse walks it (unlike `IgnoredAny`, which skips numbers
+/// and strings without reading them), allocating nothing.
+struct Checked;
+
+impl<'de> Deserialize<'de> for Checked {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(CheckedVisitor)
+    }
+}
+
+struct CheckedVisitor;
+
+impl<'de> serde::de::Visitor<'de> for CheckedVisitor {
+    type Value = Checked;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_unit<E>(self) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Checked, A::Error> {
+        while seq.next_element::<Checked>()?.is_some() {}
+        Ok(Checked)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
+        while map.next_entry::<Checked, Checked>()?.is_some() {}
+        Ok(Checked)
+    }
+}
 
 impl Payload {
     /// Serializes `value` as a payload.
@@ -21,12 +84,15 @@ impl Payload {
         serde_json::value::to_raw_value(value).map(Self)
     }
 
-    /// Checks that `json` is one valid JSON value and keeps its exact text.
+    /// Checks that `json` is one valid JSON value that parses as data and keeps its exact text.
     ///
     /// # Errors
-    /// When `json` is not valid JSON.
+    /// When `json` is not valid JSON, holds a number out of range (`1e999`) or a lone surrogate
+    /// escape (`"\ud800"`).
     pub fn from_json(json: impl Into<String>) -> Result<Self, serde_json::Error> {
-        RawValue::from_string(json.into()).map(Self)
+        let raw = RawValue::from_string(json.into())?;
+        check_data(raw.get())?;
+        Ok(Self(raw))
     }
 
     /// The JSON `null`.

@@ -275,6 +275,21 @@ fn every_command_prints_the_same_through_the_server_as_on_the_store() {
         assert_eq!(as_local(&r, &[(&r2, &l2)]), l);
     }
 
+    // sessions show, then end (s1's runs have ended: ending again keeps the first time).
+    for read in [
+        vec!["sessions", "show", "s1"],
+        vec!["sessions", "show", "s1", "--json"],
+    ] {
+        assert_eq!(remote(&read), ok(d, &read), "eve {read:?}");
+    }
+    let ended = ok(d, &["sessions", "end", "s1"]);
+    assert!(ended.contains("cancel requested for 0 run(s)"), "{ended}");
+    assert_eq!(remote(&["sessions", "end", "s1"]), ended);
+    assert_eq!(
+        remote(&["sessions", "show", "s1"]),
+        ok(d, &["sessions", "show", "s1"])
+    );
+
     // call --wait: the run's line and its result, the server's worker running both.
     let wait_call = |call_id: &str| {
         vec![

@@ -11,6 +11,7 @@
 //! | approval (`WorkflowTool::needs_approval` / `approval`) | the approval request is an ask like any other (elicitation in a blocking call, `input_required` in task mode, options `approve` / `deny`); a denied call answers a tool result with `isError: true` and `_meta` [`META_DENIED`] `{"reason"}` (in task mode: a `completed` task with that result) |
 //! | `tasks/update` | `JournalStore::answer`, exactly once, with the HTTP API's errors as JSON-RPC errors; all or nothing: every response is checked before any is written |
 //! | a pending `ctx.agent` call (no `AgentHost`) | `sampling/createMessage` (the call in `_meta` under `eve/` keys, [`META_RUN`] …; a prompt a model can serve): server-to-client in a blocking call of a client that declared `sampling` (one that did not gets -32600 naming the capability, the call staying pending), an entry of `inputRequests` in task mode and 2026-07-28 rounds; the result's text is the output, checked against the call's output schema before it is recorded once |
+//! | `tools/call` with `_meta` [`META_TRACEPARENT`] (W3C trace context) | the run's spans join the client's trace (`eve_core::trace`); a malformed value is ignored |
 //! | `tasks/cancel` | `JournalStore::request_cancel` (the tool's grace period and cleanup steps apply); a finished task is acknowledged with the empty result and stays as it is (SEP-2663: cancellation is an acknowledged signal) |
 //!
 //! Nothing lives only in this process: a task is a run in the journal, so a restarted server, or
