@@ -51,6 +51,7 @@ fn samples() -> Vec<Event> {
             session_id: "s".into(),
             call_id: "c".into(),
             execution: Execution::Background,
+            traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
         },
         Event::StepCompleted {
             cmd: 1,
