@@ -392,7 +392,9 @@ impl StoreWrapper for Buggy {
         }
         if self.bug == Bug::TakeReadsThenDeletes {
             let read = self.inner.get_session(session).await?.queued;
-            tokio::task::yield_now().await;
+            // The gap between the two statements: long enough that takers started together
+            // all read before any deletes, whatever the scheduler does (a yield was not).
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
             self.inner.take_messages(session).await?;
             return Ok(read);
         }

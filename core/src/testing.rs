@@ -284,3 +284,22 @@ pub mod canned {
         Ok(run)
     }
 }
+
+/// How many cases a fuzz test runs: `EVE_FUZZ_CASES=N` if set, a million with `EVE_FUZZ_DEEP=1`
+/// (the deep mode of README "Fuzzing"), else `default` (what CI runs).
+///
+/// # Panics
+/// When `EVE_FUZZ_CASES` is not a number.
+#[must_use]
+pub fn fuzz_cases(default: u32) -> u32 {
+    if let Ok(v) = std::env::var("EVE_FUZZ_CASES") {
+        return v
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("EVE_FUZZ_CASES={v:?} is not a number"));
+    }
+    match std::env::var("EVE_FUZZ_DEEP").as_deref() {
+        Ok("1" | "true" | "yes") => 1_000_000,
+        _ => default,
+    }
+}

@@ -14,18 +14,7 @@ use proptest::prelude::*;
 use proptest::test_runner::Config;
 
 /// Cases per test: `EVE_FUZZ_CASES`, else a million with `EVE_FUZZ_DEEP=1`, else `default`.
-fn cases(default: u32) -> u32 {
-    if let Ok(v) = std::env::var("EVE_FUZZ_CASES") {
-        return v
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("EVE_FUZZ_CASES={v:?} is not a number"));
-    }
-    match std::env::var("EVE_FUZZ_DEEP").as_deref() {
-        Ok("1") | Ok("true") | Ok("yes") => 1_000_000,
-        _ => default,
-    }
-}
+use eve_core::testing::fuzz_cases as cases;
 
 fn config() -> Config {
     Config {

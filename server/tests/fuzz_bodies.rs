@@ -15,18 +15,7 @@ use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, TestRunner};
 use serde_json::{json, Map, Value};
 
-fn cases(default: u32) -> u32 {
-    if let Ok(v) = std::env::var("EVE_FUZZ_CASES") {
-        return v
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("EVE_FUZZ_CASES={v:?} is not a number"));
-    }
-    match std::env::var("EVE_FUZZ_DEEP").as_deref() {
-        Ok("1") | Ok("true") | Ok("yes") => 1_000_000,
-        _ => default,
-    }
-}
+use eve_core::testing::fuzz_cases as cases;
 
 /// Field names the routes read, so that fuzzed objects reach past "missing field".
 const FIELDS: &[&str] = &[
