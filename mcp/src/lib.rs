@@ -304,7 +304,8 @@ fn http_router(server: McpServer, mut config: StreamableHttpServerConfig) -> axu
 
 /// In front of rmcp's HTTP transport: a JSON POST body is checked like a stdio line (invalid
 /// JSON: 400 with a -32700 body; an invalid request: 400 with -32600; params that do not fit a
-/// method eve serves: 200 with the -32602 error; too long: 413 with -32600), and a session
+/// method eve serves: 200 with the -32602 error; a notification or response that does not parse:
+/// 400 with -32600; too long: 413 with -32600), and a session
 /// closed by `DELETE` answers 204 (rmcp answers 202, which clients log as a failure).
 async fn http_checks(
     limit: usize,
@@ -346,7 +347,19 @@ async fn http_checks(
                     };
                     reply(status, r)
                 }
-                wire::Checked::Message(_) | wire::Checked::Ignore => {
+                // A notification or response that does not parse: stdio drops it (JSON-RPC
+                // answers no notification), but HTTP has a status to say it was not accepted
+                // (the transport spec: an error status, a JSON-RPC error with no id).
+                wire::Checked::Ignore => reply(
+                    StatusCode::BAD_REQUEST,
+                    wire::Rejection::invalid_request(
+                        "Invalid Request: this notification or response does not parse as MCP (params must be an object of the method's fields); it was dropped",
+                    ),
+                ),
+                // rmcp gets the message as eve parsed it (as on stdio), so what eve accepted
+                // rmcp reads the same way (a duplicate key, for one, is resolved once, here).
+                wire::Checked::Message(m) => {
+                    let bytes = serde_json::to_vec(&m).map_or(bytes, Into::into);
                     next.run(axum::extract::Request::from_parts(parts, bytes.into()))
                         .await
                 }
