@@ -42,3 +42,6 @@ fi
 "$MCP_VENV/bin/python" -c "import openapi_core, openapi_spec_validator" 2>/dev/null && export EVE_TEST_OPENAPI_PYTHON="$MCP_VENV/bin/python"
 
 cargo test --workspace "$@"
+# The workspace build has every feature on (eve-examples' dev-dependency on eve-cli); the store
+# URL tests again on eve-cli's default (SQLite only), where the other backends are refused.
+cargo test -p eve-cli --lib store_url

@@ -3,17 +3,19 @@
 //! no-op steps), the same ones `cargo run -p eve-examples --bin measure` prints for memory and
 //! SQLite, here for any backend a URL names.
 
-use crate::error::CliError;
-use crate::factory::UrlFactory;
-use crate::store_url::StoreUrl;
-use eve_conformance::StoreFactory;
-use eve_core::engine::{start_tool_call, Registry, SystemClock, Worker, WorkerConfig};
-use eve_core::testing::canned::{completed_steps_run, noop_steps_tool};
-use eve_core::{CallId, DeploymentId, JournalStore, RunQuery, RunStatus, SessionId, Timestamp};
-use indicatif::{ProgressBar, ProgressStyle};
-use std::io::Write;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+#[cfg(feature = "conformance")]
+use {
+    crate::{error::CliError, factory::UrlFactory, store_url::StoreUrl},
+    eve_conformance::StoreFactory,
+    eve_core::engine::{start_tool_call, Registry, SystemClock, Worker, WorkerConfig},
+    eve_core::testing::canned::{completed_steps_run, noop_steps_tool},
+    eve_core::{CallId, DeploymentId, JournalStore, RunQuery, RunStatus, SessionId, Timestamp},
+    indicatif::{ProgressBar, ProgressStyle},
+    std::io::Write,
+    std::sync::Arc,
+    std::time::Instant,
+};
 
 /// How much work `eve bench` does. The defaults take a few seconds on a SQLite file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,9 +64,12 @@ impl Figure {
     }
 }
 
+#[cfg(feature = "conformance")]
 const DEPLOYMENT: &str = "eve-bench";
+#[cfg(feature = "conformance")]
 const CANNED_DEPLOYMENT: &str = "eve-bench-canned";
 
+#[cfg(feature = "conformance")]
 /// Runs the benchmark on fresh storage beside `url` (a temp file next to the SQLite file, a
 /// random schema or table, all removed at the end), printing the table on `out` and progress
 /// bars on stderr when it is a terminal.
@@ -78,6 +83,7 @@ pub async fn run(
     config: BenchConfig,
     out: &mut dyn Write,
 ) -> Result<Vec<Figure>, CliError> {
+    url.check_compiled()?;
     let factory =
         UrlFactory::beside(url.clone()).map_err(CliError::store("cannot make a temp dir"))?;
     let result = measure(&factory, config, out).await;
@@ -107,6 +113,7 @@ pub async fn run(
     Ok(figures)
 }
 
+#[cfg(feature = "conformance")]
 async fn measure(
     factory: &UrlFactory,
     config: BenchConfig,
@@ -152,6 +159,7 @@ async fn measure(
     Ok(figures)
 }
 
+#[cfg(feature = "conformance")]
 fn bar(len: u64, what: &str) -> ProgressBar {
     let bar = ProgressBar::new(len);
     bar.set_style(
@@ -162,6 +170,7 @@ fn bar(len: u64, what: &str) -> ProgressBar {
     bar
 }
 
+#[cfg(feature = "conformance")]
 async fn replay(store: &dyn JournalStore, config: BenchConfig) -> Result<Figure, CliError> {
     let registry = Registry::new(CANNED_DEPLOYMENT).with(noop_steps_tool());
     let setup = bar(
@@ -199,6 +208,7 @@ async fn replay(store: &dyn JournalStore, config: BenchConfig) -> Result<Figure,
     })
 }
 
+#[cfg(feature = "conformance")]
 async fn steps(
     store: Arc<dyn JournalStore>,
     what: String,

@@ -196,6 +196,10 @@ async fn result(store: &dyn JournalStore, run: &RunRecord) -> Result<serde_json:
         Some(Event::RunFailed { error }) => {
             serde_json::json!({ "run": run.run_id, "status": run.status, "error": error })
         }
+        Some(Event::RunTerminated { reason, by }) => serde_json::json!({
+            "run": run.run_id, "status": run.status,
+            "error": Event::terminated_error(reason, by),
+        }),
         Some(Event::RunDenied { reason }) => serde_json::json!({
             "run": run.run_id, "status": run.status, "error": reason, "denied": true,
         }),

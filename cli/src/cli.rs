@@ -1,11 +1,13 @@
 //! The command line: clap definitions and the dispatch to each command.
 
+#[cfg(feature = "conformance")]
+use crate::bench;
 use crate::bench::BenchConfig;
 use crate::error::CliError;
 use crate::remote::Remote;
 use crate::store_url::{StoreUrl, DEFAULT_STORE_URL, STORE_URL_ENV};
 use crate::target::Target;
-use crate::{bench, call, conformance, inspect, keys, mcp, replay, retention, serve};
+use crate::{call, conformance, inspect, keys, mcp, replay, retention, serve};
 use clap::{Args, Parser, Subcommand};
 use eve_core::engine::Registry;
 use eve_core::{InputResponse, JournalStore, Resolution, Timestamp};
@@ -287,21 +289,9 @@ pub struct BenchArgs {
 pub enum RunsCommand {
     /// List runs, newest first (--oldest-first for the other way), one page at a time.
     List {
-        /// Only this session's runs.
-        #[arg(long)]
-        session: Option<String>,
-        /// Only runs in this status: running, blocked, completed, failed, cancelled.
-        #[arg(long)]
-        status: Option<String>,
-        /// Only runs of this tool.
-        #[arg(long)]
-        tool: Option<String>,
-        /// Only runs created within this long before now, e.g. 2h, 7d.
-        #[arg(long, value_name = "DURATION")]
-        since: Option<String>,
-        /// Only runs created more than this long before now.
-        #[arg(long, value_name = "DURATION")]
-        until: Option<String>,
+        /// Which runs.
+        #[command(flatten)]
+        filters: RunFilterArgs,
         /// Oldest first (default: newest first); page on with --after.
         #[arg(long)]
         oldest_first: bool,
@@ -352,6 +342,120 @@ pub enum RunsCommand {
         #[arg(long, value_name = "AGE", value_parser = humantime::parse_duration)]
         ended_before: Duration,
     },
+    /// Cancel a run, or every live run a filter selects: a cooperative cancel (its body gets
+    /// its grace period; cleanup steps run).
+    Cancel {
+        /// The run id; without it, the runs the filters select.
+        run: Option<String>,
+        /// Why.
+        #[arg(long, default_value = "cancelled from the eve CLI")]
+        reason: String,
+        /// The filters and confirmations of a batch.
+        #[command(flatten)]
+        batch: BatchArgs,
+    },
+    /// End a live run at once (running, parked or blocked), or every live run a filter
+    /// selects: no grace period, no cleanup steps; its pending requests are withdrawn and its
+    /// call settles failed ("terminated by WHO: WHY").
+    Terminate {
+        /// The run id; without it, the runs the filters select.
+        run: Option<String>,
+        /// Why (recorded in the journal and the call's error).
+        #[arg(long)]
+        reason: String,
+        /// Who terminates it (default: $USER). On the store only: over HTTP the server
+        /// records the key's name.
+        #[arg(long = "as", value_name = "WHO")]
+        by: Option<String>,
+        /// The filters and confirmations of a batch.
+        #[command(flatten)]
+        batch: BatchArgs,
+    },
+}
+
+/// The filters of `eve runs list`, `eve runs cancel` and `eve runs terminate`.
+#[derive(Debug, Args)]
+pub struct RunFilterArgs {
+    /// Only this session's runs.
+    #[arg(long)]
+    session: Option<String>,
+    /// Only runs in this status: running, blocked, completed, failed, cancelled (a batch acts
+    /// on live runs only).
+    #[arg(long)]
+    status: Option<String>,
+    /// Only runs of this tool.
+    #[arg(long)]
+    tool: Option<String>,
+    /// Only runs created within this long before now, e.g. 2h, 7d.
+    #[arg(long, value_name = "DURATION")]
+    since: Option<String>,
+    /// Only runs created more than this long before now.
+    #[arg(long, value_name = "DURATION")]
+    until: Option<String>,
+}
+
+impl RunFilterArgs {
+    fn given(&self) -> bool {
+        self.session.is_some()
+            || self.status.is_some()
+            || self.tool.is_some()
+            || self.since.is_some()
+            || self.until.is_some()
+    }
+
+    /// The session and the store filter these flags select, durations counted back from `now`.
+    fn to_filter(
+        &self,
+        now: Timestamp,
+    ) -> Result<(Option<eve_core::SessionId>, eve_core::RunFilter), CliError> {
+        let ago = |d: &Option<String>, flag: &str| -> Result<Option<Timestamp>, CliError> {
+            d.as_deref()
+                .map(|d| {
+                    eve_core::engine::parse_duration(d)
+                        .map(|d| Timestamp(now.millis() - d.as_millis() as i64))
+                        .map_err(|e| CliError::Usage(format!("{flag}: {e}")))
+                })
+                .transpose()
+        };
+        let filter = eve_core::RunFilter {
+            status: self
+                .status
+                .as_deref()
+                .map(inspect::parse_status)
+                .transpose()?,
+            tool: self.tool.clone(),
+            since: ago(&self.since, "--since")?,
+            until: ago(&self.until, "--until")?,
+            ..eve_core::RunFilter::default()
+        };
+        Ok((self.session.clone().map(eve_core::SessionId::new), filter))
+    }
+}
+
+/// The filters and confirmations of `eve runs cancel|terminate` without a run id.
+#[derive(Debug, Args)]
+pub struct BatchArgs {
+    /// Which runs.
+    #[command(flatten)]
+    filters: RunFilterArgs,
+    /// Without a filter: every live run.
+    #[arg(long)]
+    all: bool,
+    /// Print how many runs and which would be acted on; change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Act without asking (needed when stdin is not a terminal).
+    #[arg(long, short = 'y')]
+    yes: bool,
+    /// JSON: one result object for a run id, an array of per-run results for a batch.
+    #[arg(long)]
+    json: bool,
+}
+
+impl BatchArgs {
+    fn given(&self) -> bool {
+        self.filters.given() || self.all || self.dry_run || self.yes
+    }
 }
 
 /// `eve sessions …`.
@@ -462,6 +566,45 @@ fn remote(cli: &Cli) -> Result<Option<Remote>, CliError> {
         .transpose()
 }
 
+/// `eve runs cancel|terminate`: one run by id, or a batch by filter.
+async fn runs_action(
+    cli: &Cli,
+    run: Option<&str>,
+    action: &crate::batch::Action,
+    batch: &BatchArgs,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let target = target(cli).await?;
+    if let Some(run) = run {
+        if batch.given() {
+            return Err(CliError::Usage(
+                "give a run id or filters (--status, --session, --tool, --since, --until, --all), not both".into(),
+            ));
+        }
+        return crate::batch::one(&target, run, action, batch.json, Timestamp::now(), out).await;
+    }
+    let (session, filter) = batch.filters.to_filter(Timestamp::now())?;
+    let selection = crate::batch::Selection {
+        session,
+        filter,
+        all: batch.all,
+    };
+    let confirm = crate::batch::Confirm {
+        dry_run: batch.dry_run,
+        yes: batch.yes,
+    };
+    crate::batch::batch(
+        &target,
+        &selection,
+        action,
+        confirm,
+        batch.json,
+        Timestamp::now(),
+        out,
+    )
+    .await
+}
+
 /// Where a command that reads or acts goes: the server of `--url`, else the store of
 /// `--store` (which must exist).
 async fn target(cli: &Cli) -> Result<Target, CliError> {
@@ -521,38 +664,22 @@ async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<
             retention::runs_purge(&*open(&cli).await?, *ended_before, now(), out).await
         }
         Command::Runs(RunsCommand::List {
-            session,
-            status,
-            tool,
-            since,
-            until,
+            filters,
             oldest_first,
             before,
             after,
             limit,
             json,
         }) => {
-            let ago = |d: &Option<String>, flag: &str| -> Result<Option<Timestamp>, CliError> {
-                d.as_deref()
-                    .map(|d| {
-                        eve_core::engine::parse_duration(d)
-                            .map(|d| Timestamp(now().millis() - d.as_millis() as i64))
-                            .map_err(|e| CliError::Usage(format!("{flag}: {e}")))
-                    })
-                    .transpose()
-            };
+            let (session, filter) = filters.to_filter(now())?;
             let filter = eve_core::RunFilter {
-                status: status.as_deref().map(inspect::parse_status).transpose()?,
-                tool: tool.clone(),
-                text: None,
-                since: ago(since, "--since")?,
-                until: ago(until, "--until")?,
                 newest_first: !oldest_first,
                 // One cursor in the filter, named on the command line for its direction.
                 before: before.clone().or(after.clone()).map(eve_core::RunId::new),
                 limit: *limit,
+                ..filter
             };
-            inspect::runs_list(&target(&cli).await?, session.clone(), &filter, *json, out).await
+            inspect::runs_list(&target(&cli).await?, session, &filter, *json, out).await
         }
         Command::Runs(RunsCommand::Show { run, json, follow }) => {
             let target = target(&cli).await?;
@@ -570,6 +697,36 @@ async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<
                 error: error.clone(),
             };
             inspect::resolve(&target(&cli).await?, run, resolution, now(), out).await
+        }
+        Command::Runs(RunsCommand::Cancel { run, reason, batch }) => {
+            let action = crate::batch::Action::Cancel {
+                reason: reason.clone(),
+            };
+            runs_action(&cli, run.as_deref(), &action, batch, out).await
+        }
+        Command::Runs(RunsCommand::Terminate {
+            run,
+            reason,
+            by,
+            batch,
+        }) => {
+            if by.is_some() && remote(&cli)?.is_some() {
+                return Err(CliError::Usage(
+                    "--as works on the store only (without --url): over HTTP the server records the key's name".into(),
+                ));
+            }
+            if reason.trim().is_empty() {
+                return Err(CliError::Usage("--reason must say why".into()));
+            }
+            let by = by
+                .clone()
+                .or_else(|| std::env::var("USER").ok().filter(|u| !u.is_empty()))
+                .unwrap_or_else(|| "operator".to_owned());
+            let action = crate::batch::Action::Terminate {
+                reason: reason.clone(),
+                by,
+            };
+            runs_action(&cli, run.as_deref(), &action, batch, out).await
         }
         Command::Journal { run, json, reveal } => {
             if *reveal && remote(&cli)?.is_some() {
@@ -672,12 +829,24 @@ async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<
         Command::Cancel { task, reason } => {
             inspect::cancel(&target(&cli).await?, task, reason, now(), out).await
         }
+        #[cfg(feature = "conformance")]
         Command::Conformance { level, filter, .. } => {
             conformance::run(&cli.store_url()?, *level, filter.as_deref(), out)
                 .await
                 .map(drop)
         }
+        #[cfg(not(feature = "conformance"))]
+        Command::Conformance { .. } => Err(CliError::NotCompiled {
+            what: "`eve conformance`",
+            feature: "conformance",
+        }),
         Command::Replay { journal } => replay::run(journal, registry, out),
+        #[cfg(not(feature = "conformance"))]
+        Command::Bench(_) => Err(CliError::NotCompiled {
+            what: "`eve bench`",
+            feature: "conformance",
+        }),
+        #[cfg(feature = "conformance")]
         Command::Bench(args) => {
             let config = BenchConfig {
                 replay_steps: args.replay_steps,

@@ -1,11 +1,17 @@
 //! `eve conformance --store URL`: the store conformance suite against a live backend, with a
 //! progress bar.
 
-use crate::error::CliError;
-use crate::factory::UrlFactory;
-use crate::store_url::StoreUrl;
+//!
+//! The suite is the cargo feature `conformance` (off by default); without it `run` is not
+//! built and `eve conformance` says which feature to turn on.
+
+#[cfg(feature = "conformance")]
+use crate::{error::CliError, factory::UrlFactory, store_url::StoreUrl};
+#[cfg(feature = "conformance")]
 use eve_conformance::{engine_cases, run_case, store_cases, Report};
+#[cfg(feature = "conformance")]
 use indicatif::{ProgressBar, ProgressStyle};
+#[cfg(feature = "conformance")]
 use std::io::Write;
 
 /// Which levels of the suite to run.
@@ -31,12 +37,14 @@ pub enum Level {
 /// # Errors
 /// [`CliError::ConformanceFailed`] when a case failed; [`CliError::Usage`] when `filter`
 /// matches no case; the backend's error when the factory cannot be made.
+#[cfg(feature = "conformance")]
 pub async fn run(
     url: &StoreUrl,
     level: Level,
     filter: Option<&str>,
     out: &mut dyn Write,
 ) -> Result<Report, CliError> {
+    url.check_compiled()?;
     let factory =
         UrlFactory::new(url.clone()).map_err(CliError::store("cannot make a temp dir"))?;
     let levels: &[_] = match level {

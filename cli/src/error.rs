@@ -49,6 +49,15 @@ pub enum CliError {
         #[source]
         source: EngineError,
     },
+    /// The command or option needs a part of eve this build leaves out (a cargo feature of
+    /// eve-cli, off by default so the first build is fast).
+    #[error("{what} is not in this build of eve; rebuild with the cargo feature `{feature}` (e.g. cargo build -p eve-examples --features {feature})")]
+    NotCompiled {
+        /// What was asked for, e.g. "`eve conformance`".
+        what: &'static str,
+        /// The cargo feature that builds it.
+        feature: &'static str,
+    },
     /// The conformance suite ran and some cases failed.
     #[error(
         "conformance: {failed} of {total} cases failed on {backend}; the failures are listed above"
@@ -78,6 +87,25 @@ pub enum CliError {
     /// `eve call --wait`: the run did not end in time (it keeps running).
     #[error("call: {0}")]
     Wait(String),
+    /// An operator action on a run that has ended (`eve runs terminate RUN`): nothing was
+    /// written.
+    #[error("run {run} already ended ({status}); nothing to {action}")]
+    NotLive {
+        /// The run.
+        run: String,
+        /// How it ended.
+        status: &'static str,
+        /// What was asked.
+        action: &'static str,
+    },
+    /// A batch action (`eve runs cancel|terminate` by filter) failed on some runs.
+    #[error("{failed} of {total} run(s) failed; see the lines above")]
+    BatchFailed {
+        /// Runs whose action failed.
+        failed: usize,
+        /// Runs acted on.
+        total: usize,
+    },
 }
 
 impl CliError {
@@ -121,12 +149,14 @@ impl CliError {
         }
     }
 
-    /// The process exit code: 2 for a usage error (a bad URL or argument) and a server that
+    /// The process exit code: 2 for a usage error (a bad URL or argument, a backend or command
+    /// this build leaves out) and a server that
     /// cannot be reached, 1 for every other failure (a 403 included). Success is 0.
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::BadUrl(_) | CliError::Usage(_) | CliError::Unreachable(_) => 2,
-            CliError::Open(OpenError::BadUrl(_)) => 2,
+            CliError::Open(OpenError::BadUrl(_) | OpenError::NotCompiled { .. }) => 2,
+            CliError::NotCompiled { .. } => 2,
             _ => 1,
         }
     }

@@ -6,6 +6,7 @@ use crate::store_url::StoreUrl;
 use async_trait::async_trait;
 use eve_conformance::{Opened, StoreFactory};
 use eve_core::{JournalStore, StoreError};
+#[cfg(feature = "postgres")]
 use eve_storage_postgres::{PostgresOptions, PostgresStore};
 use eve_storage_sqlite::{SqliteOptions, SqliteStore};
 use std::sync::{Arc, Mutex};
@@ -81,11 +82,16 @@ impl UrlFactory {
     ///
     /// # Errors
     /// The first backend error met; the remaining locations are still tried.
+    #[cfg_attr(
+        not(any(feature = "postgres", feature = "dynamodb")),
+        allow(unused_mut, unused_variables)
+    )]
     pub async fn cleanup(&self) -> Result<(), StoreError> {
         let made = std::mem::take(&mut *self.made.lock().expect("factory lock"));
         let mut first_err = None;
         match &self.url {
             StoreUrl::Sqlite { .. } => {}
+            #[cfg(feature = "postgres")]
             StoreUrl::Postgres { url, .. } => {
                 use sqlx::Connection;
                 let mut conn = sqlx::PgConnection::connect(url)
@@ -103,6 +109,7 @@ impl UrlFactory {
                 }
                 let _ = conn.close().await;
             }
+            #[cfg(feature = "dynamodb")]
             StoreUrl::Dynamo { .. } => {
                 for table in made {
                     let result = match self.url.dynamo_store(&table).await {
@@ -114,6 +121,9 @@ impl UrlFactory {
                     }
                 }
             }
+            // A backend not compiled in made nothing (open_at refused it).
+            #[allow(unreachable_patterns)]
+            _ => {}
         }
         first_err.map_or(Ok(()), Err)
     }
@@ -133,6 +143,7 @@ impl UrlFactory {
                 };
                 Arc::new(SqliteStore::open_with(location, options).await?)
             }
+            #[cfg(feature = "postgres")]
             StoreUrl::Postgres { url, .. } => {
                 let options = PostgresOptions {
                     schema: location.to_owned(),
@@ -142,7 +153,17 @@ impl UrlFactory {
                 };
                 Arc::new(PostgresStore::connect_with(url, options).await?)
             }
+            #[cfg(feature = "dynamodb")]
             StoreUrl::Dynamo { .. } => Arc::new(self.url.dynamo_store(location).await?),
+            #[allow(unreachable_patterns)]
+            _ => {
+                return Err(StoreError::InvalidInput(
+                    self.url.check_compiled().err().map_or_else(
+                        || format!("{} cannot be opened", self.url),
+                        |e| e.to_string(),
+                    ),
+                ))
+            }
         })
     }
 }
@@ -157,6 +178,7 @@ impl StoreFactory for UrlFactory {
             }
             StoreUrl::Postgres { .. } | StoreUrl::Dynamo { .. } => self.fresh_name(),
         };
+        #[cfg(feature = "dynamodb")]
         if let StoreUrl::Dynamo { .. } = &self.url {
             self.url
                 .dynamo_store(&location)

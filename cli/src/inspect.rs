@@ -32,13 +32,13 @@ pub fn parse_status(s: &str) -> Result<RunStatus, CliError> {
 /// The store's error.
 pub async fn runs_list(
     target: &Target,
-    session: Option<String>,
+    session: Option<SessionId>,
     filter: &RunFilter,
     json: bool,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let query = RunQuery {
-        session: session.map(SessionId::new),
+        session,
         ..RunQuery::default()
     };
     let runs = target
@@ -621,6 +621,7 @@ pub async fn resolve(
     let what = match &resolution {
         Resolution::Resume => "resumed",
         Resolution::Fail { .. } => "failed",
+        Resolution::Terminate { .. } => "terminated",
     };
     let seq = target
         .resolve_blocked(&RunId::new(run), resolution, now)

@@ -12,14 +12,22 @@
 //!   `eve journal`, `eve requests`, `eve answer`, `eve hook resume`, `eve cancel`,
 //!   `eve sessions show|end`, `eve keys create|list|revoke`, `eve replay`, `eve conformance`, `eve bench`. Each fails with one [`CliError`], printed as one line on
 //!   stderr with a non-zero exit code.
+//!
+//! Cargo features, all off by default so the first build (the SQLite backend and the commands
+//! that serve and inspect it) is fast: `postgres` and `dynamodb` (those store URLs),
+//! `conformance` (`eve conformance`, `eve bench`), `otlp` (span export with `--otlp` or the
+//! `OTEL_*` variables), `full` (all of them). Asking for a part left out fails with exit code 2
+//! and names the feature to turn on.
 
 pub mod app;
+pub mod batch;
 pub mod bench;
 pub mod call;
 pub mod cli;
 pub mod conformance;
 pub mod demo;
 pub mod error;
+#[cfg(feature = "conformance")]
 pub mod factory;
 pub mod format;
 pub mod inspect;
@@ -38,6 +46,7 @@ pub mod wire;
 
 pub use app::App;
 pub use error::CliError;
+#[cfg(feature = "conformance")]
 pub use factory::UrlFactory;
 pub use store_url::{
     open_store, BadStoreUrl, OpenError, StoreUrl, DEFAULT_STORE_URL, STORE_URL_ENV,

@@ -7,26 +7,40 @@
 //! `OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_EXPORTER_OTLP_TIMEOUT`, `OTEL_SERVICE_NAME` and
 //! `OTEL_RESOURCE_ATTRIBUTES` (default service name `eve`), `OTEL_BSP_*` for the batching;
 //! `OTEL_SDK_DISABLED=true` or `OTEL_TRACES_EXPORTER=none` turn it off.
+//!
+//! The exporter is the cargo feature `otlp` (off by default); without it asking for export
+//! fails with exit code 2, naming the feature.
 
 use crate::error::CliError;
-use eve_core::trace::{AttrValue, Span, SpanStatus, TraceSink};
+#[cfg(feature = "otlp")]
+use eve_core::trace::{AttrValue, SpanStatus};
+use eve_core::trace::{Span, TraceSink};
+#[cfg(feature = "otlp")]
 use opentelemetry::trace::{
     SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
 };
+#[cfg(feature = "otlp")]
 use opentelemetry::{InstrumentationScope, KeyValue};
+#[cfg(feature = "otlp")]
 use opentelemetry_otlp::{Protocol, WithExportConfig};
+#[cfg(feature = "otlp")]
 use opentelemetry_sdk::trace::{BatchSpanProcessor, SpanData, SpanProcessor};
+#[cfg(feature = "otlp")]
 use opentelemetry_sdk::Resource;
+#[cfg(feature = "otlp")]
 use std::fmt;
 use std::sync::Arc;
+#[cfg(feature = "otlp")]
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+#[cfg(feature = "otlp")]
 /// Reports the engine's spans to an OTLP/HTTP endpoint through a batch processor.
 pub struct OtlpSink {
     processor: BatchSpanProcessor,
     scope: InstrumentationScope,
 }
 
+#[cfg(feature = "otlp")]
 impl fmt::Debug for OtlpSink {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OtlpSink").finish_non_exhaustive()
@@ -45,14 +59,48 @@ pub fn configured_by_env() -> bool {
 /// The sink `--otlp URL` or the environment asks for, if any.
 ///
 /// # Errors
-/// `Usage` when the exporter cannot be built (a bad URL, a protocol other than HTTP).
+/// `Usage` when the exporter cannot be built (a bad URL, a protocol other than HTTP);
+/// `NotCompiled` when export is asked for and this build has no OTLP export (cargo feature
+/// `otlp`).
 pub fn from_args(otlp: Option<&str>) -> Result<Option<Arc<OtlpSink>>, CliError> {
     if otlp.is_none() && !configured_by_env() {
         return Ok(None);
     }
-    Ok(Some(Arc::new(OtlpSink::new(otlp)?)))
+    #[cfg(feature = "otlp")]
+    return Ok(Some(Arc::new(OtlpSink::new(otlp)?)));
+    #[cfg(not(feature = "otlp"))]
+    Err(CliError::NotCompiled {
+        what: if otlp.is_some() {
+            "span export (--otlp)"
+        } else {
+            "span export (an OTEL_EXPORTER_OTLP_*ENDPOINT variable is set; OTEL_SDK_DISABLED=true turns export off)"
+        },
+        feature: "otlp",
+    })
 }
 
+/// This build has no OTLP export (the cargo feature `otlp` is off): there is no sink, and
+/// [`from_args`] refuses when export is asked for.
+#[cfg(not(feature = "otlp"))]
+#[derive(Debug)]
+pub enum OtlpSink {}
+
+#[cfg(not(feature = "otlp"))]
+impl OtlpSink {
+    /// Never called: no value of this type exists.
+    pub fn shutdown(&self, _timeout: std::time::Duration) {
+        match *self {}
+    }
+}
+
+#[cfg(not(feature = "otlp"))]
+impl TraceSink for OtlpSink {
+    fn export(&self, _span: Span) {
+        match *self {}
+    }
+}
+
+#[cfg(feature = "otlp")]
 impl OtlpSink {
     /// An exporter to `endpoint` (an OTLP base URL such as `http://127.0.0.1:4318`, to which
     /// `/v1/traces` is added), or to what the `OTEL_*` variables say when `None`.
@@ -111,6 +159,7 @@ impl OtlpSink {
     }
 }
 
+#[cfg(feature = "otlp")]
 /// `OTEL_SERVICE_NAME`, else `eve` (the resource builder reads `OTEL_RESOURCE_ATTRIBUTES`).
 fn service_name() -> String {
     std::env::var("OTEL_SERVICE_NAME")
@@ -119,10 +168,12 @@ fn service_name() -> String {
         .unwrap_or_else(|| "eve".to_owned())
 }
 
+#[cfg(feature = "otlp")]
 fn time(t: eve_core::Timestamp) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(u64::try_from(t.millis()).unwrap_or(0))
 }
 
+#[cfg(feature = "otlp")]
 impl TraceSink for OtlpSink {
     fn export(&self, span: Span) {
         let flags = TraceFlags::new(span.flags);

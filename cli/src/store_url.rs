@@ -2,7 +2,9 @@
 //! `dynamodb://…` into a [`JournalStore`].
 
 use eve_core::{JournalStore, StoreError};
+#[cfg(feature = "dynamodb")]
 use eve_storage_dynamodb::{DynamoConfig, DynamoStore};
+#[cfg(feature = "postgres")]
 use eve_storage_postgres::{PostgresOptions, PostgresStore};
 use eve_storage_sqlite::{SqliteOptions, SqliteStore, Synchronous};
 use std::fmt;
@@ -27,6 +29,10 @@ pub struct BadStoreUrl {
     pub reason: String,
 }
 
+/// The Postgres schema a `postgres://` URL without `?schema=` uses (eve-storage-postgres's
+/// default; a test checks they agree).
+pub const DEFAULT_POSTGRES_SCHEMA: &str = "eve";
+
 /// Why [`open_store`] failed.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
@@ -40,6 +46,16 @@ pub enum OpenError {
         url: String,
         /// The file's absolute path.
         path: String,
+    },
+    /// The URL names a backend this build of eve leaves out (the Postgres and DynamoDB
+    /// backends are cargo features of eve-cli, off by default so the first build is fast).
+    #[error("cannot open store {url}: this eve was built without the {backend} backend; rebuild with the cargo feature `{backend}` (e.g. cargo build -p eve-examples --features {backend})")]
+    NotCompiled {
+        /// The URL, password redacted.
+        url: String,
+        /// The backend and the name of the cargo feature that builds it: "postgres" or
+        /// "dynamodb".
+        backend: &'static str,
     },
     /// The backend refused or did not answer.
     #[error("cannot open store {url}: {source}")]
@@ -104,11 +120,14 @@ impl StoreUrl {
     /// # Errors
     /// [`OpenError::Store`] with the backend's error (a server that does not answer, a file
     /// that cannot be opened, missing AWS credentials for a real AWS endpoint).
+    /// [`OpenError::NotCompiled`] when the URL's backend is not built in (cargo features
+    /// `postgres`, `dynamodb`).
     pub async fn open(&self) -> Result<Arc<dyn JournalStore>, OpenError> {
         let wrap = |source| OpenError::Store {
             url: self.to_string(),
             source,
         };
+        self.check_compiled()?;
         match self {
             StoreUrl::Sqlite { path, synchronous } => {
                 let options = SqliteOptions {
@@ -118,6 +137,7 @@ impl StoreUrl {
                 let store = SqliteStore::open_with(path, options).await.map_err(wrap)?;
                 Ok(Arc::new(store))
             }
+            #[cfg(feature = "postgres")]
             StoreUrl::Postgres { url, schema } => {
                 let options = PostgresOptions {
                     schema: schema.clone(),
@@ -128,11 +148,43 @@ impl StoreUrl {
                     .map_err(wrap)?;
                 Ok(Arc::new(store))
             }
+            #[cfg(feature = "dynamodb")]
             StoreUrl::Dynamo { table, .. } => {
                 let store = self.dynamo_store(table).await.map_err(wrap)?;
                 store.create_table().await.map_err(wrap)?;
                 Ok(Arc::new(store))
             }
+            #[allow(unreachable_patterns)] // every backend compiled in
+            _ => Err(self.not_compiled()),
+        }
+    }
+
+    /// Whether this build has the URL's backend: the backends other than SQLite are cargo
+    /// features (`postgres`, `dynamodb`).
+    pub fn compiled_in(&self) -> bool {
+        match self {
+            StoreUrl::Sqlite { .. } => true,
+            StoreUrl::Postgres { .. } => cfg!(feature = "postgres"),
+            StoreUrl::Dynamo { .. } => cfg!(feature = "dynamodb"),
+        }
+    }
+
+    /// `Ok` when the URL's backend is built in, else [`OpenError::NotCompiled`].
+    ///
+    /// # Errors
+    /// [`OpenError::NotCompiled`] naming the cargo feature to turn on.
+    pub fn check_compiled(&self) -> Result<(), OpenError> {
+        if self.compiled_in() {
+            Ok(())
+        } else {
+            Err(self.not_compiled())
+        }
+    }
+
+    fn not_compiled(&self) -> OpenError {
+        OpenError::NotCompiled {
+            url: self.to_string(),
+            backend: self.backend(),
         }
     }
 
@@ -158,6 +210,7 @@ impl StoreUrl {
 
     /// A DynamoDB store on `table` at this URL's endpoint and region (the table is not
     /// created). Only for [`StoreUrl::Dynamo`].
+    #[cfg(feature = "dynamodb")]
     pub(crate) async fn dynamo_store(&self, table: &str) -> Result<DynamoStore, StoreError> {
         let StoreUrl::Dynamo {
             endpoint, region, ..
@@ -327,7 +380,7 @@ fn parse_postgres(s: &str) -> Result<StoreUrl, String> {
     } else {
         u.query_pairs_mut().clear().extend_pairs(kept);
     }
-    let schema = schema.unwrap_or_else(|| PostgresOptions::default().schema);
+    let schema = schema.unwrap_or_else(|| DEFAULT_POSTGRES_SCHEMA.to_owned());
     if !valid_schema(&schema) {
         return Err(format!(
             "schema {schema:?} is not a plain identifier (letters, digits, _; 1-63 chars; not starting with a digit)"
@@ -554,6 +607,7 @@ mod tests {
         assert!(err.to_string().contains("sqlite:///proc/no/such/dir/x.db"));
     }
 
+    #[cfg(feature = "dynamodb")]
     #[tokio::test]
     async fn aws_without_endpoint_needs_static_credentials() {
         let url: StoreUrl = "dynamodb://eve_runs".parse().unwrap();
@@ -562,5 +616,50 @@ mod tests {
         }
         let err = url.open().await.unwrap_err();
         assert!(err.to_string().contains("AWS_ACCESS_KEY_ID"), "{err}");
+    }
+
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn default_schema_is_the_backends() {
+        assert_eq!(DEFAULT_POSTGRES_SCHEMA, PostgresOptions::default().schema);
+    }
+
+    /// A backend left out of the build is refused before any connection, with the cargo
+    /// feature to turn on; the error is a usage error (exit code 2).
+    #[tokio::test]
+    async fn a_backend_not_compiled_in_names_its_feature() {
+        let cases = [
+            (
+                "postgres://u:secret@127.0.0.1:1/db",
+                "postgres",
+                cfg!(feature = "postgres"),
+            ),
+            (
+                "dynamodb://eve_runs?endpoint=http://127.0.0.1:1",
+                "dynamodb",
+                cfg!(feature = "dynamodb"),
+            ),
+        ];
+        for (url, backend, compiled) in cases {
+            let parsed: StoreUrl = url.parse().unwrap();
+            assert_eq!(parsed.compiled_in(), compiled, "{url}");
+            assert_eq!(parsed.check_compiled().is_ok(), compiled, "{url}");
+            if compiled {
+                continue;
+            }
+            let err = open_store(url).await.unwrap_err();
+            let OpenError::NotCompiled { backend: b, .. } = &err else {
+                panic!("{url}: {err:?}");
+            };
+            assert_eq!(*b, backend);
+            let text = err.to_string();
+            assert!(
+                text.contains(&format!("cargo feature `{backend}`")),
+                "{text}"
+            );
+            assert!(!text.contains("secret"), "{text}");
+            assert_eq!(crate::CliError::Open(err).exit_code(), 2);
+        }
+        assert!("sqlite://eve.db".parse::<StoreUrl>().unwrap().compiled_in());
     }
 }

@@ -7,8 +7,8 @@ use crate::remote::{segment, Remote, RemoteError};
 use crate::wire::from_api;
 use eve_core::{
     AgentReply, ApiKey, CancelOutcome, Delivered, InputResponse, JournalStore, JournalStoreExt,
-    KeyScope, PendingRequest, RequestId, Resolution, RunId, RunQuery, RunRecord, RunStatus,
-    SessionId, SessionRecord, StoreError, StoredEvent, Timestamp,
+    KeyScope, PendingRequest, RequestId, Resolution, RunFilter, RunId, RunQuery, RunRecord,
+    RunStatus, SessionId, SessionRecord, StoreError, StoredEvent, TerminateOutcome, Timestamp,
 };
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
@@ -51,6 +51,10 @@ fn read<T: DeserializeOwned>(remote: &Remote, value: Value, what: &str) -> Resul
         })
     })
 }
+
+/// Runs per page when [`Target::select_runs`] pages through `GET /v1/runs` (large pages
+/// carry no outcomes, which the selection does not need).
+const SELECT_PAGE: usize = 1000;
 
 /// What ending a session did: when it ended (the first end's time) and the runs whose
 /// cancellation this end requested.
@@ -214,6 +218,104 @@ impl Target {
         }
     }
 
+    /// Terminates a live run: `Terminated`, or `NotLive` naming how it had ended. Over HTTP
+    /// the server records its key's name as `by` (or `by` when it has no keys).
+    ///
+    /// # Errors
+    /// Not found; the store's or the server's.
+    pub async fn terminate(
+        &self,
+        run: &RunId,
+        reason: &str,
+        by: &str,
+        now: Timestamp,
+    ) -> Result<TerminateOutcome> {
+        match self {
+            Target::Local(s) => Ok(s.terminate(run, reason, by, now).await?),
+            Target::Remote(r) => {
+                let path = format!("/v1/runs/{}/terminate", segment(run.as_str()));
+                let body = json!({ "reason": reason, "by": by });
+                match r.post(&path, &[], &body, None).await {
+                    Ok((_, v)) => Ok(TerminateOutcome::Terminated {
+                        seq: field(r, v, "seq")?,
+                    }),
+                    Err(RemoteError::Api { code, .. }) if code == "not_live" => {
+                        Ok(TerminateOutcome::NotLive {
+                            status: self.get_run(run).await?.status,
+                        })
+                    }
+                    Err(e) => Err(e.into()),
+                }
+            }
+        }
+    }
+
+    /// Every run `filter` selects (its paging fields ignored) of `session`, oldest first:
+    /// the store's listing, or `GET /v1/runs` page by page.
+    ///
+    /// # Errors
+    /// The store's or the server's.
+    pub async fn select_runs(
+        &self,
+        session: Option<&SessionId>,
+        filter: &RunFilter,
+    ) -> Result<Vec<RunRecord>> {
+        let all = RunFilter {
+            newest_first: false,
+            before: None,
+            limit: 0,
+            ..filter.clone()
+        };
+        match self {
+            Target::Local(s) => {
+                let runs = s
+                    .list_runs(&RunQuery {
+                        session: session.cloned(),
+                        ..RunQuery::default()
+                    })
+                    .await?;
+                Ok(all.page(runs).map(|p| p.runs).unwrap_or_default())
+            }
+            Target::Remote(r) => {
+                let mut q: Vec<(&str, String)> = vec![("limit", SELECT_PAGE.to_string())];
+                if let Some(s) = session {
+                    q.push(("session", s.to_string()));
+                }
+                if let Some(s) = all.status {
+                    q.push(("status", s.as_str().to_owned()));
+                }
+                if let Some(t) = &all.tool {
+                    q.push(("tool", t.clone()));
+                }
+                if let Some(t) = &all.text {
+                    q.push(("q", t.clone()));
+                }
+                if let Some(t) = all.since {
+                    q.push(("since", t.0.to_string()));
+                }
+                if let Some(t) = all.until {
+                    q.push(("until", t.0.to_string()));
+                }
+                let mut out = Vec::new();
+                let mut before: Option<String> = None;
+                loop {
+                    let mut q = q.clone();
+                    if let Some(b) = &before {
+                        q.push(("before", b.clone()));
+                    }
+                    let mut page = r.get("/v1/runs", &q).await?;
+                    let next = page["next"].as_str().map(str::to_owned);
+                    let runs: Vec<RunRecord> = field(r, page.take(), "runs")?;
+                    out.extend(runs);
+                    match next {
+                        Some(n) => before = Some(n),
+                        None => return Ok(out),
+                    }
+                }
+            }
+        }
+    }
+
     /// Requests cancellation of a run.
     ///
     /// # Errors
@@ -267,6 +369,10 @@ impl Target {
                     Resolution::Fail { error } => {
                         (format!("/v1/runs/{id}/fail"), json!({ "error": error }))
                     }
+                    Resolution::Terminate { reason, by } => (
+                        format!("/v1/runs/{id}/terminate"),
+                        json!({ "reason": reason, "by": by }),
+                    ),
                 };
                 let (_, v) = r.post(&path, &[], &body, None).await?;
                 field(r, v, "seq")

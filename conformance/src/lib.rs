@@ -561,6 +561,7 @@ macro_rules! __store_cases {
             turns::overlapping_takes_hand_each_message_once,
             blocked::resolve_blocked_resume_and_fail,
             blocked::cancel_ends_a_blocked_run,
+            blocked::terminate_ends_any_live_run,
             keys::keys_create_find_list,
             keys::keys_revoke_once_and_persist,
             keys::keys_keep_their_expiry,

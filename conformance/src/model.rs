@@ -384,6 +384,17 @@ impl Model {
                         }
                     });
                 }
+                Event::RunTerminated { reason, by } => {
+                    run.rec.status = RunStatus::Failed;
+                    let error = Event::terminated_error(reason, by);
+                    session_events.push(if background {
+                        SessionEvent::TaskFailed { error }
+                    } else {
+                        SessionEvent::ToolSettled {
+                            result: ToolResult::Failed { error },
+                        }
+                    });
+                }
                 Event::RunDenied { reason } => {
                     run.rec.status = RunStatus::Failed;
                     session_events.push(if background {
@@ -980,7 +991,11 @@ impl Model {
         let Some(run) = self.runs.get(run_id) else {
             return expect_err("resolve_blocked of an unknown run", actual, &["NotFound"]);
         };
-        if run.rec.status != RunStatus::Blocked {
+        let terminate = matches!(resolution, Resolution::Terminate { .. });
+        if terminate && run.rec.status.is_terminal() {
+            return expect_err("terminate of an ended run", actual, &["RunEnded"]);
+        }
+        if !terminate && run.rec.status != RunStatus::Blocked {
             return expect_err(
                 "resolve_blocked of a run that is not blocked",
                 actual,
@@ -1002,6 +1017,14 @@ impl Model {
                 let mut ev = self.withdrawals(run_id);
                 ev.push(Event::RunFailed {
                     error: error.clone(),
+                });
+                ev
+            }
+            Resolution::Terminate { reason, by } => {
+                let mut ev = self.withdrawals(run_id);
+                ev.push(Event::RunTerminated {
+                    reason: reason.clone(),
+                    by: by.clone(),
                 });
                 ev
             }

@@ -769,6 +769,15 @@ pub enum Event {
         /// Why (the policy's reason, or the person's).
         reason: String,
     },
+    /// An operator terminated the run: it ended at once, without a grace period or cleanup
+    /// steps (unlike a cancel). The run's status is `failed`; its call settles failed with
+    /// [`Event::terminated_error`].
+    RunTerminated {
+        /// Why.
+        reason: String,
+        /// Who terminated it (an API key's name, `--as`, or `operator`).
+        by: String,
+    },
 }
 
 /// How many leading characters of a webhook token [`Event::mask_webhook_token`] keeps: `wh_` and
@@ -819,6 +828,7 @@ impl Event {
             Event::RunBlocked { .. } => "RunBlocked",
             Event::RunResumed => "RunResumed",
             Event::RunDenied { .. } => "RunDenied",
+            Event::RunTerminated { .. } => "RunTerminated",
         }
     }
 
@@ -830,7 +840,13 @@ impl Event {
                 | Event::RunFailed { .. }
                 | Event::RunCancelled
                 | Event::RunDenied { .. }
+                | Event::RunTerminated { .. }
         )
+    }
+
+    /// The error a terminated run's call settles with: `terminated by {by}: {reason}`.
+    pub fn terminated_error(reason: &str, by: &str) -> String {
+        format!("terminated by {by}: {reason}")
     }
 
     /// Total bytes of the JSON payloads the event carries (what the payload limits count).
@@ -849,6 +865,7 @@ impl Event {
             Event::CancelRequested { reason }
             | Event::RunBlocked { reason }
             | Event::RunDenied { reason } => reason.len(),
+            Event::RunTerminated { reason, by } => reason.len() + by.len(),
             Event::InputRequested { request, .. } => {
                 request.prompt.len()
                     + request

@@ -40,7 +40,7 @@ pub use session::{
 pub use store::{
     check_limits, Append, Appended, CancelOutcome, CreatedRun, Delivered, Effects, FencingToken,
     JournalStore, JournalStoreExt, Lease, NewRun, PendingRequest, Resolution, RunFilter, RunPage,
-    RunQuery, RunRecord, RunStatus,
+    RunQuery, RunRecord, RunStatus, TerminateOutcome,
 };
 pub use time::Timestamp;
 pub use trace::{CollectingSink, Span, TraceContext, TraceSink};

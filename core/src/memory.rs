@@ -621,24 +621,13 @@ impl JournalStore for MemoryStore {
     ) -> Result<u64, StoreError> {
         let mut st = self.state.lock().expect("memory store lock");
         let status = st.run(run)?.record.status;
-        if status != RunStatus::Blocked {
-            return Err(StoreError::InvalidInput(format!(
-                "run {run} is {}, not blocked; only a blocked run can be resumed or failed this way",
-                status.as_str()
-            )));
-        }
-        let events = match resolution {
-            Resolution::Resume => vec![Event::RunResumed],
-            Resolution::Fail { error } => {
-                let mut events: Vec<Event> = st
-                    .pending_of(run)
-                    .into_iter()
-                    .map(|request_id| Event::InputWithdrawn { request_id })
-                    .collect();
-                events.push(Event::RunFailed { error });
-                events
-            }
+        resolution.check(run, status)?;
+        let pending = if resolution.withdraws() {
+            st.pending_of(run)
+        } else {
+            Vec::new()
         };
+        let events = resolution.events(pending);
         let (seq, _) = st.write(run, events, now)?;
         self.delivered(&st, run);
         Ok(seq)

@@ -390,7 +390,22 @@ pub enum CancelOutcome {
     },
 }
 
-/// An operator's decision on a blocked run.
+/// The answer of [`JournalStoreExt::terminate`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TerminateOutcome {
+    /// The withdrawals and `RunTerminated` were written from this seq on.
+    Terminated {
+        /// The seq of the append's first event.
+        seq: u64,
+    },
+    /// The run had ended already; nothing was written.
+    NotLive {
+        /// How it ended.
+        status: RunStatus,
+    },
+}
+
+/// An operator's decision on a run: resume or fail a blocked one, terminate a live one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Resolution {
     /// Make it claimable again (after a fix was deployed): writes `RunResumed`.
@@ -401,6 +416,59 @@ pub enum Resolution {
         /// The error the call is settled with.
         error: String,
     },
+    /// End any live run (running, parked or blocked) at once: no grace period, no cleanup
+    /// steps. Withdraws its pending requests and writes `RunTerminated`, which settles its tool
+    /// call failed; the run's lease is released, so a worker still running its body finds its
+    /// next append refused (`RunEnded`). On an ended run: `RunEnded`, nothing written.
+    Terminate {
+        /// Why.
+        reason: String,
+        /// Who.
+        by: String,
+    },
+}
+
+impl Resolution {
+    /// Checks that `resolution` applies to a run in `status` (the backend's check, under the
+    /// same lock as its write): `Resume` and `Fail` only to a blocked run (`InvalidInput`),
+    /// `Terminate` to any live run (`RunEnded`).
+    ///
+    /// # Errors
+    /// As above.
+    pub fn check(&self, run: &RunId, status: RunStatus) -> Result<(), StoreError> {
+        match self {
+            Resolution::Terminate { .. } if status.is_terminal() => {
+                Err(StoreError::RunEnded { run: run.clone() })
+            }
+            Resolution::Terminate { .. } => Ok(()),
+            _ if status != RunStatus::Blocked => Err(StoreError::InvalidInput(format!(
+                "run {run} is {}, not blocked; only a blocked run can be resumed or failed this way",
+                status.as_str()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// The events a resolution writes, in one append, given the run's pending requests
+    /// (ordered by cmd): `RunResumed`; or the withdrawals then `RunFailed` / `RunTerminated`.
+    pub fn events(self, pending: impl IntoIterator<Item = RequestId>) -> Vec<Event> {
+        let end = match self {
+            Resolution::Resume => return vec![Event::RunResumed],
+            Resolution::Fail { error } => Event::RunFailed { error },
+            Resolution::Terminate { reason, by } => Event::RunTerminated { reason, by },
+        };
+        let mut events: Vec<Event> = pending
+            .into_iter()
+            .map(|request_id| Event::InputWithdrawn { request_id })
+            .collect();
+        events.push(end);
+        events
+    }
+
+    /// Whether the events need the run's pending requests.
+    pub fn withdraws(&self) -> bool {
+        !matches!(self, Resolution::Resume)
+    }
 }
 
 /// Which runs [`JournalStore::list_runs`] returns. All set fields must match.
@@ -835,6 +903,19 @@ impl Effects {
                         }
                     });
                 }
+                Event::RunTerminated { reason, by } => {
+                    // A terminated run is a failed run to the stores; its call settles failed
+                    // with an error naming who terminated it and why.
+                    fx.status = Some(RunStatus::Failed);
+                    let error = Event::terminated_error(reason, by);
+                    fx.session_events.push(if background {
+                        SessionEvent::TaskFailed { error }
+                    } else {
+                        SessionEvent::ToolSettled {
+                            result: ToolResult::Failed { error },
+                        }
+                    });
+                }
                 Event::RunBlocked { .. } => fx.status = Some(RunStatus::Blocked),
                 Event::RunResumed => fx.status = Some(RunStatus::Running),
                 Event::Patched { .. } => {}
@@ -1051,10 +1132,12 @@ pub trait JournalStore: Debug + Send + Sync + 'static {
         now: Timestamp,
     ) -> Result<CancelOutcome, StoreError>;
 
-    /// Resumes or fails a blocked run.
+    /// Resumes or fails a blocked run, or terminates any live run ([`Resolution::check`],
+    /// [`Resolution::events`]).
     ///
     /// # Errors
-    /// `NotFound`; `InvalidInput` when the run is not blocked.
+    /// `NotFound`; `InvalidInput` when the run is not blocked (resume, fail); `RunEnded` when
+    /// it ended (terminate).
     async fn resolve_blocked(
         &self,
         run: &RunId,
@@ -1341,6 +1424,31 @@ pub trait JournalStoreExt: JournalStore {
             // page ends the journal.
             seq = last.seq + 1;
             out.extend(page);
+        }
+    }
+
+    /// Terminates a live run ([`Resolution::Terminate`]): `Terminated` with the seq the
+    /// append began at, or `NotLive` naming how the run had ended (nothing written).
+    ///
+    /// # Errors
+    /// `NotFound`; backend faults.
+    async fn terminate(
+        &self,
+        run: &RunId,
+        reason: &str,
+        by: &str,
+        now: Timestamp,
+    ) -> Result<TerminateOutcome, StoreError> {
+        let resolution = Resolution::Terminate {
+            reason: reason.to_owned(),
+            by: by.to_owned(),
+        };
+        match self.resolve_blocked(run, resolution, now).await {
+            Ok(seq) => Ok(TerminateOutcome::Terminated { seq }),
+            Err(StoreError::RunEnded { .. }) => Ok(TerminateOutcome::NotLive {
+                status: self.get_run(run).await?.status,
+            }),
+            Err(e) => Err(e),
         }
     }
 

@@ -621,7 +621,8 @@ impl RunTrace {
             e @ (Event::RunCompleted { .. }
             | Event::RunFailed { .. }
             | Event::RunCancelled
-            | Event::RunDenied { .. }) => self.ended(e, at, report),
+            | Event::RunDenied { .. }
+            | Event::RunTerminated { .. }) => self.ended(e, at, report),
             _ => {}
         }
     }
@@ -721,6 +722,14 @@ impl RunTrace {
                 "failed"
             }
             Event::RunCancelled => "cancelled",
+            Event::RunTerminated { reason, by } => {
+                root.status = SpanStatus::Error(Event::terminated_error(reason, by));
+                root.attributes
+                    .push(("error.type", "run_terminated".into()));
+                root.attributes
+                    .push(("eve.terminated_by", by.clone().into()));
+                "terminated"
+            }
             _ => "denied",
         };
         root.attributes.push(("eve.run.outcome", outcome.into()));

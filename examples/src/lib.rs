@@ -137,6 +137,7 @@ pub fn describe(e: &Event) -> String {
         Event::RunCompleted { output } => format!("RunCompleted    {}", output.get()),
         Event::RunFailed { error } => format!("RunFailed       {error}"),
         Event::RunDenied { reason } => format!("RunDenied       {reason}"),
+        Event::RunTerminated { reason, by } => format!("RunTerminated   by {by}: {reason}"),
         other => other.kind().to_owned(),
     }
 }

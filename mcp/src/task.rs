@@ -82,6 +82,9 @@ impl RunView {
                 Event::Progress { value, .. } => self.progress = Some(value),
                 Event::RunCompleted { output } => self.end = Some(End::Completed(output)),
                 Event::RunFailed { error } => self.end = Some(End::Failed(error)),
+                Event::RunTerminated { reason, by } => {
+                    self.end = Some(End::Failed(Event::terminated_error(&reason, &by)));
+                }
                 Event::RunCancelled => self.end = Some(End::Cancelled),
                 Event::RunDenied { reason } => self.end = Some(End::Denied(reason)),
                 Event::RunBlocked { reason, .. } => self.blocked = Some(reason),

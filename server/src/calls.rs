@@ -329,6 +329,9 @@ async fn settled(store: &dyn JournalStore, run: &RunRecord) -> Result<Option<Set
                 Some(serde_json::from_str::<serde_json::Value>(output.get()).unwrap_or_default());
         }
         Some(Event::RunFailed { error }) => settled.error = Some(error.clone()),
+        Some(Event::RunTerminated { reason, by }) => {
+            settled.error = Some(Event::terminated_error(reason, by));
+        }
         Some(Event::RunDenied { reason }) => {
             settled.error = Some(reason.clone());
             settled.denied = true;

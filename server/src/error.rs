@@ -15,7 +15,7 @@ use eve_core::StoreError;
 /// | 401 | `unauthorized` (with `WWW-Authenticate: Bearer realm="eve"`) |
 /// | 403 | `cross_origin`, `forbidden` |
 /// | 404 | `not_found`, `unknown_webhook` |
-/// | 409 | `already_answered`, `not_a_task`, `session_ended`, `idempotency_mismatch`, `background_call` |
+/// | 409 | `already_answered`, `not_live`, `not_a_task`, `session_ended`, `idempotency_mismatch`, `background_call` |
 /// | 410 | `withdrawn` |
 /// | 413 | `too_large` |
 /// | 422 | `invalid_answer` |

@@ -14,6 +14,7 @@
 //! | `GET /v1/runs` | read | runs, filtered (`session`, `status`, `tool`, `q` search, `since`/`until`), `order=newest`, paged (`limit`, `before` = the previous page's `next`), with `counts` by status |
 //! | `GET /v1/runs/{id}` | read | one run's record and journal |
 //! | `POST /v1/runs/{id}/cancel`, `…/resume`, `…/fail` | operate | cancel any run (`{"reason"}` optional); resume a blocked run; fail a blocked run with `{"error"}` |
+//! | `POST /v1/runs/{id}/terminate` | operate | end a live run at once with `{"reason", "by"?}` (no grace, no cleanup; `by` is the key's name when there is a key): 200 `{"seq"}`, 409 `not_live` for an ended run (the message names its status), 404 unknown |
 //! | `POST /v1/requests/{id}/answer` | answer | answers a request with `{"optionId": …}` or `{"text": …}`; the journal records the key's name as `answeredBy` (none with [`ServerConfig::insecure_no_auth`]) |
 //! | `POST /v1/agents/{id}/result` | answer | reports a subagent call's result, `{"output": …}` (checked against the call's `outputSchema`: 422 naming the path, nothing recorded) or `{"error": …}`, once (the same again is a duplicate, another 409, after the run ended 410) |
 //! | `POST /v1/tasks/{id}/cancel` | operate | requests cancellation of a background run |
@@ -344,6 +345,7 @@ fn build(state: AppState, shutdown: watch::Receiver<bool>) -> Router {
         .route("/v1/runs/{id}/cancel", post(runs::cancel))
         .route("/v1/runs/{id}/resume", post(runs::resume))
         .route("/v1/runs/{id}/fail", post(runs::fail))
+        .route("/v1/runs/{id}/terminate", post(runs::terminate))
         .route("/v1/sessions/{id}/messages", post(turns::message))
         .route("/v1/sessions/{id}/turn", get(turns::turn))
         .route(

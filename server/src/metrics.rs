@@ -6,6 +6,7 @@
 //! | `eve_http_request_duration_seconds` | histogram | `route` |
 //! | `eve_webhook_deliveries_total` | counter | `outcome`: delivered, duplicate, unknown, refused, failed |
 //! | `eve_answers_total` | counter | `outcome`: accepted, duplicate, refused; `surface`: http (an `Authorization: Bearer` key: the API, the remote CLI), page (the page's cookie) |
+//! | `eve_terminates_total` | counter | `outcome`: terminated, not_live (the run had ended: nothing written); `surface`: http, page |
 //! | `eve_call_settle_seconds` | histogram | `tool`, `outcome` (completed, failed, cancelled, denied): from a call's start (its run's creation) to the end event that settles it |
 //! | `eve_runs` | gauge, read at scrape | `status` |
 //! | `eve_pending_requests` | gauge, read at scrape | — |
@@ -17,7 +18,9 @@
 //! http or page). Answers written to the store without this server are not: `eve answer`
 //! without `--url` (it writes to the store directly; give `--url` to have it counted as http),
 //! MCP elicitation answers (the MCP endpoint answers through the store) and in-process
-//! `Session` answers. Call-to-settle latency is observed when this process's worker writes a
+//! `Session` answers. Terminates likewise: counted by the server whose route
+//! (`POST /v1/runs/{id}/terminate`, which the remote `eve runs terminate` uses) wrote them; `eve
+//! runs terminate` without `--url` writes to the store directly and is not. Call-to-settle latency is observed when this process's worker writes a
 //! run's end event (from the worker's `activation` span and its end log line), so it counts
 //! every call a worker settles, whichever surface started or answered it; a run ended without
 //! a worker (`eve runs fail` of a blocked run, a session ended with a blocked run) is not
@@ -65,6 +68,7 @@ pub struct Metrics {
     http_latency: Family<Labels, Histogram>,
     webhooks: Family<Labels, Counter>,
     answers: Family<Labels, Counter>,
+    terminates: Family<Labels, Counter>,
     settle: Family<Labels, Histogram>,
     runs: Family<Labels, Gauge>,
     pending: Gauge,
@@ -90,6 +94,7 @@ impl Default for Metrics {
         );
         let webhooks = Family::<Labels, Counter>::default();
         let answers = Family::<Labels, Counter>::default();
+        let terminates = Family::<Labels, Counter>::default();
         let settle = Family::<Labels, Histogram>::new_with_constructor(
             settle_histogram as fn() -> Histogram,
         );
@@ -113,6 +118,11 @@ impl Default for Metrics {
             "eve_answers",
             "Answers to input requests by outcome",
             answers.clone(),
+        );
+        registry.register(
+            "eve_terminates",
+            "Operator terminates by outcome",
+            terminates.clone(),
         );
         registry.register(
             "eve_call_settle_seconds",
@@ -150,6 +160,7 @@ impl Default for Metrics {
             http_latency,
             webhooks,
             answers,
+            terminates,
             settle,
             runs,
             pending,
@@ -183,6 +194,15 @@ impl Metrics {
 
     pub(crate) fn answer(&self, outcome: &'static str, surface: Surface) {
         self.answers
+            .get_or_create(&vec![
+                ("outcome", outcome.to_owned()),
+                ("surface", surface.as_str().to_owned()),
+            ])
+            .inc();
+    }
+
+    pub(crate) fn terminate(&self, outcome: &'static str, surface: Surface) {
+        self.terminates
             .get_or_create(&vec![
                 ("outcome", outcome.to_owned()),
                 ("surface", surface.as_str().to_owned()),

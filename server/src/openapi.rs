@@ -51,6 +51,7 @@ const COOKIE: &str = "cookie";
         crate::runs::cancel,
         crate::runs::resume,
         crate::runs::fail,
+        crate::runs::terminate,
         crate::session::answer,
         crate::session::cancel,
         crate::session::end,

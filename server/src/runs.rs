@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use eve_core::{
     check_client_id, Event, JournalStoreExt, Resolution, RunFilter, RunId, RunQuery, RunRecord,
-    RunStatus, SessionId, StoredEvent, Timestamp,
+    RunStatus, SessionId, StoredEvent, TerminateOutcome, Timestamp,
 };
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -66,6 +66,8 @@ pub(crate) enum OutcomeKind {
     Blocked,
     /// Denied by the tool's approval policy or the person asked; the body never ran.
     Denied,
+    /// Terminated by an operator (no grace, no cleanup); its status is `failed`.
+    Terminated,
 }
 
 /// A run as `GET /v1/runs` lists it: its record and, on a page, its outcome.
@@ -209,6 +211,9 @@ async fn outcome(
         Event::RunCancelled => (OutcomeKind::Cancelled, String::new()),
         Event::RunBlocked { reason } => (OutcomeKind::Blocked, reason.clone()),
         Event::RunDenied { reason } => (OutcomeKind::Denied, reason.clone()),
+        Event::RunTerminated { reason, by } => {
+            (OutcomeKind::Terminated, Event::terminated_error(reason, by))
+        }
         _ => return Ok(None),
     };
     let code = detail
@@ -330,6 +335,90 @@ pub(crate) async fn cancel(
         reason.as_deref().unwrap_or(REASON_OPERATOR_CANCEL),
     )
     .await
+}
+
+/// The body of `POST /v1/runs/{id}/terminate`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TerminateBody {
+    /// Why the run is terminated (required, recorded in `RunTerminated` and the call's error).
+    reason: String,
+    /// Who terminates it, when the server knows no key (`insecure_no_auth`); with a key, the
+    /// key's name is recorded instead.
+    by: Option<String>,
+}
+
+/// Who a terminate names when neither a key nor the body does.
+pub(crate) const BY_OPERATOR: &str = "operator";
+
+/// Terminate a live run.
+///
+/// `POST /v1/runs/{id}/terminate` (operate) with `{"reason", "by"?}`: ends a live run (running,
+/// parked or blocked) at once — no grace period, no cleanup steps, unlike cancel — withdrawing
+/// its pending requests and settling its call failed with `terminated by {by}: {reason}`; a
+/// worker still running its body has its next append refused. `by` is the key's name (the
+/// body's `by` only without a key). 200 `{"seq"}`; 409 `not_live` (naming the status) for a
+/// run that has ended, nothing written; 404 for an unknown run.
+#[utoipa::path(
+    post,
+    path = "/v1/runs/{id}/terminate",
+    operation_id = "terminateRun",
+    tag = "runs",
+    params(("id" = String, Path, description = "The run")),
+    request_body(content = TerminateBody, description = "`{\"reason\": \"why\", \"by\": \"who\"}` (`by` optional)"),
+    responses(
+        (status = 200, description = "Terminated: the seq the withdrawals and `RunTerminated` begin at", body = Written),
+        (status = 400, description = "No reason given", body = crate::error::ErrorBody),
+        (status = 404, description = "No such run", body = crate::error::ErrorBody),
+        (status = 409, description = "`not_live`: the run has ended (the message names its status); nothing written", body = crate::error::ErrorBody),
+    ),
+    security(("bearer" = ["operate"])),
+)]
+pub(crate) async fn terminate(
+    State(inner): State<Arc<Inner>>,
+    headers: axum::http::HeaderMap,
+    key: Option<axum::Extension<eve_core::ApiKey>>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = crate::error::body(&inner, body)?;
+    let body: TerminateBody = crate::error::json_object(
+        &body,
+        "{\"reason\": \"why the run is terminated\", \"by\": \"who\" (optional)}",
+    )?;
+    if body.reason.trim().is_empty() {
+        return Err(ApiError::malformed(
+            "send {\"reason\": \"why the run is terminated\"}: the reason is required",
+        ));
+    }
+    let by = key
+        .map(|axum::Extension(k)| k.name)
+        .or(body.by.filter(|b| !b.trim().is_empty()))
+        .unwrap_or_else(|| BY_OPERATOR.to_owned());
+    let surface = crate::metrics::Surface::of(&headers);
+    let run = RunId::new(id);
+    match inner
+        .store
+        .terminate(&run, &body.reason, &by, inner.clock.now())
+        .await?
+    {
+        TerminateOutcome::Terminated { seq } => {
+            inner.metrics.terminate("terminated", surface);
+            inner.wrote();
+            Ok(Json(Written { seq }).into_response())
+        }
+        TerminateOutcome::NotLive { status } => {
+            inner.metrics.terminate("not_live", surface);
+            Err(ApiError::new(
+                axum::http::StatusCode::CONFLICT,
+                "not_live",
+                format!(
+                    "run {run} is {}, not live: only a running, parked or blocked run can be terminated; nothing was written",
+                    status.as_str()
+                ),
+            ))
+        }
+    }
 }
 
 /// Resume a blocked run.

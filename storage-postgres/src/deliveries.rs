@@ -231,26 +231,13 @@ impl Db {
             .lock_run(&mut tx, run)
             .await?
             .ok_or_else(|| StoreError::not_found("run", run))?;
-        let status = locked.status;
-        if status != RunStatus::Blocked {
-            return Err(StoreError::InvalidInput(format!(
-                "run {run} is {}, not blocked; only a blocked run can be resumed or failed this way",
-                status.as_str()
-            )));
-        }
-        let events = match resolution {
-            Resolution::Resume => vec![Event::RunResumed],
-            Resolution::Fail { error } => {
-                let mut events: Vec<Event> = self
-                    .pending_of(&mut tx, run)
-                    .await?
-                    .into_iter()
-                    .map(|request_id| Event::InputWithdrawn { request_id })
-                    .collect();
-                events.push(Event::RunFailed { error });
-                events
-            }
+        resolution.check(run, locked.status)?;
+        let pending = if resolution.withdraws() {
+            self.pending_of(&mut tx, run).await?
+        } else {
+            Vec::new()
         };
+        let events = resolution.events(pending);
         let (seq, _) = self.write(&mut tx, &locked, events, now).await?;
         tx.commit().await.map_err(map_err)?;
         Ok(seq)

@@ -1128,23 +1128,13 @@ fn resolve_blocked(
     now: Timestamp,
 ) -> Result<u64, StoreError> {
     let rec = fetch_run(conn, run)?.ok_or_else(|| StoreError::not_found("run", run))?;
-    if rec.status != RunStatus::Blocked {
-        return Err(StoreError::InvalidInput(format!(
-            "run {run} is {}, not blocked; only a blocked run can be resumed or failed this way",
-            rec.status.as_str()
-        )));
-    }
-    let events = match resolution {
-        Resolution::Resume => vec![Event::RunResumed],
-        Resolution::Fail { error } => {
-            let mut events: Vec<Event> = pending_of(conn, run)?
-                .into_iter()
-                .map(|request_id| Event::InputWithdrawn { request_id })
-                .collect();
-            events.push(Event::RunFailed { error });
-            events
-        }
+    resolution.check(run, rec.status)?;
+    let pending = if resolution.withdraws() {
+        pending_of(conn, run)?
+    } else {
+        Vec::new()
     };
+    let events = resolution.events(pending);
     let mut plan = Plan::default();
     let (seq, _) = write(conn, &rec, &events, now, None, &mut plan)?;
     apply(conn, plan)?;

@@ -134,8 +134,8 @@ pub enum Op {
     Resolve {
         /// Run.
         run: u8,
-        /// Fail instead of resume.
-        fail: bool,
+        /// 0: resume, 1: fail, 2: terminate (any live run).
+        how: u8,
     },
     /// `register_worker`.
     Register(u8),
@@ -242,7 +242,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0..8u8, prop::option::of(0..3u8), 0..3u8).prop_map(|(token, key, payload)| Op::Deliver { token, key, payload }),
         1 => any::<u8>().prop_map(Op::Cancel),
         1 => Just(Op::Purge),
-        1 => (any::<u8>(), any::<bool>()).prop_map(|(run, fail)| Op::Resolve { run, fail }),
+        1 => (any::<u8>(), 0u8..3).prop_map(|(run, how)| Op::Resolve { run, how }),
         1 => (0..3u8).prop_map(Op::Register),
         2 => (0..3u8, prop::bool::weighted(0.2)).prop_map(|(worker, stale)| Op::Heartbeat { worker, stale }),
         4 => (0..3u8, 1..4u8, prop::bool::weighted(0.15)).prop_map(|(worker, max, stale)| Op::Claim { worker, max, stale }),
@@ -771,7 +771,7 @@ impl Harness {
                 check(&mut self.model, &call, &out, now)
             }
             Op::Pair(a, b) => Box::pin(self.pair(handle, a, b)).await,
-            Op::Resolve { run, fail } => {
+            Op::Resolve { run, how } => {
                 let blocked: Vec<RunId> = self
                     .model
                     .runs()
@@ -788,12 +788,15 @@ impl Harness {
                 } else {
                     self.run(*run)
                 };
-                let res = if *fail {
-                    Resolution::Fail {
+                let res = match how {
+                    0 => Resolution::Resume,
+                    1 => Resolution::Fail {
                         error: "operator".into(),
-                    }
-                } else {
-                    Resolution::Resume
+                    },
+                    _ => Resolution::Terminate {
+                        reason: "runaway".into(),
+                        by: "operator".into(),
+                    },
                 };
                 let r = st.resolve_blocked(&run, res.clone(), now).await;
                 self.note("resolve_blocked", &r);

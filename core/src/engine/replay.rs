@@ -489,7 +489,8 @@ impl Executor {
             Event::RunCompleted { .. }
             | Event::RunFailed { .. }
             | Event::RunCancelled
-            | Event::RunDenied { .. } => {
+            | Event::RunDenied { .. }
+            | Event::RunTerminated { .. } => {
                 self.ended = true;
             }
             Event::RunStarted { .. }

@@ -324,6 +324,16 @@ _, live = call("POST", "/v1/tools/deploy/calls", body={"session": "ops", CALL_ID
 call("POST", f"/v1/runs/{get(live['run'], 'run_id')}/cancel", body={"reason": "not today"}, expect=202)
 call("POST", f"/v1/runs/{deploy_run}/cancel", expect=200)
 call("POST", "/v1/runs/run-none/cancel", expect=404)
+# Terminate: a reason is required; a live run ends at once; an ended run is refused naming its status.
+_, doomed = call("POST", "/v1/tools/deploy/calls", body={"session": "ops", CALL_ID: "deploy-5", "input": {"service": "queue"}}, expect=201)
+doomed_run = get(doomed["run"], "run_id")
+call("POST", f"/v1/runs/{doomed_run}/terminate", body={}, expect=400)
+_, terminated = call("POST", f"/v1/runs/{doomed_run}/terminate", body={"reason": "stuck deploy"}, expect=200)
+assert isinstance(terminated["seq"], int), terminated
+assert run_status(doomed_run) == "failed", run_status(doomed_run)
+_, refused = call("POST", f"/v1/runs/{doomed_run}/terminate", body={"reason": "again"}, expect=409)
+assert refused["code"] == "not_live" and "failed" in refused["message"], refused
+call("POST", "/v1/runs/run-none/terminate", body={"reason": "none"}, expect=404)
 _, runs = call("GET", "/v1/runs?limit=50&order=newest", expect=200)
 assert any(r.get("outcome", {}).get("kind") == "failed" for r in runs["runs"]), runs
 call("GET", "/v1/runs", expect=200)

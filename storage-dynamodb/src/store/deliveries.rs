@@ -213,25 +213,13 @@ pub(super) async fn resolve_blocked(
 ) -> Result<u64, StoreError> {
     for _ in 0..MAX_ROUNDS {
         let h = store.header(run).await?;
-        if h.rec.status != RunStatus::Blocked {
-            return Err(StoreError::InvalidInput(format!(
-                "run {run} is {}, not blocked; only a blocked run can be resumed or failed this way",
-                h.rec.status.as_str()
-            )));
-        }
-        let events = match &resolution {
-            Resolution::Resume => vec![Event::RunResumed],
-            Resolution::Fail { error } => {
-                let mut events: Vec<Event> = pending_of(&h)
-                    .into_iter()
-                    .map(|request_id| Event::InputWithdrawn { request_id })
-                    .collect();
-                events.push(Event::RunFailed {
-                    error: error.clone(),
-                });
-                events
-            }
+        resolution.check(run, h.rec.status)?;
+        let pending = if resolution.withdraws() {
+            pending_of(&h)
+        } else {
+            Vec::new()
         };
+        let events = resolution.clone().events(pending);
         if let Ok(seq) = store.deliver(&h, &events, now, None, vec![]).await? {
             return Ok(seq);
         }
