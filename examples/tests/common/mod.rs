@@ -8,10 +8,10 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-pub const EVE: &str = env!("CARGO_BIN_EXE_eve");
+pub(crate) const EVE: &str = env!("CARGO_BIN_EXE_eve");
 
 /// `eve args…` in `dir` on its `eve.db`, with no `EVE_URL` / `EVE_KEY` from outside.
-pub fn eve(dir: &Path, args: &[&str]) -> Output {
+pub(crate) fn eve(dir: &Path, args: &[&str]) -> Output {
     Command::new(EVE)
         .args(args)
         .current_dir(dir)
@@ -25,7 +25,7 @@ pub fn eve(dir: &Path, args: &[&str]) -> Output {
 }
 
 /// Asserts success; stdout.
-pub fn ok(dir: &Path, args: &[&str]) -> String {
+pub(crate) fn ok(dir: &Path, args: &[&str]) -> String {
     let o = eve(dir, args);
     assert!(
         o.status.success(),
@@ -38,7 +38,7 @@ pub fn ok(dir: &Path, args: &[&str]) -> String {
 }
 
 /// Asserts failure with `code` and one line on stderr containing `needle`.
-pub fn fails(dir: &Path, args: &[&str], code: i32, needle: &str) -> String {
+pub(crate) fn fails(dir: &Path, args: &[&str], code: i32, needle: &str) -> String {
     let o = eve(dir, args);
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     assert_eq!(o.status.code(), Some(code), "eve {args:?}: {err}");
@@ -55,13 +55,13 @@ pub fn fails(dir: &Path, args: &[&str], code: i32, needle: &str) -> String {
 }
 
 /// A running `eve serve` on `dir`'s store; killed on drop.
-pub struct Served {
-    pub child: Child,
-    pub base: String,
+pub(crate) struct Served {
+    child: Child,
+    pub(crate) base: String,
 }
 
 impl Served {
-    pub fn start(dir: &Path) -> Self {
+    pub(crate) fn start(dir: &Path) -> Self {
         let mut child = Command::new(EVE)
             .args(["serve", "--listen", "127.0.0.1:0"])
             .current_dir(dir)
@@ -104,21 +104,21 @@ impl Drop for Served {
 }
 
 /// `text` with each `(remote, local)` id of `ids` written as the local one.
-pub fn as_local(text: &str, ids: &[(&str, &str)]) -> String {
+pub(crate) fn as_local(text: &str, ids: &[(&str, &str)]) -> String {
     ids.iter().fold(text.to_owned(), |t, (remote, local)| {
         t.replace(remote, local)
     })
 }
 
 /// The value of `field` in the first JSON line of `out`.
-pub fn first_field(out: &str, field: &str) -> String {
+pub(crate) fn first_field(out: &str, field: &str) -> String {
     let v: serde_json::Value = serde_json::from_str(out.lines().next().expect("a line")).unwrap();
     v[field].as_str().expect("a string field").to_owned()
 }
 
 /// Waits until the store's runs stop changing and `n` requests are pending: what both modes
 /// then read is the same state (the server's worker runs beside them).
-pub fn settle(d: &Path, n: usize) {
+pub(crate) fn settle(d: &Path, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut last = String::new();
     loop {
