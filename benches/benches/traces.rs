@@ -4,6 +4,11 @@
 //! processor exporting over HTTP to a receiver in this process). The target: the p50 (median)
 //! with export on within 10% of export off.
 //!
+//! Criterion measures export off, then export on. Because a busy machine can change between the
+//! two, `interleaved` then runs both servers side by side and alternates calls between them
+//! (`EVE_TRACES_ROUNDS` pairs, 1,000 by default), printing one JSON line with each side's p50
+//! and p90 and the ratio of the p50s: the figure the target is judged by.
+//!
 //! `cargo bench -p eve-benches --bench traces`.
 
 #![allow(missing_docs)] // criterion_group! generates undocumented items.
@@ -96,22 +101,7 @@ fn call_10_steps(c: &mut Criterion) {
             b.to_async(&rt).iter(|| {
                 let i = n.fetch_add(1, Ordering::Relaxed);
                 let (client, base) = (client.clone(), base.clone());
-                async move {
-                    let resp: serde_json::Value = client
-                        .post(format!("{base}/v1/tools/canned/calls?wait=30s"))
-                        .json(&serde_json::json!({
-                            "session": "bench",
-                            "callId": format!("call-{i}"),
-                            "input": {"steps": 10}
-                        }))
-                        .send()
-                        .await
-                        .expect("call")
-                        .json()
-                        .await
-                        .expect("body");
-                    assert_eq!(resp["settled"]["status"], "completed", "{resp}");
-                }
+                async move { call(&client, &base, i).await }
             })
         });
         rt.block_on(worker.shutdown());
@@ -123,5 +113,86 @@ fn call_10_steps(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, call_10_steps);
+/// One 10-step call through `base`, awaited until it settles.
+async fn call(client: &reqwest::Client, base: &str, i: u64) {
+    let resp: serde_json::Value = client
+        .post(format!("{base}/v1/tools/canned/calls?wait=30s"))
+        .json(&serde_json::json!({
+            "session": "bench",
+            "callId": format!("call-{i}"),
+            "input": {"steps": 10}
+        }))
+        .send()
+        .await
+        .expect("call")
+        .json()
+        .await
+        .expect("body");
+    assert_eq!(resp["settled"]["status"], "completed", "{resp}");
+}
+
+/// Export off and on side by side, calls alternating between them (which goes first alternates
+/// too), so both face the same load; prints the p50s and their ratio.
+fn interleaved(_: &mut Criterion) {
+    let rounds: u64 = std::env::var("EVE_TRACES_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000);
+    let rt = rt();
+    let exported = Arc::new(AtomicU64::new(0));
+    let otlp = rt.block_on(receiver(exported.clone()));
+    let client = reqwest::Client::new();
+    let (off_dir, on_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (off, off_worker, _) = rt.block_on(serve(&off_dir, None));
+    let (on, on_worker, sink) = rt.block_on(serve(&on_dir, Some(otlp.as_str())));
+    let (mut t_off, mut t_on) = (Vec::new(), Vec::new());
+    rt.block_on(async {
+        // Warm both (connections, SQLite pages, the exporter's first batch).
+        for i in 0..50 {
+            call(&client, &off, 1_000_000 + i).await;
+            call(&client, &on, 1_000_000 + i).await;
+        }
+        for i in 0..rounds {
+            let order = if i % 2 == 0 {
+                [false, true]
+            } else {
+                [true, false]
+            };
+            for export in order {
+                let (base, times) = if export {
+                    (&on, &mut t_on)
+                } else {
+                    (&off, &mut t_off)
+                };
+                let t = std::time::Instant::now();
+                call(&client, base, i).await;
+                times.push(t.elapsed());
+            }
+        }
+    });
+    rt.block_on(off_worker.shutdown());
+    rt.block_on(on_worker.shutdown());
+    if let Some(s) = sink {
+        s.shutdown(Duration::from_secs(5));
+    }
+    assert!(exported.load(Ordering::Relaxed) > 0, "spans were exported");
+    let q = |t: &mut Vec<Duration>, p: f64| {
+        t.sort();
+        t[((t.len() - 1) as f64 * p) as usize].as_secs_f64() * 1e3
+    };
+    let (off50, on50) = (q(&mut t_off, 0.5), q(&mut t_on, 0.5));
+    println!(
+        "{}",
+        serde_json::json!({
+            "bench": "traces/interleaved",
+            "rounds": rounds,
+            "export_off_ms": {"p50": off50, "p90": q(&mut t_off, 0.9)},
+            "export_on_ms": {"p50": on50, "p90": q(&mut t_on, 0.9)},
+            "p50_on_over_off": on50 / off50,
+            "exported_bytes": exported.load(Ordering::Relaxed),
+        })
+    );
+}
+
+criterion_group!(benches, call_10_steps, interleaved);
 criterion_main!(benches);

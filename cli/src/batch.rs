@@ -350,7 +350,21 @@ mod tests {
     async fn runs_ended_meanwhile_are_skipped() {
         let store = Arc::new(MemoryStore::new());
         let run = store
-            .create_run(eve_conformance::fixtures::new_run("batch"), Timestamp(0))
+            .create_run(
+                eve_core::NewRun {
+                    run_id: RunId::new("run-batch"),
+                    idempotency_key: None,
+                    workflow_id: eve_core::WorkflowId::new("batch::workflow"),
+                    deployment_id: eve_core::DeploymentId::new("d1"),
+                    tool: "batch_tool".into(),
+                    input: eve_core::Payload::from_json("{}").unwrap(),
+                    session_id: eve_core::SessionId::new("s"),
+                    call_id: eve_core::CallId::new("c"),
+                    execution: eve_core::Execution::Default,
+                    traceparent: None,
+                },
+                Timestamp(0),
+            )
             .await
             .unwrap()
             .run
