@@ -104,7 +104,7 @@ fn retry_and_reset_locally_and_remotely() {
         })
         .collect();
     ids.sort_unstable();
-    let mut want = vec![format!("{n1}:2"), format!("{n2}:2")];
+    let mut want = vec![format!("{n1}:1"), format!("{n2}:1")];
     want.sort_unstable();
     assert_eq!(ids, want, "{pending:?}");
 

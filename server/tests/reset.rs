@@ -122,7 +122,7 @@ async fn retry_and_reset_over_http() {
     );
     assert!(
         matches!(&nj[2].event, Event::InputRequested { request_id, .. }
-            if request_id == &RequestId::for_command(&new, 2)),
+            if request_id == &RequestId::for_command(&new, 1)),
         "{nj:?}"
     );
     // The run answer shows where it came from.
@@ -143,7 +143,7 @@ async fn retry_and_reset_over_http() {
     // Approved, it completes; plan_deploy recorded once (replayed, not executed again).
     store
         .answer(
-            &RequestId::for_command(&new, 2),
+            &RequestId::for_command(&new, 1),
             InputResponse::option("approve"),
             Timestamp::now(),
         )
