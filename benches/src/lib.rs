@@ -54,6 +54,7 @@ pub async fn claimed_runs(
             call_id: CallId::new(format!("call_{i}")),
             execution: Execution::Default,
             traceparent: None,
+            reset_from: None,
         };
         ids.push(store.create_run(run, now).await?.run.run_id);
     }

@@ -371,6 +371,40 @@ pub enum RunsCommand {
         #[command(flatten)]
         batch: BatchArgs,
     },
+    /// Run a failed run again as a new run from its journal: cut at the first attempt of the
+    /// step that failed it (that step gets all its attempts again; the steps completed before
+    /// it are replayed, not executed), or where its end begins when no step failed. The new
+    /// run is pinned to this binary's deployment when it has the workflow (a retry after a fix
+    /// runs the fixed code). Idempotent: the same retry again prints the same new run. The old
+    /// run and its journal are kept.
+    Retry {
+        /// The failed run.
+        run: String,
+        /// Pin the new run to this deployment instead.
+        #[arg(long, value_name = "ID")]
+        deployment: Option<String>,
+        /// JSON: `{"run", "created", "from": {"run", "seq"}, "copied"}`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Start a new run from an ended run's journal cut at seq SEQ (as Temporal's reset): its
+    /// events before SEQ are copied (request ids rewritten), the body replays them and goes on
+    /// from there; `eve journal RUN` shows the seqs. 1 runs the body from the start. The old
+    /// run and its journal are kept; the same reset again prints the same new run. A live run
+    /// is refused: terminate or cancel it first.
+    Reset {
+        /// The ended run.
+        run: String,
+        /// The cut: copy the events with 0 < seq < SEQ.
+        #[arg(long, value_name = "SEQ")]
+        to: u64,
+        /// Pin the new run to this deployment instead.
+        #[arg(long, value_name = "ID")]
+        deployment: Option<String>,
+        /// JSON: `{"run", "created", "from": {"run", "seq"}, "copied"}`.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// The filters of `eve runs list`, `eve runs cancel` and `eve runs terminate`.
@@ -605,6 +639,35 @@ async fn runs_action(
     .await
 }
 
+/// Prints what `eve runs retry|reset` did: the new run's id first.
+fn print_reset(r: &eve_core::ResetOutcome, json: bool, out: &mut dyn Write) {
+    let _ = if json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::json!({
+                "run": r.run.run_id,
+                "created": r.created,
+                "from": r.from,
+                "copied": r.copied,
+                "status": r.run.status,
+                "deployment": r.run.deployment_id,
+            })
+        )
+    } else {
+        writeln!(
+            out,
+            "{}\t{} from {} at seq {} ({} event(s) copied, deployment {})",
+            r.run.run_id,
+            if r.created { "new run" } else { "already made" },
+            r.from.run,
+            r.from.seq,
+            r.copied,
+            r.run.deployment_id
+        )
+    };
+}
+
 /// Where a command that reads or acts goes: the server of `--url`, else the store of
 /// `--store` (which must exist).
 async fn target(cli: &Cli) -> Result<Target, CliError> {
@@ -703,6 +766,47 @@ async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<
                 reason: reason.clone(),
             };
             runs_action(&cli, run.as_deref(), &action, batch, out).await
+        }
+        Command::Runs(RunsCommand::Retry {
+            run,
+            deployment,
+            json,
+        }) => {
+            let target = target(&cli).await?;
+            let deployment = deployment.clone().map(eve_core::DeploymentId::new);
+            let r = target
+                .reset(
+                    &eve_core::RunId::new(run),
+                    None,
+                    deployment.as_ref(),
+                    registry,
+                    now(),
+                )
+                .await
+                .map_err(CliError::at(format!("cannot retry {run}")))?;
+            print_reset(&r, *json, out);
+            Ok(())
+        }
+        Command::Runs(RunsCommand::Reset {
+            run,
+            to,
+            deployment,
+            json,
+        }) => {
+            let target = target(&cli).await?;
+            let deployment = deployment.clone().map(eve_core::DeploymentId::new);
+            let r = target
+                .reset(
+                    &eve_core::RunId::new(run),
+                    Some(*to),
+                    deployment.as_ref(),
+                    registry,
+                    now(),
+                )
+                .await
+                .map_err(CliError::at(format!("cannot reset {run}")))?;
+            print_reset(&r, *json, out);
+            Ok(())
         }
         Command::Runs(RunsCommand::Terminate {
             run,

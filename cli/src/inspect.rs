@@ -107,11 +107,16 @@ pub async fn runs_show(
         .iter()
         .rev()
         .find(|e| e.event.is_terminal() || matches!(e.event, Event::RunBlocked { .. }));
+    // A run started by a reset or retry names the run and the seq it was cut from.
+    let reset_from = events.first().and_then(|e| match &e.event {
+        Event::RunStarted { reset_from, .. } => reset_from.clone(),
+        _ => None,
+    });
     if json {
         let _ = writeln!(
             out,
             "{}",
-            serde_json::json!({ "run": r, "pending": pending, "outcome": outcome })
+            serde_json::json!({ "run": r, "pending": pending, "outcome": outcome, "reset_from": reset_from })
         );
         return Ok(());
     }
@@ -141,6 +146,13 @@ pub async fn runs_show(
     ];
     for (k, v) in lines {
         let _ = writeln!(out, "{k:<11} {v}");
+    }
+    if let Some(from) = &reset_from {
+        let _ = writeln!(
+            out,
+            "{:<11} {} at seq {} (a reset: its events before that seq were copied)",
+            "reset from", from.run, from.seq
+        );
     }
     for p in &pending {
         let _ = writeln!(out, "{:<11} {}", "pending", request_line(p));

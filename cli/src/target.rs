@@ -5,10 +5,12 @@
 
 use crate::remote::{segment, Remote, RemoteError};
 use crate::wire::from_api;
+use eve_core::{engine::Registry, DeploymentId};
 use eve_core::{
     AgentReply, ApiKey, CancelOutcome, Delivered, InputResponse, JournalStore, JournalStoreExt,
-    KeyScope, PendingRequest, RequestId, Resolution, RunFilter, RunId, RunQuery, RunRecord,
-    RunStatus, SessionId, SessionRecord, StoreError, StoredEvent, TerminateOutcome, Timestamp,
+    KeyScope, PendingRequest, RequestId, ResetOutcome, Resolution, RunFilter, RunId, RunQuery,
+    RunRecord, RunStatus, SessionId, SessionRecord, StoreError, StoredEvent, TerminateOutcome,
+    Timestamp,
 };
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
@@ -246,6 +248,63 @@ impl Target {
                     }
                     Err(e) => Err(e.into()),
                 }
+            }
+        }
+    }
+
+    /// Retries (`to: None`) or resets to `to` an ended run ([`JournalStoreExt::retry`],
+    /// [`JournalStoreExt::reset`]), pinning the new run to `deployment`, else (on the store)
+    /// to `registry`'s deployment when it has the run's workflow, else to the old run's; over
+    /// HTTP the server picks by its own registry the same way.
+    ///
+    /// # Errors
+    /// Not found, not ended, a bad cut; the store's or the server's.
+    pub async fn reset(
+        &self,
+        run: &RunId,
+        to: Option<u64>,
+        deployment: Option<&DeploymentId>,
+        registry: &Registry,
+        now: Timestamp,
+    ) -> Result<ResetOutcome> {
+        match self {
+            Target::Local(s) => {
+                let deployment = match deployment {
+                    Some(d) => d.clone(),
+                    None => {
+                        let old = s.get_run(run).await?;
+                        if registry.get(&old.workflow_id).is_some() {
+                            registry.deployment().clone()
+                        } else {
+                            old.deployment_id
+                        }
+                    }
+                };
+                Ok(match to {
+                    Some(to) => s.reset(run, to, &deployment, now).await?,
+                    None => s.retry(run, &deployment, now).await?,
+                })
+            }
+            Target::Remote(r) => {
+                let id = segment(run.as_str());
+                let mut body = serde_json::Map::new();
+                if let Some(d) = deployment {
+                    body.insert("deployment".into(), json!(d));
+                }
+                let path = match to {
+                    Some(to) => {
+                        body.insert("to".into(), json!(to));
+                        format!("/v1/runs/{id}/reset")
+                    }
+                    None => format!("/v1/runs/{id}/retry"),
+                };
+                let (_, v) = r.post(&path, &[], &Value::Object(body), None).await?;
+                Ok(ResetOutcome {
+                    run: field(r, v.clone(), "run")?,
+                    created: field(r, v.clone(), "created")?,
+                    from: field(r, v.clone(), "from")?,
+                    copied: field(r, v, "copied")?,
+                })
             }
         }
     }

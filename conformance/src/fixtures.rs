@@ -50,6 +50,7 @@ pub fn new_run(tag: &str) -> NewRun {
         call_id: CallId::new(unique("call")),
         execution: Execution::Default,
         traceparent: None,
+        reset_from: None,
     }
 }
 

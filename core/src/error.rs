@@ -88,6 +88,16 @@ pub enum StoreError {
         /// The run.
         run: RunId,
     },
+    /// The run has not ended, so it cannot be reset or retried (a reset copies an ended run's
+    /// journal into a new run; two live runs of one call would both act). Terminate or cancel
+    /// it first.
+    #[error("run {run} is {status}, not ended: terminate or cancel it first (`eve runs terminate`, `eve runs cancel`), then reset or retry it")]
+    RunNotEnded {
+        /// The run.
+        run: RunId,
+        /// Its status (`running` or `blocked`).
+        status: &'static str,
+    },
     /// The session was ended: it starts no new run and queues no message. Start a new
     /// session.
     #[error("session {session} has ended; it starts no new tool calls and takes no messages: start a new session")]

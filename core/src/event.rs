@@ -1,6 +1,6 @@
 //! The journal model: one append-only, totally ordered log of [`Event`]s per run.
 
-use crate::ids::{CallId, DeploymentId, RequestId, SessionId, WorkflowId};
+use crate::ids::{CallId, DeploymentId, RequestId, RunId, SessionId, WorkflowId};
 use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -578,6 +578,19 @@ impl InputResponse {
     }
 }
 
+/// Where a reset run came from: its `RunStarted` names the old run and the cut (see
+/// [`crate::JournalStoreExt::reset`]). The new run's journal holds the old run's events before
+/// `seq`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResetFrom {
+    /// The old run (its journal is kept as it was).
+    pub run: RunId,
+    /// The cut: the old run's events with `0 < seq < this` were copied.
+    pub seq: u64,
+}
+
 /// One journal entry. `cmd` is the body's command counter: the n-th durable operation it issued.
 ///
 /// Every change to the format (a new variant, a new field, even an optional one) needs a new
@@ -611,6 +624,11 @@ pub enum Event {
         /// its child. Absent from journals written before traces, and when there was none.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         traceparent: Option<String>,
+        /// Where this run was reset from ([`crate::JournalStoreExt::reset`]): the old run and
+        /// the seq its journal was cut at. Absent for every other run, and from journals
+        /// written before resets.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reset_from: Option<ResetFrom>,
     },
     /// A step attempt succeeded.
     StepCompleted {

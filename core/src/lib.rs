@@ -25,7 +25,7 @@ pub mod wrap;
 pub use error::StoreError;
 pub use event::{
     AgentReply, AgentRequest, ApprovalRequest, Display, Event, Execution, InputOption,
-    InputRequest, InputResponse, OptionStyle, Payload, StoredEvent, WebhookRequest,
+    InputRequest, InputResponse, OptionStyle, Payload, ResetFrom, StoredEvent, WebhookRequest,
     WebhookResponse, MASKED_TOKEN_CHARS,
 };
 pub use ids::{
@@ -38,9 +38,10 @@ pub use session::{
     QueuedMessage, SessionEnd, SessionEntry, SessionEvent, SessionRecord, ToolResult,
 };
 pub use store::{
-    check_limits, Append, Appended, CancelOutcome, CreatedRun, Delivered, Effects, FencingToken,
-    JournalStore, JournalStoreExt, Lease, NewRun, PendingRequest, Resolution, RunFilter, RunPage,
-    RunQuery, RunRecord, RunStatus, TerminateOutcome,
+    check_limits, reset_events, reset_limit, retry_point, Append, Appended, CancelOutcome,
+    CreatedRun, Delivered, Effects, FencingToken, JournalStore, JournalStoreExt, Lease, NewRun,
+    PendingRequest, ResetOutcome, Resolution, RunFilter, RunPage, RunQuery, RunRecord, RunStatus,
+    TerminateOutcome, RESET_LEASE_TTL,
 };
 pub use time::Timestamp;
 pub use trace::{CollectingSink, Span, TraceContext, TraceSink};

@@ -1,7 +1,9 @@
 //! The [`JournalStore`] contract that every backend implements, and the records it deals in.
 
 use crate::error::StoreError;
-use crate::event::{Event, Execution, InputRequest, InputResponse, Payload, StoredEvent};
+use crate::event::{
+    Event, Execution, InputRequest, InputResponse, Payload, ResetFrom, StoredEvent,
+};
 use crate::ids::{
     AppendId, CallId, DeploymentId, RequestId, RunId, SessionId, WorkerId, WorkflowId,
 };
@@ -102,6 +104,8 @@ pub struct NewRun {
     /// `_meta.traceparent`): the run's root span joins that trace. `None` starts a new trace.
     /// Ingresses keep only a well-formed value ([`crate::trace::TraceContext::parse`]).
     pub traceparent: Option<String>,
+    /// Where the run was reset from ([`JournalStoreExt::reset`]); `None` for every other start.
+    pub reset_from: Option<ResetFrom>,
 }
 
 impl NewRun {
@@ -123,6 +127,7 @@ impl NewRun {
             call_id: self.call_id.clone(),
             execution: self.execution,
             traceparent: self.traceparent.clone(),
+            reset_from: self.reset_from.clone(),
         }
     }
 
@@ -404,6 +409,183 @@ pub enum TerminateOutcome {
         status: RunStatus,
     },
 }
+
+/// The answer of [`JournalStoreExt::reset`] and [`JournalStoreExt::retry`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResetOutcome {
+    /// The new run, as the reset left it (on a repeat, as it is now).
+    pub run: RunRecord,
+    /// False when the same reset (same old run, same cut) was made before: `run` is the run it
+    /// made then, and nothing was written.
+    pub created: bool,
+    /// The old run and the cut.
+    pub from: ResetFrom,
+    /// How many of the old run's events the new run's journal holds after its `RunStarted`.
+    pub copied: u64,
+}
+
+/// The seq at which an ended run's end begins: its first `CancelRequested`, withdrawal
+/// (`InputWithdrawn`, written only by a cancel or in the append that ends a run) or end event
+/// (`RunCompleted`, `RunFailed`, `RunCancelled`, `RunDenied`, `RunTerminated`); the journal's
+/// length when it has none. A reset may cut at most here: what follows would cancel, withdraw
+/// from or end the new run.
+pub fn reset_limit(journal: &[StoredEvent]) -> u64 {
+    journal
+        .iter()
+        .find(|e| {
+            e.event.is_terminal()
+                || matches!(
+                    e.event,
+                    Event::CancelRequested { .. } | Event::InputWithdrawn { .. }
+                )
+        })
+        .map_or(journal.len() as u64, |e| e.seq)
+}
+
+/// Where [`JournalStoreExt::retry`] cuts a failed run's journal: at the first `StepFailed` of
+/// the last step whose final attempt failed (fatal, or its retries exhausted: `retry_at` is
+/// none) before the run's end, so that step gets all its attempts again and every step that
+/// completed before it is replayed, not executed; when no step failed that way, at
+/// [`reset_limit`] (the first event of the run's end), so the body runs again from where it
+/// failed. The run must have ended with `RunFailed` or `RunTerminated`.
+///
+/// # Errors
+/// `InvalidInput` when the run did not end failed or terminated (use a reset with an explicit
+/// cut).
+pub fn retry_point(run: &RunId, journal: &[StoredEvent]) -> Result<u64, StoreError> {
+    let limit = reset_limit(journal);
+    let end = journal.iter().find(|e| e.event.is_terminal());
+    if !matches!(
+        end.map(|e| &e.event),
+        Some(Event::RunFailed { .. } | Event::RunTerminated { .. })
+    ) {
+        let how = end.map_or("not ended", |e| e.event.kind());
+        return Err(StoreError::InvalidInput(format!(
+            "run {run} ended {how}: only a failed (or terminated) run can be retried; reset it to a chosen seq instead (`eve runs reset {run} --to SEQ`)"
+        )));
+    }
+    let before = &journal[..usize::try_from(limit)
+        .unwrap_or(usize::MAX)
+        .min(journal.len())];
+    let last = before.iter().rev().find_map(|e| match &e.event {
+        Event::StepFailed {
+            cmd,
+            retry_at: None,
+            ..
+        } => Some(*cmd),
+        _ => None,
+    });
+    Ok(match last {
+        Some(step) => before
+            .iter()
+            .find(|e| matches!(&e.event, Event::StepFailed { cmd, .. } if *cmd == step))
+            .map_or(limit, |e| e.seq),
+        None => limit,
+    })
+}
+
+/// The events a reset of `old` cut at `to` copies into the new run `new`, in order, after its
+/// `RunStarted`: the old run's events with `0 < seq < to`, with what names the old run
+/// rewritten to name the new one (request ids `"{old}:{cmd}"` and host-agent hook tokens
+/// `"agent:{old}:{key}"`), and without:
+/// - `RunBlocked` / `RunResumed` (the engine's and the operator's state, not the body's
+///   history: a copied `RunBlocked` would park the new run);
+/// - an `AgentStarted` whose child's result is not in the copy (the child was started for the
+///   old run and reports to it; the new run starts its own).
+///
+/// # Errors
+/// `InvalidInput` unless `1 <= to <= reset_limit(journal)`, naming the allowed range.
+pub fn reset_events(
+    old: &RunId,
+    new: &RunId,
+    journal: &[StoredEvent],
+    to: u64,
+) -> Result<Vec<Event>, StoreError> {
+    let limit = reset_limit(journal);
+    if to < 1 || to > limit {
+        return Err(StoreError::InvalidInput(format!(
+            "cannot reset run {old} to seq {to}: the cut must be between 1 (only RunStarted) and {limit} (where its end, cancel or withdrawals begin), inclusive"
+        )));
+    }
+    let prefix = &journal[1..usize::try_from(to).unwrap_or(usize::MAX).min(journal.len())];
+    let rebase_request = |id: &RequestId| match id.as_str().strip_prefix(&format!("{old}:")) {
+        Some(cmd) => RequestId::new(format!("{new}:{cmd}")),
+        None => id.clone(),
+    };
+    let agent_prefix = format!("agent:{old}:");
+    let answered_agents: std::collections::HashSet<u64> = prefix
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::HookReceived { cmd, .. } => Some(*cmd),
+            _ => None,
+        })
+        .collect();
+    let mut out = Vec::with_capacity(prefix.len());
+    for e in prefix {
+        let event = match &e.event {
+            Event::RunBlocked { .. } | Event::RunResumed => continue,
+            Event::AgentStarted { cmd, .. } if !answered_agents.contains(cmd) => continue,
+            Event::InputRequested {
+                cmd,
+                request_id,
+                request,
+            } => Event::InputRequested {
+                cmd: *cmd,
+                request_id: rebase_request(request_id),
+                request: request.clone(),
+            },
+            Event::InputAnswered {
+                request_id,
+                response,
+            } => Event::InputAnswered {
+                request_id: rebase_request(request_id),
+                response: response.clone(),
+            },
+            Event::HookCreated {
+                cmd,
+                token,
+                webhook,
+                respond_with,
+            } => Event::HookCreated {
+                cmd: *cmd,
+                token: match token.strip_prefix(&agent_prefix) {
+                    Some(key) => format!("agent:{new}:{key}"),
+                    None => token.clone(),
+                },
+                webhook: *webhook,
+                respond_with: respond_with.clone(),
+            },
+            other => other.clone(),
+        };
+        out.push(event);
+    }
+    Ok(out)
+}
+
+/// Splits `events` into appends within the per-append limits ([`MAX_EVENTS_PER_APPEND`],
+/// [`MAX_APPEND_PAYLOAD_BYTES`]), in order.
+fn append_chunks(events: Vec<Event>) -> Vec<Vec<Event>> {
+    let mut chunks: Vec<Vec<Event>> = Vec::new();
+    let mut bytes = 0;
+    for e in events {
+        let n = e.payload_bytes();
+        match chunks.last_mut() {
+            Some(c) if c.len() < MAX_EVENTS_PER_APPEND && bytes + n <= MAX_APPEND_PAYLOAD_BYTES => {
+                bytes += n;
+                c.push(e);
+            }
+            _ => {
+                bytes = n;
+                chunks.push(vec![e]);
+            }
+        }
+    }
+    chunks
+}
+
+/// How long the operator lease of a reset lives: a reset that dies halfway leaves its new run
+/// held this long at most (less: see [`JournalStoreExt::reset`]).
+pub const RESET_LEASE_TTL: Duration = Duration::from_secs(60);
 
 /// An operator's decision on a run: resume or fail a blocked one, terminate a live one.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -1452,6 +1634,83 @@ pub trait JournalStoreExt: JournalStore {
         }
     }
 
+    /// Resets an ended run to the cut `to` (Temporal's reset): starts a new run of the same
+    /// workflow, tool, input and session, pinned to `deployment` (pass the deployment that now
+    /// serves the tool, so a reset after a fix runs the new code), whose journal is its
+    /// `RunStarted` (naming the old run and the cut in `reset_from`) followed by the old run's
+    /// events with `0 < seq < to` as [`reset_events`] rewrites them. A worker then replays
+    /// that prefix (its steps are not executed again) and runs the body on from there. The old
+    /// run and its journal are kept as they were.
+    ///
+    /// - The new run's call id is `"{old call}~reset-{to}"`; its run id is fresh.
+    /// - **Idempotent**: the new run's idempotency key is `"reset:{old run}@{to}"`, so the same
+    ///   reset again (from any process, also after a crash) returns the run it made
+    ///   (`created: false`) and writes nothing.
+    /// - **No worker runs the new run before its copy is in**: the new run is created claimed
+    ///   by a short-lived operator worker (`reset:{new run}`, registered for [`RESET_LEASE_TTL`])
+    ///   and the copy is appended under that lease, in one fenced append (several when the copy
+    ///   exceeds the per-append limits); then the operator worker retires, which hands the run
+    ///   to the deployment's workers at once. A reset that dies halfway leaves the new run
+    ///   with its `RunStarted` and none, or (only for a copy of over
+    ///   [`MAX_EVENTS_PER_APPEND`] events) some, of the copy: a shorter prefix of the same
+    ///   history, which replays like a reset to an earlier cut; its lease expires and a worker
+    ///   takes it over.
+    /// - A copied request that was answered within the prefix is closed in the new run (not
+    ///   answerable); one still open is pending under the new run's request id. Hook tokens
+    ///   are copied (the old run released them when it ended); webhook URLs stay the same.
+    /// - When the copy cannot be written (a copied hook token is live again, for instance held
+    ///   by an earlier reset's run that is still running), the new run is ended failed with the
+    ///   reason, and the error is returned.
+    /// - Copied events carry the reset's time, not their first one: `ctx.now()` in the replayed
+    ///   part reads the time of the reset.
+    ///
+    /// # Errors
+    /// `NotFound` (no such run); `RunNotEnded` (the run is running or blocked: terminate or
+    /// cancel it first); `InvalidInput` (`to` outside `1..=`[`reset_limit`]); `SessionEnded`
+    /// (the old run's session was ended); backend faults.
+    async fn reset(
+        &self,
+        run: &RunId,
+        to: u64,
+        deployment: &DeploymentId,
+        now: Timestamp,
+    ) -> Result<ResetOutcome, StoreError> {
+        let old = self.get_run(run).await?;
+        if !old.status.is_terminal() {
+            return Err(StoreError::RunNotEnded {
+                run: run.clone(),
+                status: old.status.as_str(),
+            });
+        }
+        let journal = self.read_all(run, 0).await?;
+        reset_to(self, &old, &journal, to, deployment, now).await
+    }
+
+    /// Retries a failed run: [`reset`](Self::reset) to [`retry_point`] (the first attempt of
+    /// the step whose failure failed the run, else the start of the run's end), with the same
+    /// guarantees; idempotent like a reset to that cut.
+    ///
+    /// # Errors
+    /// As [`reset`](Self::reset); `InvalidInput` for a run that ended other than failed or
+    /// terminated (completed, cancelled, denied).
+    async fn retry(
+        &self,
+        run: &RunId,
+        deployment: &DeploymentId,
+        now: Timestamp,
+    ) -> Result<ResetOutcome, StoreError> {
+        let old = self.get_run(run).await?;
+        if !old.status.is_terminal() {
+            return Err(StoreError::RunNotEnded {
+                run: run.clone(),
+                status: old.status.as_str(),
+            });
+        }
+        let journal = self.read_all(run, 0).await?;
+        let to = retry_point(run, &journal)?;
+        reset_to(self, &old, &journal, to, deployment, now).await
+    }
+
     /// The last event of `run`'s journal as `run` (a record read before) knows it: for an
     /// ended run, the `RunCompleted`/`RunFailed`/`RunCancelled` that ended it.
     ///
@@ -1470,3 +1729,117 @@ pub trait JournalStoreExt: JournalStore {
 }
 
 impl<T: JournalStore + ?Sized> JournalStoreExt for T {}
+
+/// [`JournalStoreExt::reset`] once the old run was read and found ended.
+async fn reset_to<S: JournalStore + ?Sized>(
+    store: &S,
+    old: &RunRecord,
+    journal: &[StoredEvent],
+    to: u64,
+    deployment: &DeploymentId,
+    now: Timestamp,
+) -> Result<ResetOutcome, StoreError> {
+    let new_id = RunId::random();
+    let events = reset_events(&old.run_id, &new_id, journal, to)?;
+    let Some(Event::RunStarted {
+        input, traceparent, ..
+    }) = journal.first().map(|e| &e.event)
+    else {
+        return Err(StoreError::Corrupt {
+            run: old.run_id.clone(),
+            seq: 0,
+            reason: "the journal does not start with RunStarted".into(),
+        });
+    };
+    let from = ResetFrom {
+        run: old.run_id.clone(),
+        seq: to,
+    };
+    let new = NewRun {
+        run_id: new_id.clone(),
+        idempotency_key: Some(format!("reset:{}@{to}", old.run_id)),
+        workflow_id: old.workflow_id.clone(),
+        deployment_id: deployment.clone(),
+        tool: old.tool.clone(),
+        input: input.clone(),
+        session_id: old.session_id.clone(),
+        call_id: CallId::new(format!("{}~reset-{to}", old.call_id)),
+        execution: old.execution,
+        traceparent: traceparent.clone(),
+        reset_from: Some(from.clone()),
+    };
+    let copied = events.len() as u64;
+    let worker = WorkerId::new(format!("reset:{new_id}"));
+    let lease = store
+        .register_worker(&worker, deployment, RESET_LEASE_TTL, now)
+        .await?;
+    let created = match store.create_run_claimed(new, &lease, now).await {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = store.retire_worker(&lease, now).await;
+            return Err(e);
+        }
+    };
+    if !created.created {
+        let _ = store.retire_worker(&lease, now).await;
+        return Ok(ResetOutcome {
+            run: created.run,
+            created: false,
+            from,
+            copied,
+        });
+    }
+    let copy = async {
+        if created.run.owner != Some((lease.worker.clone(), lease.epoch)) {
+            return Err(StoreError::Other {
+                backend: store.backend(),
+                source: "create_run_claimed did not claim the new run: this store cannot reset runs safely (implement create_run_claimed)".into(),
+            });
+        }
+        let mut seq = 1;
+        for chunk in append_chunks(events) {
+            let appended = store
+                .append(Append {
+                    run: new_id.clone(),
+                    expected_seq: seq,
+                    lease: lease.clone(),
+                    append_id: AppendId::random(),
+                    events: chunk,
+                    now,
+                })
+                .await?;
+            seq = appended.next_seq;
+        }
+        Ok(())
+    };
+    let result = copy.await;
+    if let Err(e) = &result {
+        // The new run must not run a partial or empty history as if it were the whole one:
+        // end it failed, naming why.
+        let _ = store
+            .append(Append {
+                run: new_id.clone(),
+                expected_seq: store.get_run(&new_id).await.map_or(1, |r| r.next_seq),
+                lease: lease.clone(),
+                append_id: AppendId::random(),
+                events: vec![Event::RunFailed {
+                    error: format!(
+                        "[reset_failed] the reset of run {} to seq {to} could not copy its journal: {e}",
+                        old.run_id
+                    ),
+                }],
+                now,
+            })
+            .await;
+    }
+    // Retiring orphans the new run, so the deployment's workers claim it at once.
+    let retired = store.retire_worker(&lease, now).await;
+    result?;
+    retired?;
+    Ok(ResetOutcome {
+        run: store.get_run(&new_id).await?,
+        created: true,
+        from,
+        copied,
+    })
+}

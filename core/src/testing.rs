@@ -244,6 +244,7 @@ pub mod canned {
                     call_id: CallId::new(run.as_str()),
                     execution: Execution::Default,
                     traceparent: None,
+                    reset_from: None,
                 },
                 now,
             )

@@ -608,6 +608,7 @@ async fn recorded_journals_still_replay() {
             call_id,
             execution,
             traceparent,
+            reset_from,
         } = journal[0].event.clone()
         else {
             panic!("{name}: no RunStarted");
@@ -626,6 +627,7 @@ async fn recorded_journals_still_replay() {
                     call_id,
                     execution,
                     traceparent,
+                    reset_from,
                 },
                 journal[0].at,
             )

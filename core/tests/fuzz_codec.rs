@@ -41,6 +41,10 @@ fn samples() -> Vec<Event> {
             call_id: "c".into(),
             execution: Execution::Background,
             traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+            reset_from: Some(eve_core::ResetFrom {
+                run: RunId::new("run_0"),
+                seq: 4,
+            }),
         },
         Event::StepCompleted {
             cmd: 1,

@@ -337,6 +337,7 @@ mod tests {
                 call_id: CallId::new("c_1"),
                 execution: Execution::Background,
                 traceparent: None,
+                reset_from: None,
             },
         };
         let v = serde_json::to_value(Camel(&e)).unwrap();

@@ -122,6 +122,7 @@ impl From<StoreError> for ApiError {
             StoreError::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
             StoreError::AlreadyAnswered { .. } => (StatusCode::CONFLICT, "already_answered"),
             StoreError::SessionEnded { .. } => (StatusCode::CONFLICT, "session_ended"),
+            StoreError::RunNotEnded { .. } => (StatusCode::CONFLICT, "not_ended"),
             StoreError::Withdrawn { .. } | StoreError::RunEnded { .. } => {
                 (StatusCode::GONE, "withdrawn")
             }

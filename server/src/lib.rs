@@ -14,6 +14,7 @@
 //! | `GET /v1/runs` | read | runs, filtered (`session`, `status`, `tool`, `q` search, `since`/`until`), `order=newest`, paged (`limit`, `before` = the previous page's `next`), with `counts` by status |
 //! | `GET /v1/runs/{id}` | read | one run's record and journal |
 //! | `POST /v1/runs/{id}/cancel`, `…/resume`, `…/fail` | operate | cancel any run (`{"reason"}` optional); resume a blocked run; fail a blocked run with `{"error"}` |
+//! | `POST /v1/runs/{id}/retry`, `…/reset` | operate | start a new run from an ended run's journal: `retry` a failed run from the first attempt of the step that failed it (else from where its end begins), `reset` any ended run to `{"to": seq}` (its events before `to` are copied, request ids rewritten; the new run's `RunStarted` names the old run in `resetFrom`); pinned to this server's deployment when its registry has the workflow. 201 `{"run", "created", "from", "copied"}`, 200 when the same reset was made before (idempotent); 409 `not_ended` for a live run (terminate or cancel it first); 400 for a bad `to` or a run that did not fail (retry); 404 unknown |
 //! | `POST /v1/runs/{id}/terminate` | operate | end a live run at once with `{"reason", "by"?}` (no grace, no cleanup; `by` is the key's name when there is a key): 200 `{"seq"}`, 409 `not_live` for an ended run (the message names its status), 404 unknown |
 //! | `POST /v1/requests/{id}/answer` | answer | answers a request with `{"optionId": …}` or `{"text": …}`; the journal records the key's name as `answeredBy` (none with [`ServerConfig::insecure_no_auth`]) |
 //! | `POST /v1/agents/{id}/result` | answer | reports a subagent call's result, `{"output": …}` (checked against the call's `outputSchema`: 422 naming the path, nothing recorded) or `{"error": …}`, once (the same again is a duplicate, another 409, after the run ended 410) |
@@ -346,6 +347,8 @@ fn build(state: AppState, shutdown: watch::Receiver<bool>) -> Router {
         .route("/v1/runs/{id}/resume", post(runs::resume))
         .route("/v1/runs/{id}/fail", post(runs::fail))
         .route("/v1/runs/{id}/terminate", post(runs::terminate))
+        .route("/v1/runs/{id}/retry", post(runs::retry))
+        .route("/v1/runs/{id}/reset", post(runs::reset))
         .route("/v1/sessions/{id}/messages", post(turns::message))
         .route("/v1/sessions/{id}/turn", get(turns::turn))
         .route(

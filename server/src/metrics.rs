@@ -7,6 +7,7 @@
 //! | `eve_webhook_deliveries_total` | counter | `outcome`: delivered, duplicate, unknown, refused, failed |
 //! | `eve_answers_total` | counter | `outcome`: accepted, duplicate, refused; `surface`: http (an `Authorization: Bearer` key: the API, the remote CLI), page (the page's cookie) |
 //! | `eve_terminates_total` | counter | `outcome`: terminated, not_live (the run had ended: nothing written); `surface`: http, page |
+//! | `eve_resets_total` | counter | `kind`: retry, reset; `outcome`: created, repeated (the same reset was made before: nothing written), not_ended (a live run), refused (a bad cut, a run that did not fail, a failed copy); `surface`: http, page |
 //! | `eve_call_settle_seconds` | histogram | `tool`, `outcome` (completed, failed, cancelled, denied): from a call's start (its run's creation) to the end event that settles it |
 //! | `eve_runs` | gauge, read at scrape | `status` |
 //! | `eve_pending_requests` | gauge, read at scrape | — |
@@ -20,7 +21,11 @@
 //! MCP elicitation answers (the MCP endpoint answers through the store) and in-process
 //! `Session` answers. Terminates likewise: counted by the server whose route
 //! (`POST /v1/runs/{id}/terminate`, which the remote `eve runs terminate` uses) wrote them; `eve
-//! runs terminate` without `--url` writes to the store directly and is not. Call-to-settle latency is observed when this process's worker writes a
+//! runs terminate` without `--url` writes to the store directly and is not. Retries and resets
+//! likewise: counted by the server whose route (`POST /v1/runs/{id}/retry`, `…/reset`, which the
+//! remote `eve runs retry|reset` use) made them, whichever surface (http, page) called it; `eve
+//! runs retry|reset` without `--url` writes to the store directly and is not counted.
+//! Call-to-settle latency is observed when this process's worker writes a
 //! run's end event (from the worker's `activation` span and its end log line), so it counts
 //! every call a worker settles, whichever surface started or answered it; a run ended without
 //! a worker (`eve runs fail` of a blocked run, a session ended with a blocked run) is not
@@ -69,6 +74,7 @@ pub struct Metrics {
     webhooks: Family<Labels, Counter>,
     answers: Family<Labels, Counter>,
     terminates: Family<Labels, Counter>,
+    resets: Family<Labels, Counter>,
     settle: Family<Labels, Histogram>,
     runs: Family<Labels, Gauge>,
     pending: Gauge,
@@ -95,6 +101,7 @@ impl Default for Metrics {
         let webhooks = Family::<Labels, Counter>::default();
         let answers = Family::<Labels, Counter>::default();
         let terminates = Family::<Labels, Counter>::default();
+        let resets = Family::<Labels, Counter>::default();
         let settle = Family::<Labels, Histogram>::new_with_constructor(
             settle_histogram as fn() -> Histogram,
         );
@@ -123,6 +130,11 @@ impl Default for Metrics {
             "eve_terminates",
             "Operator terminates by outcome",
             terminates.clone(),
+        );
+        registry.register(
+            "eve_resets",
+            "Operator retries and resets of ended runs by kind and outcome",
+            resets.clone(),
         );
         registry.register(
             "eve_call_settle_seconds",
@@ -161,6 +173,7 @@ impl Default for Metrics {
             webhooks,
             answers,
             terminates,
+            resets,
             settle,
             runs,
             pending,
@@ -204,6 +217,17 @@ impl Metrics {
     pub(crate) fn terminate(&self, outcome: &'static str, surface: Surface) {
         self.terminates
             .get_or_create(&vec![
+                ("outcome", outcome.to_owned()),
+                ("surface", surface.as_str().to_owned()),
+            ])
+            .inc();
+    }
+
+    /// Counts a retry or reset (`kind`) by outcome and surface.
+    pub(crate) fn reset(&self, kind: &'static str, outcome: &'static str, surface: Surface) {
+        self.resets
+            .get_or_create(&vec![
+                ("kind", kind.to_owned()),
                 ("outcome", outcome.to_owned()),
                 ("surface", surface.as_str().to_owned()),
             ])

@@ -52,6 +52,8 @@ const COOKIE: &str = "cookie";
         crate::runs::resume,
         crate::runs::fail,
         crate::runs::terminate,
+        crate::runs::retry,
+        crate::runs::reset,
         crate::session::answer,
         crate::session::cancel,
         crate::session::end,
@@ -100,6 +102,7 @@ struct ApiDoc;
 #[openapi(components(schemas(
     eve_core::ApiKey,
     eve_core::RunRecord,
+    eve_core::ResetFrom,
     eve_core::StoredEvent,
     eve_core::PendingRequest,
     eve_core::SessionEntry,

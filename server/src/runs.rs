@@ -10,8 +10,9 @@ use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use eve_core::{
-    check_client_id, Event, JournalStoreExt, Resolution, RunFilter, RunId, RunQuery, RunRecord,
-    RunStatus, SessionId, StoredEvent, TerminateOutcome, Timestamp,
+    check_client_id, DeploymentId, Event, JournalStoreExt, ResetFrom, ResetOutcome, Resolution,
+    RunFilter, RunId, RunQuery, RunRecord, RunStatus, SessionId, StoreError, StoredEvent,
+    TerminateOutcome, Timestamp,
 };
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -419,6 +420,189 @@ pub(crate) async fn terminate(
             ))
         }
     }
+}
+
+/// The body of `POST /v1/runs/{id}/reset`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ResetBody {
+    /// The cut: the old run's events with `0 < seq < to` are copied (1: only `RunStarted`).
+    to: u64,
+    /// The deployment to pin the new run to (default: this server's, when its registry has the
+    /// run's workflow; else the old run's).
+    deployment: Option<String>,
+}
+
+/// The body of `POST /v1/runs/{id}/retry` (optional).
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RetryBody {
+    /// As in a reset.
+    deployment: Option<String>,
+}
+
+/// The answer of a retry or reset: the new run and where it came from.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct ResetAnswer {
+    /// The new run's record.
+    #[schema(value_type = RunRecord)]
+    run: Camel<RunRecord>,
+    /// False when the same reset (same run, same cut) was made before: `run` is that run and
+    /// nothing was written.
+    created: bool,
+    /// The old run and the cut.
+    from: ResetFrom,
+    /// How many of the old run's events the new run's journal holds after its `RunStarted`.
+    copied: u64,
+}
+
+/// The deployment a retry or reset pins its new run to: the one asked for, else this server's
+/// when its registry has the run's workflow (so a retry after a fix runs the fixed code), else
+/// the old run's.
+async fn reset_deployment(
+    inner: &Inner,
+    run: &RunId,
+    asked: Option<String>,
+) -> Result<DeploymentId, ApiError> {
+    if let Some(d) = asked.filter(|d| !d.trim().is_empty()) {
+        return Ok(DeploymentId::new(d));
+    }
+    let old = inner.store.get_run(run).await?;
+    Ok(match &inner.registry {
+        Some(r) if r.get(&old.workflow_id).is_some() => r.deployment().clone(),
+        _ => old.deployment_id,
+    })
+}
+
+/// Answers a retry or reset, counting it.
+fn reset_answer(
+    inner: &Inner,
+    kind: &'static str,
+    surface: crate::metrics::Surface,
+    result: Result<ResetOutcome, StoreError>,
+) -> Result<Response, ApiError> {
+    match result {
+        Ok(out) => {
+            let status = if out.created {
+                inner.metrics.reset(kind, "created", surface);
+                inner.wrote();
+                axum::http::StatusCode::CREATED
+            } else {
+                inner.metrics.reset(kind, "repeated", surface);
+                axum::http::StatusCode::OK
+            };
+            let answer = ResetAnswer {
+                run: Camel(out.run),
+                created: out.created,
+                from: out.from,
+                copied: out.copied,
+            };
+            Ok((status, Json(answer)).into_response())
+        }
+        Err(e) => {
+            let outcome = match &e {
+                StoreError::RunNotEnded { .. } => "not_ended",
+                StoreError::NotFound { .. } => return Err(e.into()),
+                _ => "refused",
+            };
+            inner.metrics.reset(kind, outcome, surface);
+            Err(e.into())
+        }
+    }
+}
+
+/// Retry a failed run.
+///
+/// `POST /v1/runs/{id}/retry` (operate), body optional `{"deployment"?}`: starts a new run of
+/// the same tool, input and session from the failed run's journal, cut at the first attempt of
+/// the step whose last attempt failed (so that step gets all its attempts again and the steps
+/// completed before it are replayed, not executed), or, when no step failed, where the run's
+/// end begins ([`eve_core::retry_point`]). The new run is pinned to this server's deployment
+/// when its registry has the workflow, so a retry after a fix runs the fixed code. Idempotent:
+/// the same retry again answers the same run. 201 with the new run; 200 when it was made
+/// before; 409 `not_ended` for a live run (terminate or cancel it first); 400 `invalid_input`
+/// for a run that did not fail; 404 unknown.
+#[utoipa::path(
+    post,
+    path = "/v1/runs/{id}/retry",
+    operation_id = "retryRun",
+    tag = "runs",
+    params(("id" = String, Path, description = "The failed run")),
+    request_body(content = Option<RetryBody>, description = "Optional `{\"deployment\": \"v2\"}`"),
+    responses(
+        (status = 201, description = "The new run", body = ResetAnswer),
+        (status = 200, description = "The same retry was made before: its run, nothing written", body = ResetAnswer),
+        (status = 400, description = "`invalid_input`: the run did not fail (reset it instead)", body = crate::error::ErrorBody),
+        (status = 404, description = "No such run", body = crate::error::ErrorBody),
+        (status = 409, description = "`not_ended`: the run is live; terminate or cancel it first", body = crate::error::ErrorBody),
+    ),
+    security(("bearer" = ["operate"])),
+)]
+pub(crate) async fn retry(
+    State(inner): State<Arc<Inner>>,
+    headers: axum::http::HeaderMap,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = crate::error::body(&inner, body)?;
+    let body: RetryBody = if body.iter().all(u8::is_ascii_whitespace) {
+        RetryBody::default()
+    } else {
+        crate::error::json_object(&body, "{\"deployment\": \"v2\"} (optional)")?
+    };
+    let surface = crate::metrics::Surface::of(&headers);
+    let run = RunId::new(id);
+    let deployment = reset_deployment(&inner, &run, body.deployment).await?;
+    let result = inner
+        .store
+        .retry(&run, &deployment, inner.clock.now())
+        .await;
+    reset_answer(&inner, "retry", surface, result)
+}
+
+/// Reset an ended run to a seq.
+///
+/// `POST /v1/runs/{id}/reset` (operate) with `{"to": seq, "deployment"?}`: starts a new run of
+/// the same tool, input and session whose journal is the old run's events before `to` (request
+/// ids rewritten to the new run's; its `RunStarted` names the old run and the cut in
+/// `resetFrom`), as Temporal's reset; the old run and its journal are kept. `to` is 1 (run the
+/// body from the start) up to where the old run's end, cancel or withdrawals begin.
+/// Idempotent per (run, `to`). 201 with the new run; 200 when it was made before; 409
+/// `not_ended` for a live run (terminate or cancel it first); 400 `invalid_input` for a `to`
+/// outside the range (the message names it); 404 unknown.
+#[utoipa::path(
+    post,
+    path = "/v1/runs/{id}/reset",
+    operation_id = "resetRun",
+    tag = "runs",
+    params(("id" = String, Path, description = "The ended run")),
+    request_body(content = ResetBody, description = "`{\"to\": 5}`: copy the events before seq 5"),
+    responses(
+        (status = 201, description = "The new run", body = ResetAnswer),
+        (status = 200, description = "The same reset was made before: its run, nothing written", body = ResetAnswer),
+        (status = 400, description = "`malformed` (no `to`) or `invalid_input`: `to` out of range", body = crate::error::ErrorBody),
+        (status = 404, description = "No such run", body = crate::error::ErrorBody),
+        (status = 409, description = "`not_ended`: the run is live; terminate or cancel it first", body = crate::error::ErrorBody),
+    ),
+    security(("bearer" = ["operate"])),
+)]
+pub(crate) async fn reset(
+    State(inner): State<Arc<Inner>>,
+    headers: axum::http::HeaderMap,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = crate::error::body(&inner, body)?;
+    let body: ResetBody =
+        crate::error::json_object(&body, "{\"to\": seq, \"deployment\": \"v2\" (optional)}")?;
+    let surface = crate::metrics::Surface::of(&headers);
+    let run = RunId::new(id);
+    let deployment = reset_deployment(&inner, &run, body.deployment).await?;
+    let result = inner
+        .store
+        .reset(&run, body.to, &deployment, inner.clock.now())
+        .await;
+    reset_answer(&inner, "reset", surface, result)
 }
 
 /// Resume a blocked run.

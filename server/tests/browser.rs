@@ -935,6 +935,7 @@ async fn seed(store: &std::sync::Arc<dyn eve_core::JournalStore>, template: &eve
                         call_id: CallId::new(format!("call-{i}")),
                         execution: Execution::Default,
                         traceparent: None,
+                        reset_from: None,
                     },
                     &lease,
                     at,

@@ -269,6 +269,7 @@ async fn a_full_disk_refuses_writes_with_503_storage_full_while_reads_work() {
             call_id: eve_core::CallId::new("c"),
             execution: eve_core::Execution::Default,
             traceparent: None,
+            reset_from: None,
         };
         match store.create_run(new, eve_core::Timestamp::now()).await {
             Ok(_) => assert!(n < 100_000, "1 MiB never filled"),

@@ -60,6 +60,7 @@ fn new_run(name: &str, execution: Execution) -> NewRun {
         call_id: CallId::new(format!("call-{}", uuid::Uuid::new_v4().simple())),
         execution,
         traceparent: None,
+        reset_from: None,
     }
 }
 

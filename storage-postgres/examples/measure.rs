@@ -33,6 +33,7 @@ fn new_run(i: usize, dep: &DeploymentId) -> NewRun {
         call_id: CallId::new(format!("c{i}")),
         execution: Execution::Default,
         traceparent: None,
+        reset_from: None,
     }
 }
 

@@ -38,6 +38,7 @@ fn new_run(i: usize) -> NewRun {
         call_id: CallId::new(format!("call-{i}-{}", RunId::random())),
         execution: Execution::Default,
         traceparent: None,
+        reset_from: None,
     }
 }
 

@@ -33,6 +33,7 @@ fn new_run(id: &str, session: &str, execution: Execution) -> NewRun {
         call_id: CallId::new(format!("call-{id}")),
         execution,
         traceparent: None,
+        reset_from: None,
     }
 }
 

@@ -25,6 +25,7 @@ fn new_run(id: &str) -> NewRun {
         call_id: CallId::new(format!("call-{id}")),
         execution: Execution::Default,
         traceparent: None,
+        reset_from: None,
     }
 }
 

@@ -12,6 +12,7 @@ pub mod leases;
 pub mod limits;
 pub mod persistence;
 pub mod reads;
+pub mod resets;
 pub mod retention;
 pub mod sequences;
 pub mod sessions;

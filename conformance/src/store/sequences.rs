@@ -562,6 +562,7 @@ impl Harness {
                         Execution::Default
                     },
                     traceparent: None,
+                    reset_from: None,
                 };
                 Some(Call::Create(new))
             }

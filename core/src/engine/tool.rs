@@ -632,6 +632,7 @@ pub fn tool_call_run(
         call_id: call.clone(),
         execution: t.execution,
         traceparent: None,
+        reset_from: None,
     })
 }
 

@@ -334,6 +334,21 @@ assert run_status(doomed_run) == "failed", run_status(doomed_run)
 _, refused = call("POST", f"/v1/runs/{doomed_run}/terminate", body={"reason": "again"}, expect=409)
 assert refused["code"] == "not_live" and "failed" in refused["message"], refused
 call("POST", "/v1/runs/run-none/terminate", body={"reason": "none"}, expect=404)
+# Retry and reset: a live run is refused (terminate or cancel it first); a bad cut is a 400; a
+# retry of the terminated run starts a new run linked to it; the same cut again answers it (200).
+_, alive = call("POST", "/v1/tools/deploy/calls", body={"session": "ops", CALL_ID: "deploy-6", "input": {"service": "cache"}}, expect=201)
+alive_run = get(alive["run"], "run_id")
+_, refused = call("POST", f"/v1/runs/{alive_run}/reset", body={"to": 1}, expect=409)
+assert refused["code"] == "not_ended" and "terminate" in refused["message"], refused
+call("POST", f"/v1/runs/{alive_run}/retry", expect=409)
+call("POST", f"/v1/runs/{doomed_run}/reset", body={"to": 999}, expect=400)
+call("POST", f"/v1/runs/{doomed_run}/reset", body={}, expect=400)
+_, retried = call("POST", f"/v1/runs/{doomed_run}/retry", body={}, expect=201)
+assert retried["created"] is True and retried["from"]["run"] == doomed_run, retried
+_, again = call("POST", f"/v1/runs/{doomed_run}/reset", body={"to": retried["from"]["seq"]}, expect=200)
+assert again["created"] is False and again["run"]["runId"] == retried["run"]["runId"], again
+call("POST", "/v1/runs/run-none/retry", expect=404)
+call("POST", "/v1/runs/run-none/reset", body={"to": 1}, expect=404)
 _, runs = call("GET", "/v1/runs?limit=50&order=newest", expect=200)
 assert any(r.get("outcome", {}).get("kind") == "failed" for r in runs["runs"]), runs
 call("GET", "/v1/runs", expect=200)

@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::types::TransactWriteItem;
 use eve_core::codec::{encode_batch, FORMAT_VERSION};
 use eve_core::{
     check_limits, Append, Appended, CreatedRun, Effects, Event, InputRequest, InputResponse,
-    JournalStore, NewRun, RequestId, RunId, SessionEntry, StoreError, Timestamp,
+    JournalStore, Lease, NewRun, RequestId, RunId, SessionEntry, StoreError, Timestamp,
 };
 
 impl DynamoStore {
@@ -325,12 +325,28 @@ impl DynamoStore {
 pub(super) async fn create_run(
     store: &DynamoStore,
     new: NewRun,
+    lease: Option<&Lease>,
     now: Timestamp,
 ) -> Result<CreatedRun, StoreError> {
     new.validate()?;
     let key_s = new.key();
+    // Eager start: the new run names the lease as its owner when the lease is valid now. A
+    // lease that lapses between this read and the commit only leaves the run orphaned, which
+    // makes it claimable at once (contract clause 5), as a lapse after the commit would.
+    let owner = match lease {
+        Some(l) => store
+            .worker(l.worker.as_str())
+            .await?
+            .filter(|w| w.valid(l.epoch, now))
+            .map(|_| (l.worker.clone(), l.epoch)),
+        None => None,
+    };
     for _ in 0..MAX_ROUNDS {
-        let record = new.record(now);
+        let mut record = new.record(now);
+        if owner.is_some() {
+            record.owner = owner.clone();
+            record.activations = 1;
+        }
         let h = Header {
             rec: record.clone(),
             ver: 1,

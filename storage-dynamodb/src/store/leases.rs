@@ -33,7 +33,7 @@ pub(super) struct WorkerInfo {
 impl WorkerInfo {
     /// Whether the lease of `epoch` is valid at `now` (contract: not retired, the current
     /// epoch, not expired).
-    fn valid(&self, epoch: u64, now: Timestamp) -> bool {
+    pub(super) fn valid(&self, epoch: u64, now: Timestamp) -> bool {
         !self.retired && self.epoch == epoch && self.expires_at > now.millis()
     }
 

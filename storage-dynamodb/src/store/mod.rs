@@ -315,7 +315,16 @@ impl JournalStore for DynamoStore {
     }
 
     async fn create_run(&self, new: NewRun, now: Timestamp) -> Result<CreatedRun, StoreError> {
-        commit::create_run(self, new, now).await
+        commit::create_run(self, new, None, now).await
+    }
+
+    async fn create_run_claimed(
+        &self,
+        new: NewRun,
+        lease: &Lease,
+        now: Timestamp,
+    ) -> Result<CreatedRun, StoreError> {
+        commit::create_run(self, new, Some(lease), now).await
     }
 
     async fn end_session(
