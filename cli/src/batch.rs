@@ -362,6 +362,7 @@ mod tests {
                     call_id: eve_core::CallId::new("c"),
                     execution: eve_core::Execution::Default,
                     traceparent: None,
+                    reset_from: None,
                 },
                 Timestamp(0),
             )

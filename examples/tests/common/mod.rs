@@ -1,6 +1,6 @@
 //! What the tests that drive the `eve` binary share: running it on a directory's store with
 //! nothing from the environment, and a served store to point `--url` at.
-#![allow(dead_code, unreachable_pub)] // each test crate uses its own part
+#![allow(dead_code)] // each test crate uses its own part
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
