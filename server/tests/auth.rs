@@ -113,6 +113,27 @@ fn routes() -> Vec<Route> {
         ),
         r(
             Method::POST,
+            "/v1/runs/run-none/terminate",
+            KeyScope::Operate,
+            Some(json!({ "reason": "stuck" })),
+            404,
+        ),
+        r(
+            Method::POST,
+            "/v1/runs/run-none/retry",
+            KeyScope::Operate,
+            None,
+            404,
+        ),
+        r(
+            Method::POST,
+            "/v1/runs/run-none/reset",
+            KeyScope::Operate,
+            Some(json!({ "to": 1 })),
+            404,
+        ),
+        r(
+            Method::POST,
             "/v1/runs/run-none/fail",
             KeyScope::Operate,
             Some(json!({ "error": "x" })),

@@ -26,6 +26,9 @@ const FIELDS: &[&str] = &[
     "output",
     "error",
     "reason",
+    "by",
+    "to",
+    "deployment",
     "input",
     "sessionId",
     "callId",
@@ -122,6 +125,8 @@ fn valid_bodies() -> Vec<Value> {
         json!({"text": "ok"}),
         json!({"output": {"facts": ["a"]}}),
         json!({"reason": "stop"}),
+        json!({"reason": "stuck", "by": "ops"}),
+        json!({"to": 2}),
         json!({"error": "no"}),
         json!({"input": {"service": "api"}, "sessionId": "s-fuzz", "callId": "c"}),
         json!({"message": {"text": "hi"}}),
@@ -163,7 +168,7 @@ async fn fuzzed_json_bodies_never_500_and_accepted_ones_stay_usable() {
     let client = reqwest::Client::new();
     // Calls parked on their asks, so ids in the routes name live things.
     let mut runs = Vec::new();
-    for i in 0..3 {
+    for i in 0..4 {
         runs.push(
             start(
                 &store,
@@ -197,6 +202,10 @@ async fn fuzzed_json_bodies_never_500_and_accepted_ones_stay_usable() {
         format!("/v1/runs/{run}/cancel"),
         format!("/v1/runs/{run}/resume"),
         format!("/v1/runs/{}/fail", runs[2]),
+        // Terminated by the first accepted body; then retried and reset from.
+        format!("/v1/runs/{}/terminate", runs[3]),
+        format!("/v1/runs/{}/retry", runs[3]),
+        format!("/v1/runs/{}/reset", runs[3]),
         "/v1/sessions/s-fuzz/messages".into(),
         "/v1/keys".into(),
         "/v1/keys/nope/revoke".into(),
