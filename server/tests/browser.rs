@@ -681,7 +681,9 @@ async fn timeline_and_operator_actions_from_the_page() {
     // code, its waterfall has the run and its one step attempt.
     browser.goto(&server.url(&format!("/runs/{broken}"))).await;
     browser
-        .find(&format!(r#"#run-page[data-run="{broken}"][data-status="blocked"]"#))
+        .find(&format!(
+            r#"#run-page[data-run="{broken}"][data-status="blocked"]"#
+        ))
         .await;
     let p = page(&broken);
     browser
@@ -705,12 +707,17 @@ async fn timeline_and_operator_actions_from_the_page() {
         .find_by("xpath", &format!(r#"{p}//li[@data-kind="RunResumed"]"#))
         .await;
     browser
-        .find_by("xpath", &format!(r#"({p}//li[@data-kind="RunBlocked"])[2]"#))
+        .find_by(
+            "xpath",
+            &format!(r#"({p}//li[@data-kind="RunBlocked"])[2]"#),
+        )
         .await;
     // Fail with an error typed into the dialog.
     confirm(&browser, "fail", Some("given up from the page")).await;
     browser
-        .find(&format!(r#"#run-page[data-run="{broken}"][data-status="failed"]"#))
+        .find(&format!(
+            r#"#run-page[data-run="{broken}"][data-status="failed"]"#
+        ))
         .await;
     let failed = journal(&store, &broken).await;
     assert!(failed.iter().any(|e| matches!(
@@ -739,9 +746,13 @@ async fn timeline_and_operator_actions_from_the_page() {
     );
     // The retry blocks as its original did; terminate it. The dialog wants a reason.
     browser
-        .find(&format!(r#"#run-page[data-run="{retried}"][data-status="blocked"]"#))
+        .find(&format!(
+            r#"#run-page[data-run="{retried}"][data-status="blocked"]"#
+        ))
         .await;
-    let button = browser.find(r#"#run-page button[data-action="terminate"]"#).await;
+    let button = browser
+        .find(r#"#run-page button[data-action="terminate"]"#)
+        .await;
     browser.click(&button).await;
     browser.find("dialog#confirm[open]").await;
     let yes = browser.find("#confirm-yes").await;
@@ -752,7 +763,9 @@ async fn timeline_and_operator_actions_from_the_page() {
     browser.type_into(&input, "stuck in a loop").await;
     browser.click(&yes).await;
     browser
-        .find(&format!(r#"#run-page[data-run="{retried}"][data-status="failed"]"#))
+        .find(&format!(
+            r#"#run-page[data-run="{retried}"][data-status="failed"]"#
+        ))
         .await;
     assert!(journal(&store, &retried).await.iter().any(|e| matches!(
         &e.event,
@@ -760,9 +773,7 @@ async fn timeline_and_operator_actions_from_the_page() {
     )));
     // Terminating it again is refused by the route: the page shows the route's words.
     browser
-        .js(&format!(
-            "act('{retried}', 'terminate'); return true"
-        ))
+        .js(&format!("act('{retried}', 'terminate'); return true"))
         .await;
     let input = browser.find("dialog#confirm[open] #confirm-input").await;
     browser.type_into(&input, "again").await;
@@ -784,11 +795,15 @@ async fn timeline_and_operator_actions_from_the_page() {
     // confirming cancels it.
     browser.goto(&server.url(&format!("/runs/{deploy}"))).await;
     browser
-        .find(&format!(r#"#run-page[data-run="{deploy}"][data-status="running"]"#))
+        .find(&format!(
+            r#"#run-page[data-run="{deploy}"][data-status="running"]"#
+        ))
         .await;
     assert_eq!(bar_types(&browser).await, json!(["run", "step", "ask"]));
     browser.screenshot("view-run-waiting.png").await;
-    let cancel = browser.find(r#"#run-page button[data-action="cancel"]"#).await;
+    let cancel = browser
+        .find(r#"#run-page button[data-action="cancel"]"#)
+        .await;
     browser.click(&cancel).await;
     let back = browser.find("dialog#confirm[open] #confirm-no").await;
     browser.screenshot("view-run-confirm.png").await;
@@ -801,7 +816,9 @@ async fn timeline_and_operator_actions_from_the_page() {
     );
     confirm(&browser, "cancel", Some("not today")).await;
     browser
-        .find(&format!(r#"#run-page[data-run="{deploy}"][data-status="cancelled"]"#))
+        .find(&format!(
+            r#"#run-page[data-run="{deploy}"][data-status="cancelled"]"#
+        ))
         .await;
     assert_eq!(
         store.get_run(&deploy).await.unwrap().status,
@@ -833,7 +850,9 @@ async fn bar_types(browser: &Browser) -> Value {
 /// (replacing what is there) and confirms.
 async fn confirm(browser: &Browser, action: &str, text: Option<&str>) {
     let button = browser
-        .find(&format!(r#"#run-page button[data-action="{action}"]:not([disabled])"#))
+        .find(&format!(
+            r#"#run-page button[data-action="{action}"]:not([disabled])"#
+        ))
         .await;
     browser.click(&button).await;
     browser.find("dialog#confirm[open]").await;
@@ -1372,7 +1391,14 @@ async fn every_view_by_deep_link_navigation_sign_in_and_scopes() {
     let admin = eve_server::create_key(&*store, "ops-admin", eve_core::KeyScope::Admin, now)
         .await
         .unwrap();
-    let done = start(&store, "s-nav", "call-1", "deploy", json!({ "service": "api" })).await;
+    let done = start(
+        &store,
+        "s-nav",
+        "call-1",
+        "deploy",
+        json!({ "service": "api" }),
+    )
+    .await;
     parked(&store, &done).await;
     let request = store
         .pending_requests(&eve_core::SessionId::new("s-nav"))
@@ -1389,7 +1415,14 @@ async fn every_view_by_deep_link_navigation_sign_in_and_scopes() {
         )
         .await
         .unwrap();
-    let waiting = start(&store, "s-nav", "call-2", "deploy", json!({ "service": "web" })).await;
+    let waiting = start(
+        &store,
+        "s-nav",
+        "call-2",
+        "deploy",
+        json!({ "service": "web" }),
+    )
+    .await;
     parked(&store, &waiting).await;
     let _other = start(&store, "s-other", "call-1", "report", json!({ "steps": 2 })).await;
 
@@ -1398,7 +1431,10 @@ async fn every_view_by_deep_link_navigation_sign_in_and_scopes() {
     for path in ["/", "/runs", &format!("/runs/{done}")] {
         browser.goto(&server.url(path)).await;
         let lead = browser.find("#signin:not([hidden]) #signin-lead").await;
-        assert!(browser.text(&lead).await.starts_with("Sign in with an API key"));
+        assert!(browser
+            .text(&lead)
+            .await
+            .starts_with("Sign in with an API key"));
         let body = browser.js("return document.body.innerText").await;
         let body = body.as_str().unwrap();
         assert!(!body.contains("No runs yet"), "{path}: {body}");
@@ -1431,7 +1467,13 @@ async fn every_view_by_deep_link_navigation_sign_in_and_scopes() {
         .await;
     browser.type_into(&input, &reader.text).await;
     browser.click(&submit).await;
-    browser.find(r#"#who[data-scope="read"]:not([hidden])"#).await;
+    browser
+        .find(r#"#who[data-scope="read"]:not([hidden])"#)
+        .await;
+    browser.goto(&server.url("/requests")).await;
+    browser
+        .find(r#"#who[data-scope="read"]:not([hidden])"#)
+        .await;
     let name = browser.find("#who-name").await;
     assert_eq!(browser.text(&name).await, "reader");
     let keys_link = browser.find("#nav-keys").await;
@@ -1441,10 +1483,15 @@ async fn every_view_by_deep_link_navigation_sign_in_and_scopes() {
         "no Keys for a read key"
     );
     let approve = browser
-        .find(&format!(r#".card[data-request^="{waiting}"] button[data-option="approve"]"#))
+        .find(&format!(
+            r#".card[data-request^="{waiting}"] button[data-option="approve"]"#
+        ))
         .await;
     assert_eq!(browser.attr(&approve, "disabled").await, "true");
-    assert!(browser.attr(&approve, "title").await.contains("scope answer"));
+    assert!(browser
+        .attr(&approve, "title")
+        .await
+        .contains("scope answer"));
     browser.find("#req-scope-note:not([hidden])").await;
     browser.screenshot("view-requests-read-key.png").await;
     browser.goto(&server.url(&format!("/runs/{waiting}"))).await;
@@ -1474,25 +1521,52 @@ async fn every_view_by_deep_link_navigation_sign_in_and_scopes() {
     browser.type_into(&input, &admin.text).await;
     let submit = browser.find("#signin-submit").await;
     browser.click(&submit).await;
-    browser.find(r#"#who[data-scope="admin"]:not([hidden])"#).await;
+    browser
+        .find(r#"#who[data-scope="admin"]:not([hidden])"#)
+        .await;
     let views = [
-        ("/", "requests", format!(r#"#requests .card[data-request^="{waiting}"]"#), "view-requests.png"),
-        ("/requests", "requests", "#requests .card".to_owned(), "view-requests-deep.png"),
-        ("/runs", "runs", format!(r#"#runs tr[data-run="{done}"] td.status-completed"#), "view-runs.png"),
+        (
+            "/",
+            "requests",
+            format!(r#"#requests .card[data-request^="{waiting}"]"#),
+            "view-requests.png",
+        ),
+        (
+            "/requests",
+            "requests",
+            "#requests .card".to_owned(),
+            "view-requests-deep.png",
+        ),
+        (
+            "/runs",
+            "runs",
+            format!(r#"#runs tr[data-run="{done}"] td.status-completed"#),
+            "view-runs.png",
+        ),
         (
             &format!("/runs/{done}"),
             "run",
             format!(r#"#run-page[data-run="{done}"][data-status="completed"] .waterfall"#),
             "view-run.png",
         ),
-        ("/sessions", "sessions", r#"#sessions-list tr[data-session="s-nav"]"#.to_owned(), "view-sessions.png"),
+        (
+            "/sessions",
+            "sessions",
+            r#"#sessions-list tr[data-session="s-nav"]"#.to_owned(),
+            "view-sessions.png",
+        ),
         (
             "/sessions/s-nav",
             "session",
             format!(r#"#session-page[data-session="s-nav"] #session-runs tr[data-run="{done}"]"#),
             "view-session.png",
         ),
-        ("/keys", "keys", format!(r#"#keys-list tr[data-key="{}"]"#, reader.record.id), "view-keys.png"),
+        (
+            "/keys",
+            "keys",
+            format!(r#"#keys-list tr[data-key="{}"]"#, reader.record.id),
+            "view-keys.png",
+        ),
     ];
     for (path, view, css, shot) in &views {
         browser.goto(&server.url(path)).await;
@@ -1500,7 +1574,9 @@ async fn every_view_by_deep_link_navigation_sign_in_and_scopes() {
         browser.find(css).await;
         if *view == "session" {
             browser
-                .find(&format!(r#"#session-requests .card[data-request^="{waiting}"]"#))
+                .find(&format!(
+                    r#"#session-requests .card[data-request^="{waiting}"]"#
+                ))
                 .await;
         }
         // Nothing is wider than the window: no horizontal scroll.
@@ -1520,12 +1596,37 @@ async fn every_view_by_deep_link_navigation_sign_in_and_scopes() {
     browser
         .find(&format!(r#"#run-page[data-run="{done}"] .waterfall"#))
         .await;
-    assert_eq!(bar_types(&browser).await, json!(["run", "step", "ask", "step"]));
+    assert_eq!(
+        bar_types(&browser).await,
+        json!(["run", "step", "ask", "step"])
+    );
+    // A run whose first step failed and was retried, and that slept: the failed attempt, the
+    // wait before its retry, the attempt that passed, the sleep and the last step.
+    let retried = seed_retried_run(&store, &done).await;
+    browser.goto(&server.url(&format!("/runs/{retried}"))).await;
+    browser
+        .find(&format!(r#"#run-page[data-run="{retried}"] .waterfall"#))
+        .await;
+    assert_eq!(
+        bar_types(&browser).await,
+        json!(["run", "step-failed", "retry", "step", "sleep", "step"])
+    );
+    let widths = browser
+        .js("return [...document.querySelectorAll('#run-page .wf-row')].map(r => r.querySelector('.wf-dur').textContent.split(' ')[0] + ' ' + r.querySelector('.wf-dur').textContent.split(' ')[1])")
+        .await;
+    assert_eq!(
+        widths,
+        json!(["3.3 s", "100 ms", "500 ms", "300 ms", "2.0 s", "200 ms"]),
+        "each bar says its duration"
+    );
+    browser.screenshot("view-run-retries.png").await;
+    browser.goto(&server.url(&format!("/runs/{done}"))).await;
+    browser
+        .find(&format!(r#"#run-page[data-run="{done}"] .waterfall"#))
+        .await;
     let raw = browser.find("#raw-events summary").await;
     browser.click(&raw).await;
-    browser
-        .find(r#"#raw-events[open] tr[data-seq="0"]"#)
-        .await;
+    browser.find(r#"#raw-events[open] tr[data-seq="0"]"#).await;
     browser.screenshot("view-run-raw.png").await;
 
     // Navigation: Requests → Runs → a run → its session → back → Keys, without reloading.
@@ -1534,7 +1635,10 @@ async fn every_view_by_deep_link_navigation_sign_in_and_scopes() {
     for (css, view) in [
         (r#"header nav a[data-nav="runs"]"#.to_owned(), "runs"),
         (format!(r#"#runs a[data-run-link="{done}"]"#), "run"),
-        (r#"#run-page .run-meta a[href="/sessions/s-nav"]"#.to_owned(), "session"),
+        (
+            r#"#run-page .run-meta a[href="/sessions/s-nav"]"#.to_owned(),
+            "session",
+        ),
     ] {
         let link = browser.find(&css).await;
         browser.click(&link).await;
@@ -1568,4 +1672,110 @@ async fn every_view_by_deep_link_navigation_sign_in_and_scopes() {
     browser.quit().await;
     worker.shutdown().await;
     server.stop().await;
+}
+
+/// Writes a run of `template`'s workflow straight into the store, as a worker would have: its
+/// step `fetch` fails at +100 ms and is retried at +600 ms, passing at +900 ms; it sleeps from
+/// +1 s to +3 s, runs `store` until +3.2 s and completes at +3.3 s.
+async fn seed_retried_run(
+    store: &std::sync::Arc<dyn eve_core::JournalStore>,
+    template: &eve_core::RunId,
+) -> eve_core::RunId {
+    use eve_core::{
+        Append, AppendId, CallId, Event, Execution, NewRun, Payload, RunId, SessionId, Timestamp,
+        WorkerId,
+    };
+    let record = store.get_run(template).await.unwrap();
+    let base = Timestamp::now().0 - 60_000;
+    let lease = store
+        .register_worker(
+            &WorkerId::new("retry-seeder"),
+            &record.deployment_id,
+            std::time::Duration::from_secs(600),
+            Timestamp(base),
+        )
+        .await
+        .unwrap();
+    let run = RunId::new("run-retried-by-hand");
+    store
+        .create_run_claimed(
+            NewRun {
+                run_id: run.clone(),
+                idempotency_key: None,
+                workflow_id: record.workflow_id.clone(),
+                deployment_id: record.deployment_id.clone(),
+                tool: "deploy".into(),
+                input: Payload::from_value(&json!({ "service": "search" })).unwrap(),
+                session_id: SessionId::new("s-nav"),
+                call_id: CallId::new("call-retried"),
+                execution: Execution::Default,
+                traceparent: None,
+                reset_from: None,
+            },
+            &lease,
+            Timestamp(base),
+        )
+        .await
+        .unwrap();
+    let out = |v: Value| Payload::from_value(&v).unwrap();
+    let steps = vec![
+        (
+            100,
+            Event::StepFailed {
+                cmd: 0,
+                name: "fetch".into(),
+                attempt: 1,
+                error: "timed out".into(),
+                fatal: false,
+                retry_at: Some(Timestamp(base + 600)),
+            },
+        ),
+        (
+            900,
+            Event::StepCompleted {
+                cmd: 0,
+                name: "fetch".into(),
+                attempt: 2,
+                output: out(json!("fetched")),
+            },
+        ),
+        (
+            1000,
+            Event::SleepScheduled {
+                cmd: 1,
+                wake_at: Timestamp(base + 3000),
+            },
+        ),
+        (3000, Event::SleepFired { cmd: 1 }),
+        (
+            3200,
+            Event::StepCompleted {
+                cmd: 2,
+                name: "store".into(),
+                attempt: 1,
+                output: out(json!("stored")),
+            },
+        ),
+        (
+            3300,
+            Event::RunCompleted {
+                output: out(json!({ "deployed": true })),
+            },
+        ),
+    ];
+    for (seq, (at, event)) in steps.into_iter().enumerate() {
+        store
+            .append(Append {
+                run: run.clone(),
+                expected_seq: seq as u64 + 1,
+                lease: lease.clone(),
+                append_id: AppendId::random(),
+                events: vec![event],
+                now: Timestamp(base + at),
+            })
+            .await
+            .unwrap();
+    }
+    store.retire_worker(&lease, Timestamp::now()).await.unwrap();
+    run
 }
