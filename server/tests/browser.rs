@@ -1336,6 +1336,36 @@ async fn three_thousand_pending_requests_among_ten_thousand_runs_load_and_answer
         .await;
     assert_eq!(cards, 200, "a second page of requests");
 
+    // The runs, 50 a page: Older shows the next 50, Newer the first again.
+    browser.js("navigate('/runs'); return true").await;
+    browser.find(r#"body[data-view="runs"]"#).await;
+    let first = browser
+        .js("return document.querySelector('#runs tr.run').dataset.run")
+        .await;
+    browser.screenshot("page-scale-runs.png").await;
+    let older = browser.find("#more:not([hidden])").await;
+    browser.click(&older).await;
+    let second = browser
+        .js_async(
+            "const done = arguments[0]; const t = Date.now();
+             (function poll() { const rows = [...document.querySelectorAll('#runs tr.run')].map(r => r.dataset.run);
+               if (document.getElementById('page-no').textContent === 'page 2' || Date.now() - t > 20000)
+                 done({ rows: rows.length, first: rows[0], page: document.getElementById('page-no').textContent });
+               else setTimeout(poll, 50); })();",
+        )
+        .await;
+    assert_eq!(second["page"], "page 2", "{second}");
+    assert_eq!(second["rows"], 50, "{second}");
+    assert_ne!(
+        second["first"], first,
+        "the second page has other runs: {second}"
+    );
+    let newer = browser.find("#newer:not([disabled])").await;
+    browser.click(&newer).await;
+    browser
+        .find_by("xpath", r#"//span[@id="page-no" and text()="page 1"]"#)
+        .await;
+
     let ready_ms = load["ready"].as_f64().unwrap();
     let answer_ms = answered["ms"].as_f64().unwrap();
     let completed_ms = completed.as_f64().unwrap();
