@@ -349,6 +349,50 @@ pub(crate) async fn sign_out() -> Response {
         .into_response()
 }
 
+/// Who the page is signed in as: `GET /v1/auth/session`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Whoami {
+    /// The key's name; null when the server runs without keys (`insecure_no_auth`).
+    name: Option<String>,
+    /// The key's id (the 12 hex digits after `eve_`); null without keys.
+    key_id: Option<String>,
+    /// What the key may do (`admin` when the server runs without keys).
+    #[schema(value_type = KeyScope)]
+    scope: KeyScope,
+}
+
+/// Who is signed in.
+///
+/// `GET /v1/auth/session` (read): the name, id and scope of the key the request carries (the
+/// page's cookie or a bearer key), so the page can say who is signed in and offer only what the
+/// scope allows; 401 without a usable key. Without keys (`insecure_no_auth`) the name and id are
+/// null and the scope is `admin`.
+#[utoipa::path(
+    get,
+    path = "/v1/auth/session",
+    operation_id = "whoami",
+    tag = "auth",
+    responses(
+        (status = 200, description = "The signed-in key's name, id and scope", body = Whoami),
+    ),
+    security(("bearer" = ["read"])),
+)]
+pub(crate) async fn whoami(key: Option<axum::Extension<ApiKey>>) -> Json<Whoami> {
+    Json(match key {
+        Some(axum::Extension(k)) => Whoami {
+            name: Some(k.name),
+            key_id: Some(k.id),
+            scope: k.scope,
+        },
+        None => Whoami {
+            name: None,
+            key_id: None,
+            scope: KeyScope::Admin,
+        },
+    })
+}
+
 /// The body of `POST /v1/keys`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -28,7 +28,9 @@
 //! | `POST /v1/sessions/{id}/tasks/{task}/cancel` | operate | `task_cancel` of the session's task; 404 not its task, 409 `not_a_task` for a default-execution call |
 //! | `GET /v1/keys`, `POST /v1/keys`, `POST /v1/keys/{id}/revoke` | admin | list, create (`{"name", "scope"}`; the key is in the answer only) and revoke API keys |
 //! | `POST /v1/auth/session`, `DELETE /v1/auth/session` | (the key in the body) | signs the page in with `{"key": …}` (an HttpOnly, SameSite=Strict cookie), signs it out |
+//! | `GET /v1/auth/session` | read | who is signed in: the key's `name`, `keyId` and `scope` |
 //! | `GET /` | none | a page for a person: sign in with a key, then pending requests to answer, live updates, the runs and their journals |
+//! | `GET /requests`, `/runs`, `/runs/{id}`, `/sessions`, `/sessions/{id}`, `/keys` | none | the same page, opened at that view (deep links) |
 //! | `GET /metrics` | read | Prometheus text format (see [`Metrics`]) |
 //! | `GET /healthz`, `GET /readyz` | none | the process answers; the store answers (within 1 s, else 503) |
 //! | `GET /v1/openapi.json` | none | the OpenAPI 3.1 description of every route above (generated from the handlers and their types by utoipa) |
@@ -334,6 +336,7 @@ fn build(state: AppState, shutdown: watch::Receiver<bool>) -> Router {
         .route("/metrics", get(metrics::scrape))
         .route("/v1/tools", get(calls::list))
         .route("/v1/agents", get(requests::list_agents))
+        .route("/v1/auth/session", get(auth::whoami))
         .route_layer(scope(KeyScope::Read));
     let answer = Router::new()
         .route("/v1/requests/{id}/answer", post(session::answer))
@@ -383,6 +386,12 @@ fn build(state: AppState, shutdown: watch::Receiver<bool>) -> Router {
         .merge(read)
         .merge(acts)
         .route("/", get(page::index))
+        .route("/requests", get(page::requests))
+        .route("/runs", get(page::runs))
+        .route("/runs/{id}", get(page::run))
+        .route("/sessions", get(page::sessions))
+        .route("/sessions/{id}", get(page::session))
+        .route("/keys", get(page::keys))
         .route("/v1/openapi.json", get(openapi::document))
         .route("/healthz", get(health::alive))
         .route("/readyz", get(health::ready))

@@ -68,7 +68,7 @@ impl Browser {
                     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                     "--no-first-run", "--disable-background-networking",
                     "--disable-component-update", "--disable-sync",
-                    "--window-size=1200,900",
+                    "--window-size=1400,900",
                     format!("--user-data-dir={}", profile.path().display()),
                 ]
             }
@@ -180,6 +180,15 @@ impl Browser {
         let png = self.cmd("GET", "/screenshot", Value::Null).await;
         let bytes = base64_decode(png.as_str().unwrap());
         std::fs::write(Path::new(&dir).join(name), bytes).expect("write screenshot");
+    }
+
+    /// The page's path (`location.pathname`).
+    async fn current_path(&self) -> String {
+        self.js("return location.pathname")
+            .await
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
     }
 
     async fn quit(self) {
@@ -398,20 +407,27 @@ async fn clicking_approve_in_chromium_completes_the_run() {
     browser
         .find(&format!(r#"tr[data-run="{run}"] td.status-completed"#))
         .await;
-    // Its journal opens on a click and ends with RunCompleted.
-    let row = browser.find(&format!(r#"tr[data-run="{run}"]"#)).await;
-    browser.click(&row).await;
+    // Runs in the navigation, then the run's link: its page, whose journal ends with
+    // RunCompleted and whose waterfall has a bar per step attempt and one for the ask.
+    let nav = browser.find(r#"header nav a[data-nav="runs"]"#).await;
+    browser.click(&nav).await;
+    browser.find(r#"body[data-view="runs"]"#).await;
+    let link = browser
+        .find(&format!(r#"#runs a[data-run-link="{run}"]"#))
+        .await;
+    browser.click(&link).await;
+    let page = format!(r#"//div[@id="run-page" and @data-run="{run}"]"#);
     browser
         .find_by(
             "xpath",
             &format!(
-                r#"//tr[@data-journal="{run}"]//li[starts-with(., "RunCompleted") and contains(., "deploy.example")]"#
+                r#"{page}//li[starts-with(., "RunCompleted") and contains(., "deploy.example")]"#
             ),
         )
         .await;
     let asked = browser
         .find(&format!(
-            r#"tr[data-journal="{run}"] li[data-kind="InputRequested"][data-answered-by="browser"]"#
+            r#"#run-page[data-run="{run}"] li[data-kind="InputRequested"][data-answered-by="browser"]"#
         ))
         .await;
     let asked = browser.text(&asked).await;
@@ -420,10 +436,30 @@ async fn clicking_approve_in_chromium_completes_the_run() {
         .find_by(
             "xpath",
             &format!(
-                r#"//tr[@data-journal="{run}"]//li[@data-kind="InputAnswered" and contains(., "approve by browser")]"#
+                r#"{page}//li[@data-kind="InputAnswered" and contains(., "approve by browser")]"#
             ),
         )
         .await;
+    let bars = browser
+        .js(&format!(
+            "return [...document.querySelectorAll('#run-page[data-run=\"{run}\"] .wf-row')].map(r => r.dataset.bar + (r.dataset.bar === 'ask' ? '' : ' ' + r.dataset.barName))"
+        ))
+        .await;
+    assert_eq!(
+        bars,
+        json!([
+            format!("run {run}"),
+            "step plan_deploy",
+            "ask",
+            "step apply_deploy"
+        ]),
+        "the waterfall: the run, each step attempt and the ask"
+    );
+    assert_eq!(
+        browser.current_path().await,
+        format!("/runs/{run}"),
+        "the run page has its own address"
+    );
     browser.screenshot("page-after.png").await;
 
     let record = store.get_run(&run).await.unwrap();
@@ -556,6 +592,9 @@ async fn one_tab_answers_the_7th_and_8th_of_eight_sessions() {
         );
     }
     // Filters narrow the runs table in the server; the chips count by status.
+    let nav = browser.find(r#"header nav a[data-nav="runs"]"#).await;
+    browser.click(&nav).await;
+    browser.find(r#"body[data-view="runs"]"#).await;
     browser
         .find(r#"#counts span[data-count="completed"]"#)
         .await;
@@ -636,109 +675,205 @@ async fn timeline_and_operator_actions_from_the_page() {
     )
     .await;
     let browser = Browser::start().await;
-    browser.goto(&server.url("/")).await;
-    let accept = |text: Option<&'static str>| {
-        let browser = &browser;
-        async move {
-            if let Some(t) = text {
-                browser
-                    .cmd("POST", "/alert/text", json!({ "text": t }))
-                    .await;
-            }
-            browser.cmd("POST", "/alert/accept", json!({})).await;
-        }
-    };
+    let page = |run: &eve_core::RunId| format!(r#"//div[@id="run-page" and @data-run="{run}"]"#);
 
-    // The broken run is parked as blocked; its timeline names the step and the panic's code.
-    let row = browser
-        .find(&format!(r#"tr[data-run="{broken}"] td.status-blocked"#))
+    // The broken run's page, by deep link: blocked, its journal names the step and the panic's
+    // code, its waterfall has the run and its one step attempt.
+    browser.goto(&server.url(&format!("/runs/{broken}"))).await;
+    browser
+        .find(&format!(
+            r#"#run-page[data-run="{broken}"][data-status="blocked"]"#
+        ))
         .await;
-    let outcome = browser
-        .find(&format!(r#"tr[data-run="{broken}"] td.outcome.has-error"#))
-        .await;
-    assert_eq!(browser.text(&outcome).await, "EVE-PANIC-001");
-    browser.click(&row).await;
-    let timeline = format!(r#"//tr[@data-journal="{broken}"]"#);
+    let p = page(&broken);
     browser
         .find_by(
             "xpath",
-            &format!(r#"{timeline}//li[@data-kind="StepCompleted" and contains(., "step check done, attempt 1")]"#),
-        )
-        .await;
-    browser
-        .find_by(
-            "xpath",
-            &format!(r#"{timeline}//li[@data-kind="RunBlocked" and contains(@class, "has-error") and contains(., "EVE-")]"#),
-        )
-        .await;
-    browser.screenshot("page-timeline.png").await;
-    // Resume (confirmed): it runs again and blocks again; then Fail with a reason.
-    let resume = browser
-        .find_by(
-            "xpath",
-            &format!(r#"{timeline}//button[@data-action="resume"]"#),
-        )
-        .await;
-    browser.click(&resume).await;
-    accept(None).await;
-    browser
-        .find_by(
-            "xpath",
-            &format!(r#"{timeline}//li[@data-kind="RunResumed"]"#),
+            &format!(r#"{p}//li[@data-kind="StepCompleted" and contains(., "step check done, attempt 1")]"#),
         )
         .await;
     browser
         .find_by(
             "xpath",
-            &format!(r#"({timeline}//li[@data-kind="RunBlocked"])[2]"#),
+            &format!(r#"{p}//li[@data-kind="RunBlocked" and contains(@class, "has-error") and contains(., "EVE-")]"#),
         )
         .await;
-    let fail = browser
-        .find_by(
-            "xpath",
-            &format!(r#"{timeline}//button[@data-action="fail"]"#),
-        )
-        .await;
-    browser.click(&fail).await;
-    accept(Some("given up from the page")).await;
-    browser
-        .find(&format!(r#"tr[data-run="{broken}"] td.status-failed"#))
-        .await;
-    // The runs table says how it came out.
-    let outcome = browser
-        .find(&format!(r#"tr[data-run="{broken}"] td.outcome"#))
-        .await;
-    assert_eq!(browser.text(&outcome).await, "given up from the page");
-    // Cancel the deploy call parked on its ask.
-    let row = browser
-        .find(&format!(r#"tr[data-run="{deploy}"] td.status-running"#))
-        .await;
-    browser.click(&row).await;
-    let cancel = browser
-        .find_by(
-            "xpath",
-            &format!(r#"//tr[@data-journal="{deploy}"]//button[@data-action="cancel"]"#),
-        )
-        .await;
-    browser.click(&cancel).await;
-    accept(None).await;
-    browser
-        .find(&format!(r#"tr[data-run="{deploy}"] td.status-cancelled"#))
-        .await;
-    browser.screenshot("page-actions.png").await;
+    assert_eq!(bar_types(&browser).await, json!(["run", "step"]));
+    browser.screenshot("view-run-blocked.png").await;
 
+    // Resume, confirmed in the dialog: it runs again and blocks again.
+    confirm(&browser, "resume", None).await;
+    browser
+        .find_by("xpath", &format!(r#"{p}//li[@data-kind="RunResumed"]"#))
+        .await;
+    browser
+        .find_by(
+            "xpath",
+            &format!(r#"({p}//li[@data-kind="RunBlocked"])[2]"#),
+        )
+        .await;
+    // Fail with an error typed into the dialog.
+    confirm(&browser, "fail", Some("given up from the page")).await;
+    browser
+        .find(&format!(
+            r#"#run-page[data-run="{broken}"][data-status="failed"]"#
+        ))
+        .await;
     let failed = journal(&store, &broken).await;
     assert!(failed.iter().any(|e| matches!(
         &e.event,
         eve_core::Event::RunFailed { error } if error == "given up from the page"
     )));
+    // Retry: a new run from the failed one's journal, and the page goes to it.
+    confirm(&browser, "retry", None).await;
+    let retried = browser
+        .js_async(&format!(
+            "const done = arguments[0]; const t = Date.now();
+             (function poll() {{ const p = document.getElementById('run-page');
+               if ((p.dataset.run && p.dataset.run !== '{broken}' && location.pathname.startsWith('/runs/')) || Date.now() - t > 20000) done(p.dataset.run);
+               else setTimeout(poll, 50); }})();"
+        ))
+        .await;
+    let retried = eve_core::RunId::new(retried.as_str().unwrap());
+    assert_ne!(retried, broken);
+    assert_eq!(browser.current_path().await, format!("/runs/{retried}"));
+    assert!(
+        matches!(
+            &journal(&store, &retried).await[0].event,
+            eve_core::Event::RunStarted { reset_from: Some(from), .. } if from.run == broken
+        ),
+        "the new run names the run it retries"
+    );
+    // The retry blocks as its original did; terminate it. The dialog wants a reason.
+    browser
+        .find(&format!(
+            r#"#run-page[data-run="{retried}"][data-status="blocked"]"#
+        ))
+        .await;
+    let button = browser
+        .find(r#"#run-page button[data-action="terminate"]"#)
+        .await;
+    browser.click(&button).await;
+    browser.find("dialog#confirm[open]").await;
+    let yes = browser.find("#confirm-yes").await;
+    browser.click(&yes).await;
+    let error = browser.find("#confirm-error").await;
+    assert_eq!(browser.text(&error).await, "Reason is needed.");
+    let input = browser.find("#confirm-input").await;
+    browser.type_into(&input, "stuck in a loop").await;
+    browser.click(&yes).await;
+    browser
+        .find(&format!(
+            r#"#run-page[data-run="{retried}"][data-status="failed"]"#
+        ))
+        .await;
+    assert!(journal(&store, &retried).await.iter().any(|e| matches!(
+        &e.event,
+        eve_core::Event::RunTerminated { reason, .. } if reason == "stuck in a loop"
+    )));
+    // Terminating it again is refused by the route: the page shows the route's words.
+    browser
+        .js(&format!("act('{retried}', 'terminate'); return true"))
+        .await;
+    let input = browser.find("dialog#confirm[open] #confirm-input").await;
+    browser.type_into(&input, "again").await;
+    browser.click(&yes).await;
+    let error = browser
+        .js_async(
+            "const done = arguments[0]; const t = Date.now();
+             (function poll() { const e = document.getElementById('run-error');
+               const text = e ? e.textContent : '';
+               if (text || Date.now() - t > 20000) done(text); else setTimeout(poll, 50); })();",
+        )
+        .await;
+    assert!(
+        error.as_str().unwrap().contains("not live"),
+        "the route's error is shown: {error}"
+    );
+
+    // Cancel the deploy call parked on its ask: backing out of the dialog changes nothing,
+    // confirming cancels it.
+    browser.goto(&server.url(&format!("/runs/{deploy}"))).await;
+    browser
+        .find(&format!(
+            r#"#run-page[data-run="{deploy}"][data-status="running"]"#
+        ))
+        .await;
+    assert_eq!(bar_types(&browser).await, json!(["run", "step", "ask"]));
+    browser.screenshot("view-run-waiting.png").await;
+    let cancel = browser
+        .find(r#"#run-page button[data-action="cancel"]"#)
+        .await;
+    browser.click(&cancel).await;
+    let back = browser.find("dialog#confirm[open] #confirm-no").await;
+    browser.screenshot("view-run-confirm.png").await;
+    browser.click(&back).await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(
+        store.get_run(&deploy).await.unwrap().status,
+        eve_core::RunStatus::Running,
+        "backing out of the dialog does nothing"
+    );
+    confirm(&browser, "cancel", Some("not today")).await;
+    browser
+        .find(&format!(
+            r#"#run-page[data-run="{deploy}"][data-status="cancelled"]"#
+        ))
+        .await;
     assert_eq!(
         store.get_run(&deploy).await.unwrap().status,
         eve_core::RunStatus::Cancelled
     );
+    // The runs list says how each came out.
+    browser.goto(&server.url("/runs")).await;
+    let outcome = browser
+        .find(&format!(r#"tr[data-run="{broken}"] td.outcome"#))
+        .await;
+    assert_eq!(browser.text(&outcome).await, "given up from the page");
+    browser
+        .find(&format!(r#"tr[data-run="{deploy}"] td.status-cancelled"#))
+        .await;
+    browser.screenshot("view-runs-after-actions.png").await;
     browser.quit().await;
     worker.shutdown().await;
     server.stop().await;
+}
+
+/// The types of the waterfall's bars on the run page, top to bottom.
+async fn bar_types(browser: &Browser) -> Value {
+    browser
+        .js("return [...document.querySelectorAll('#run-page .wf-row')].map(r => r.dataset.bar)")
+        .await
+}
+
+/// Clicks the run page's `action` button, checks the dialog asks, types `text` into its field
+/// (replacing what is there) and confirms.
+async fn confirm(browser: &Browser, action: &str, text: Option<&str>) {
+    let button = browser
+        .find(&format!(
+            r#"#run-page button[data-action="{action}"]:not([disabled])"#
+        ))
+        .await;
+    browser.click(&button).await;
+    browser.find("dialog#confirm[open]").await;
+    if let Some(t) = text {
+        let input = browser.find("#confirm-input").await;
+        browser
+            .cmd("POST", &format!("/element/{input}/clear"), json!({}))
+            .await;
+        browser.type_into(&input, t).await;
+    }
+    let yes = browser.find("#confirm-yes").await;
+    browser.click(&yes).await;
+    // The dialog closes.
+    let closed = browser
+        .js_async(
+            "const done = arguments[0]; const t = Date.now();
+             (function poll() { if (!document.getElementById('confirm').open || Date.now() - t > 10000) done(!document.getElementById('confirm').open);
+               else setTimeout(poll, 50); })();",
+        )
+        .await;
+    assert_eq!(closed, json!(true), "the dialog closes after {action}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1109,7 +1244,7 @@ async fn three_thousand_pending_requests_among_ten_thousand_runs_load_and_answer
                       followed: followed.size }")
         .await;
     assert_eq!(load["cards"], 100, "one page of requests: {load}");
-    assert_eq!(load["rows"], 100, "one page of runs: {load}");
+    assert_eq!(load["rows"], 50, "one page of runs: {load}");
     assert_eq!(load["running"], format!("running {PENDING}"), "{load}");
     assert!(
         load["followed"].as_u64().unwrap() <= eve_server::MAX_STREAM_SESSIONS as u64,
@@ -1175,17 +1310,19 @@ async fn three_thousand_pending_requests_among_ten_thousand_runs_load_and_answer
                else setTimeout(poll, 10); }})();"
         ))
         .await;
-    let row = browser
+    browser
         .find(&format!(r#"tr[data-run="{run}"] td.status-completed"#))
         .await;
-    browser.click(&row).await;
+    browser.js(&format!("navigate('/runs/{run}')")).await;
     let line = browser
         .find(&format!(
-            r#"tr[data-journal="{run}"] li[data-kind="InputRequested"][data-answered-by="scale-tester"]"#
+            r#"#run-page[data-run="{run}"] li[data-kind="InputRequested"][data-answered-by="scale-tester"]"#
         ))
         .await;
     let text = browser.text(&line).await;
     assert!(text.contains("answered by scale-tester at "), "{text}");
+    browser.js("history.back()").await;
+    browser.find(r#"body[data-view="requests"]"#).await;
 
     // "Load more requests" adds the next page.
     let more = browser.find("#req-more").await;
@@ -1198,6 +1335,36 @@ async fn three_thousand_pending_requests_among_ten_thousand_runs_load_and_answer
         )
         .await;
     assert_eq!(cards, 200, "a second page of requests");
+
+    // The runs, 50 a page: Older shows the next 50, Newer the first again.
+    browser.js("navigate('/runs'); return true").await;
+    browser.find(r#"body[data-view="runs"]"#).await;
+    let first = browser
+        .js("return document.querySelector('#runs tr.run').dataset.run")
+        .await;
+    browser.screenshot("page-scale-runs.png").await;
+    let older = browser.find("#more:not([hidden])").await;
+    browser.click(&older).await;
+    let second = browser
+        .js_async(
+            "const done = arguments[0]; const t = Date.now();
+             (function poll() { const rows = [...document.querySelectorAll('#runs tr.run')].map(r => r.dataset.run);
+               if (document.getElementById('page-no').textContent === 'page 2' || Date.now() - t > 20000)
+                 done({ rows: rows.length, first: rows[0], page: document.getElementById('page-no').textContent });
+               else setTimeout(poll, 50); })();",
+        )
+        .await;
+    assert_eq!(second["page"], "page 2", "{second}");
+    assert_eq!(second["rows"], 50, "{second}");
+    assert_ne!(
+        second["first"], first,
+        "the second page has other runs: {second}"
+    );
+    let newer = browser.find("#newer:not([disabled])").await;
+    browser.click(&newer).await;
+    browser
+        .find_by("xpath", r#"//span[@id="page-no" and text()="page 1"]"#)
+        .await;
 
     let ready_ms = load["ready"].as_f64().unwrap();
     let answer_ms = answered["ms"].as_f64().unwrap();
@@ -1231,4 +1398,414 @@ async fn three_thousand_pending_requests_among_ten_thousand_runs_load_and_answer
     browser.quit().await;
     worker.shutdown().await;
     server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_view_by_deep_link_navigation_sign_in_and_scopes() {
+    for bin in [CHROMIUM, CHROMEDRIVER] {
+        if !Path::new(bin).exists() {
+            eprintln!(
+                "SKIPPED every_view_by_deep_link_navigation_sign_in_and_scopes: {bin} is missing; \
+                 install Debian's chromium and chromium-driver (CI does: see .ci/run)"
+            );
+            return;
+        }
+    }
+    let (_dir, store) = sqlite().await;
+    let worker = worker(store.clone()).await;
+    let server = TestServer::start(store.clone(), |c| c.insecure_no_auth = false).await;
+    let now = eve_core::Timestamp::now();
+    let reader = eve_server::create_key(&*store, "reader", eve_core::KeyScope::Read, now)
+        .await
+        .unwrap();
+    let admin = eve_server::create_key(&*store, "ops-admin", eve_core::KeyScope::Admin, now)
+        .await
+        .unwrap();
+    let done = start(
+        &store,
+        "s-nav",
+        "call-1",
+        "deploy",
+        json!({ "service": "api" }),
+    )
+    .await;
+    parked(&store, &done).await;
+    let request = store
+        .pending_requests(&eve_core::SessionId::new("s-nav"))
+        .await
+        .unwrap()
+        .pop()
+        .unwrap()
+        .request_id;
+    store
+        .answer(
+            &request,
+            eve_core::InputResponse::option("approve").by("cli"),
+            eve_core::Timestamp::now(),
+        )
+        .await
+        .unwrap();
+    let waiting = start(
+        &store,
+        "s-nav",
+        "call-2",
+        "deploy",
+        json!({ "service": "web" }),
+    )
+    .await;
+    parked(&store, &waiting).await;
+    let _other = start(&store, "s-other", "call-1", "report", json!({ "steps": 2 })).await;
+
+    let browser = Browser::start().await;
+    // Not signed in: every view says to sign in, and nothing pretends to be empty.
+    for path in ["/", "/runs", &format!("/runs/{done}")] {
+        browser.goto(&server.url(path)).await;
+        let lead = browser.find("#signin:not([hidden]) #signin-lead").await;
+        assert!(browser
+            .text(&lead)
+            .await
+            .starts_with("Sign in with an API key"));
+        let body = browser.js("return document.body.innerText").await;
+        let body = body.as_str().unwrap();
+        assert!(!body.contains("No runs yet"), "{path}: {body}");
+        assert!(!body.contains("Loading"), "{path}: {body}");
+    }
+    browser.screenshot("view-signin.png").await;
+    // A wrong key is refused in words for a person.
+    let input = browser.find("#key").await;
+    browser
+        .type_into(&input, &format!("eve_000000000000_{}", "0".repeat(64)))
+        .await;
+    let submit = browser.find("#signin-submit").await;
+    browser.click(&submit).await;
+    let error = browser
+        .js_async(
+            "const done = arguments[0]; const t = Date.now();
+             (function poll() { const text = document.getElementById('signin-error').textContent;
+               if (text || Date.now() - t > 20000) done(text); else setTimeout(poll, 50); })();",
+        )
+        .await;
+    assert_eq!(
+        error,
+        "No key matches what you entered. Check that you pasted the whole key, or ask an admin for a new one."
+    );
+    browser.screenshot("view-signin-error.png").await;
+
+    // A read key: who and which scope are shown; no act button is usable, and each says why.
+    browser
+        .cmd("POST", &format!("/element/{input}/clear"), json!({}))
+        .await;
+    browser.type_into(&input, &reader.text).await;
+    browser.click(&submit).await;
+    browser
+        .find(r#"#who[data-scope="read"]:not([hidden])"#)
+        .await;
+    browser.goto(&server.url("/requests")).await;
+    browser
+        .find(r#"#who[data-scope="read"]:not([hidden])"#)
+        .await;
+    let name = browser.find("#who-name").await;
+    assert_eq!(browser.text(&name).await, "reader");
+    let keys_link = browser.find("#nav-keys").await;
+    assert_eq!(
+        browser.attr(&keys_link, "hidden").await,
+        "true",
+        "no Keys for a read key"
+    );
+    let approve = browser
+        .find(&format!(
+            r#".card[data-request^="{waiting}"] button[data-option="approve"]"#
+        ))
+        .await;
+    assert_eq!(browser.attr(&approve, "disabled").await, "true");
+    assert!(browser
+        .attr(&approve, "title")
+        .await
+        .contains("scope answer"));
+    browser.find("#req-scope-note:not([hidden])").await;
+    browser.screenshot("view-requests-read-key.png").await;
+    browser.goto(&server.url(&format!("/runs/{waiting}"))).await;
+    browser
+        .find(&format!(r#"#run-page[data-run="{waiting}"] .waterfall"#))
+        .await;
+    let buttons = browser
+        .js("return [...document.querySelectorAll('#run-page button[data-action]')].map(b => [b.dataset.action, b.disabled, b.title])")
+        .await;
+    let buttons = buttons.as_array().unwrap();
+    assert!(!buttons.is_empty());
+    for b in buttons {
+        assert_eq!(b[1], true, "a read key cannot act: {b}");
+        assert!(b[2].as_str().unwrap().contains("scope operate"), "{b}");
+    }
+    browser.screenshot("view-run-read-key.png").await;
+    // Signing out forgets the key.
+    let out = browser.find("#signout").await;
+    browser.click(&out).await;
+    let error = browser.find("#signin:not([hidden]) #signin-error").await;
+    assert_eq!(browser.text(&error).await, "You are signed out.");
+    browser.goto(&server.url("/runs")).await;
+    browser.find("#signin:not([hidden])").await;
+
+    // An admin key: every view by its deep link.
+    let input = browser.find("#key").await;
+    browser.type_into(&input, &admin.text).await;
+    let submit = browser.find("#signin-submit").await;
+    browser.click(&submit).await;
+    browser
+        .find(r#"#who[data-scope="admin"]:not([hidden])"#)
+        .await;
+    let views = [
+        (
+            "/",
+            "requests",
+            format!(r#"#requests .card[data-request^="{waiting}"]"#),
+            "view-requests.png",
+        ),
+        (
+            "/requests",
+            "requests",
+            "#requests .card".to_owned(),
+            "view-requests-deep.png",
+        ),
+        (
+            "/runs",
+            "runs",
+            format!(r#"#runs tr[data-run="{done}"] td.status-completed"#),
+            "view-runs.png",
+        ),
+        (
+            &format!("/runs/{done}"),
+            "run",
+            format!(r#"#run-page[data-run="{done}"][data-status="completed"] .waterfall"#),
+            "view-run.png",
+        ),
+        (
+            "/sessions",
+            "sessions",
+            r#"#sessions-list tr[data-session="s-nav"]"#.to_owned(),
+            "view-sessions.png",
+        ),
+        (
+            "/sessions/s-nav",
+            "session",
+            format!(r#"#session-page[data-session="s-nav"] #session-runs tr[data-run="{done}"]"#),
+            "view-session.png",
+        ),
+        (
+            "/keys",
+            "keys",
+            format!(r#"#keys-list tr[data-key="{}"]"#, reader.record.id),
+            "view-keys.png",
+        ),
+    ];
+    for (path, view, css, shot) in &views {
+        browser.goto(&server.url(path)).await;
+        browser.find(&format!(r#"body[data-view="{view}"]"#)).await;
+        browser.find(css).await;
+        if *view == "session" {
+            browser
+                .find(&format!(
+                    r#"#session-requests .card[data-request^="{waiting}"]"#
+                ))
+                .await;
+        }
+        // Nothing is wider than the window: no horizontal scroll.
+        let wide = browser
+            .js("return document.documentElement.scrollWidth - document.documentElement.clientWidth")
+            .await;
+        assert_eq!(wide, json!(0), "{path} scrolls sideways");
+        // Timestamps stay on one line.
+        let wrapped = browser
+            .js("return [...document.querySelectorAll('time.ts')].filter(t => t.offsetParent && t.getClientRects().length > 1).length")
+            .await;
+        assert_eq!(wrapped, json!(0), "{path}: a timestamp wraps");
+        browser.screenshot(shot).await;
+    }
+    // The completed run's waterfall: the run, its two step attempts and the answered ask.
+    browser.goto(&server.url(&format!("/runs/{done}"))).await;
+    browser
+        .find(&format!(r#"#run-page[data-run="{done}"] .waterfall"#))
+        .await;
+    assert_eq!(
+        bar_types(&browser).await,
+        json!(["run", "step", "ask", "step"])
+    );
+    // A run whose first step failed and was retried, and that slept: the failed attempt, the
+    // wait before its retry, the attempt that passed, the sleep and the last step.
+    let retried = seed_retried_run(&store, &done).await;
+    browser.goto(&server.url(&format!("/runs/{retried}"))).await;
+    browser
+        .find(&format!(r#"#run-page[data-run="{retried}"] .waterfall"#))
+        .await;
+    assert_eq!(
+        bar_types(&browser).await,
+        json!(["run", "step-failed", "retry", "step", "sleep", "step"])
+    );
+    let widths = browser
+        .js("return [...document.querySelectorAll('#run-page .wf-row')].map(r => r.querySelector('.wf-dur').textContent.split(' ')[0] + ' ' + r.querySelector('.wf-dur').textContent.split(' ')[1])")
+        .await;
+    assert_eq!(
+        widths,
+        json!(["3.3 s", "100 ms", "500 ms", "300 ms", "2.0 s", "200 ms"]),
+        "each bar says its duration"
+    );
+    browser.screenshot("view-run-retries.png").await;
+    browser.goto(&server.url(&format!("/runs/{done}"))).await;
+    browser
+        .find(&format!(r#"#run-page[data-run="{done}"] .waterfall"#))
+        .await;
+    let raw = browser.find("#raw-events summary").await;
+    browser.click(&raw).await;
+    browser.find(r#"#raw-events[open] tr[data-seq="0"]"#).await;
+    browser.screenshot("view-run-raw.png").await;
+
+    // Navigation: Requests → Runs → a run → its session → back → Keys, without reloading.
+    browser.goto(&server.url("/requests")).await;
+    browser.js("window.eveSamePage = 1; return true").await;
+    for (css, view) in [
+        (r#"header nav a[data-nav="runs"]"#.to_owned(), "runs"),
+        (format!(r#"#runs a[data-run-link="{done}"]"#), "run"),
+        (
+            r#"#run-page .run-meta a[href="/sessions/s-nav"]"#.to_owned(),
+            "session",
+        ),
+    ] {
+        let link = browser.find(&css).await;
+        browser.click(&link).await;
+        browser.find(&format!(r#"body[data-view="{view}"]"#)).await;
+    }
+    assert_eq!(browser.current_path().await, "/sessions/s-nav");
+    browser.cmd("POST", "/back", json!({})).await;
+    browser.find(r#"body[data-view="run"]"#).await;
+    assert_eq!(browser.current_path().await, format!("/runs/{done}"));
+    let keys = browser.find("#nav-keys").await;
+    browser.click(&keys).await;
+    browser.find(r#"body[data-view="keys"]"#).await;
+    assert_eq!(
+        browser.js("return window.eveSamePage").await,
+        json!(1),
+        "navigation stays in the page"
+    );
+    // An admin creates a key from the page; it is shown once.
+    let name = browser.find("#key-name").await;
+    browser.type_into(&name, "from-the-page").await;
+    let create = browser.find("#key-create").await;
+    browser.click(&create).await;
+    browser.find("#key-new code[data-new-key]").await;
+    assert!(store
+        .list_keys()
+        .await
+        .unwrap()
+        .iter()
+        .any(|k| k.name == "from-the-page" && k.scope == eve_core::KeyScope::Answer));
+
+    browser.quit().await;
+    worker.shutdown().await;
+    server.stop().await;
+}
+
+/// Writes a run of `template`'s workflow straight into the store, as a worker would have: its
+/// step `fetch` fails at +100 ms and is retried at +600 ms, passing at +900 ms; it sleeps from
+/// +1 s to +3 s, runs `store` until +3.2 s and completes at +3.3 s.
+async fn seed_retried_run(
+    store: &std::sync::Arc<dyn eve_core::JournalStore>,
+    template: &eve_core::RunId,
+) -> eve_core::RunId {
+    use eve_core::{
+        Append, AppendId, CallId, Event, Execution, NewRun, Payload, RunId, SessionId, Timestamp,
+        WorkerId,
+    };
+    let record = store.get_run(template).await.unwrap();
+    let base = Timestamp::now().0 - 60_000;
+    let lease = store
+        .register_worker(
+            &WorkerId::new("retry-seeder"),
+            &record.deployment_id,
+            std::time::Duration::from_secs(600),
+            Timestamp(base),
+        )
+        .await
+        .unwrap();
+    let run = RunId::new("run-retried-by-hand");
+    store
+        .create_run_claimed(
+            NewRun {
+                run_id: run.clone(),
+                idempotency_key: None,
+                workflow_id: record.workflow_id.clone(),
+                deployment_id: record.deployment_id.clone(),
+                tool: "deploy".into(),
+                input: Payload::from_value(&json!({ "service": "search" })).unwrap(),
+                session_id: SessionId::new("s-nav"),
+                call_id: CallId::new("call-retried"),
+                execution: Execution::Default,
+                traceparent: None,
+                reset_from: None,
+            },
+            &lease,
+            Timestamp(base),
+        )
+        .await
+        .unwrap();
+    let out = |v: Value| Payload::from_value(&v).unwrap();
+    let steps = vec![
+        (
+            100,
+            Event::StepFailed {
+                cmd: 0,
+                name: "fetch".into(),
+                attempt: 1,
+                error: "timed out".into(),
+                fatal: false,
+                retry_at: Some(Timestamp(base + 600)),
+            },
+        ),
+        (
+            900,
+            Event::StepCompleted {
+                cmd: 0,
+                name: "fetch".into(),
+                attempt: 2,
+                output: out(json!("fetched")),
+            },
+        ),
+        (
+            1000,
+            Event::SleepScheduled {
+                cmd: 1,
+                wake_at: Timestamp(base + 3000),
+            },
+        ),
+        (3000, Event::SleepFired { cmd: 1 }),
+        (
+            3200,
+            Event::StepCompleted {
+                cmd: 2,
+                name: "store".into(),
+                attempt: 1,
+                output: out(json!("stored")),
+            },
+        ),
+        (
+            3300,
+            Event::RunCompleted {
+                output: out(json!({ "deployed": true })),
+            },
+        ),
+    ];
+    for (seq, (at, event)) in steps.into_iter().enumerate() {
+        store
+            .append(Append {
+                run: run.clone(),
+                expected_seq: seq as u64 + 1,
+                lease: lease.clone(),
+                append_id: AppendId::random(),
+                events: vec![event],
+                now: Timestamp(base + at),
+            })
+            .await
+            .unwrap();
+    }
+    store.retire_worker(&lease, Timestamp::now()).await.unwrap();
+    run
 }

@@ -173,6 +173,11 @@ print(json.dumps({"step": "document valid", "paths": len(spec["paths"])}), flush
 call("GET", "/healthz", key=None, expect=200)
 call("GET", "/readyz", key=None, expect=200)
 call("GET", "/?session=py", key=None, expect=200)
+# The page's deep links serve the same page.
+for page in ("/requests", "/runs", "/runs/run-x", "/sessions", "/sessions/py", "/keys"):
+    call("GET", page, key=None, expect=200)
+call("GET", "/v1/auth/session", expect=200)
+call("GET", "/v1/auth/session", key=None, expect=401)
 call("POST", "/v1/auth/session", body={"key": KEY}, key=None, expect=200)
 call("POST", "/v1/auth/session", body={"key": "eve_000000000000_" + "0" * 64}, key=None, expect=401)
 call("POST", "/v1/auth/session", body=["not", "an", "object"], key=None, expect=400)
