@@ -7,8 +7,8 @@ mod common;
 
 use common::*;
 use eve_core::{
-    Append, AppendId, CallId, DeploymentId, Event, Execution, JournalStore, NewRun, Payload,
-    RunId, SessionId, Timestamp, WorkerId, WorkflowId,
+    Append, AppendId, CallId, DeploymentId, Event, Execution, JournalStore, NewRun, Payload, RunId,
+    SessionId, Timestamp, WorkerId, WorkflowId,
 };
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -129,7 +129,11 @@ async fn list_runs_by_query() {
         ("attr.cost >= 25", "", vec![&b, &c]),
         (r#"input.service = "api""#, "", vec![&a, &c]),
         (r#"input.service = "api" and attr.cost < 40"#, "", vec![&a]),
-        (r#"attr.region = "eu""#, "tool=deploy&order=newest", vec![&b, &a]),
+        (
+            r#"attr.region = "eu""#,
+            "tool=deploy&order=newest",
+            vec![&b, &a],
+        ),
         ("attr.cost >= 10", "limit=1", vec![&a]),
         (r#"attr.cost = "10""#, "", vec![]),
     ] {
@@ -139,11 +143,17 @@ async fn list_runs_by_query() {
         assert_eq!(ids(&page), want, "{q} {extra}");
     }
     let (_, page) = get(&client, list(r#"attr.region = "us""#, "")).await;
-    assert_eq!(page["runs"][0]["attributes"], json!({"region": "us", "cost": 40}));
+    assert_eq!(
+        page["runs"][0]["attributes"],
+        json!({"region": "us", "cost": 40})
+    );
     assert_eq!(page["counts"]["running"], json!(1));
     let (status, one) = get(&client, server.url(&format!("/v1/runs/{a}"))).await;
     assert_eq!(status, 200);
-    assert_eq!(one["run"]["attributes"], json!({"region": "eu", "cost": 10}));
+    assert_eq!(
+        one["run"]["attributes"],
+        json!({"region": "eu", "cost": 10})
+    );
 
     for (q, needle) in [
         (r#"region = "eu""#, "unknown path `region`"),
@@ -157,7 +167,10 @@ async fn list_runs_by_query() {
             "{q}: {body}"
         );
         assert!(
-            body["message"].as_str().unwrap_or_default().contains(needle),
+            body["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(needle),
             "{q}: {body}"
         );
     }
