@@ -1,7 +1,7 @@
 //! Run attributes and the run search language.
 //!
 //! A body labels its run with [`attributes`](crate::RunRecord::attributes) through
-//! [`Ctx::set_attributes`](crate::engine::Ctx::set_attributes), journaled as
+//! [`WorkflowCtx::set_attributes`](crate::engine::WorkflowCtx::set_attributes), journaled as
 //! [`Event::AttributesSet`](crate::Event::AttributesSet). Every store keeps the run's current
 //! attributes in its record and indexes them by `(key, value)`.
 //!
@@ -37,7 +37,7 @@ pub const MAX_ATTRIBUTE_KEY_BYTES: usize = 64;
 /// At most this many bytes per attribute value (a string's UTF-8 bytes, a number's text).
 pub const MAX_ATTRIBUTE_VALUE_BYTES: usize = 256;
 
-/// Why a [`Ctx::set_attributes`](crate::engine::Ctx::set_attributes) patch was refused.
+/// Why a [`WorkflowCtx::set_attributes`](crate::engine::WorkflowCtx::set_attributes) patch was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum AttributeError {

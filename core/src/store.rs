@@ -242,7 +242,7 @@ pub struct RunRecord {
     pub created_at: Timestamp,
     /// When it last changed.
     pub updated_at: Timestamp,
-    /// What its body labelled it with ([`Ctx::set_attributes`](crate::engine::Ctx::set_attributes)):
+    /// What its body labelled it with ([`WorkflowCtx::set_attributes`](crate::engine::WorkflowCtx::set_attributes)):
     /// key → string, number or boolean, the merge of every `AttributesSet` in its journal.
     /// Indexed by `(key, value)` in every store ([`RunQuery::attribute`]). Absent from records
     /// serialized before attributes existed, and when empty.
