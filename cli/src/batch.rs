@@ -62,6 +62,7 @@ impl Selection {
             || f.text.is_some()
             || f.since.is_some()
             || f.until.is_some()
+            || f.query.is_some()
     }
 }
 
@@ -232,7 +233,7 @@ pub async fn batch(
     let verb = action.verb();
     if !selection.filtered() && !selection.all {
         return Err(CliError::Usage(format!(
-            "eve runs {verb} without a run id acts on every run a filter selects: give a filter (--status, --session, --tool, --since, --until), or --all for every live run"
+            "eve runs {verb} without a run id acts on every run a filter selects: give a filter (--status, --session, --tool, --since, --until, --query), or --all for every live run"
         )));
     }
     let runs: Vec<RunRecord> = target

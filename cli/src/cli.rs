@@ -426,6 +426,12 @@ pub struct RunFilterArgs {
     /// Only runs created more than this long before now.
     #[arg(long, value_name = "DURATION")]
     until: Option<String>,
+    /// Only runs matching this search on input fields and attributes (set by the body with
+    /// `ctx.set_attributes`), e.g. 'input.service = "api" and attr.region = "eu" and
+    /// attr.cost >= 10': paths input.<field>… and attr.<key>; =, !=, <, <=, >, >=; quoted
+    /// strings, numbers, true, false; joined by `and`.
+    #[arg(long, value_name = "QUERY")]
+    query: Option<String>,
 }
 
 impl RunFilterArgs {
@@ -435,6 +441,7 @@ impl RunFilterArgs {
             || self.tool.is_some()
             || self.since.is_some()
             || self.until.is_some()
+            || self.query.is_some()
     }
 
     /// The session and the store filter these flags select, durations counted back from `now`.
@@ -460,6 +467,12 @@ impl RunFilterArgs {
             tool: self.tool.clone(),
             since: ago(&self.since, "--since")?,
             until: ago(&self.until, "--until")?,
+            query: self
+                .query
+                .as_deref()
+                .map(eve_core::RunSearch::parse)
+                .transpose()
+                .map_err(|e| CliError::Usage(format!("--query: {e}")))?,
             ..eve_core::RunFilter::default()
         };
         Ok((self.session.clone().map(eve_core::SessionId::new), filter))

@@ -42,7 +42,7 @@ pub async fn runs_list(
         ..RunQuery::default()
     };
     let runs = target
-        .list_runs(&query)
+        .search_runs(&query, filter.query.as_ref())
         .await
         .map_err(CliError::at("cannot list runs"))?;
     let cursor = if filter.newest_first {
@@ -153,6 +153,14 @@ pub async fn runs_show(
             "{:<11} {} at seq {} (a reset: its events before that seq were copied)",
             "reset from", from.run, from.seq
         );
+    }
+    if !r.attributes.is_empty() {
+        let attrs: Vec<String> = r
+            .attributes
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let _ = writeln!(out, "{:<11} {}", "attributes", attrs.join(" "));
     }
     for p in &pending {
         let _ = writeln!(out, "{:<11} {}", "pending", request_line(p));

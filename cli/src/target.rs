@@ -98,6 +98,36 @@ impl Target {
         }
     }
 
+    /// The runs of `query` matching `search` ([`eve_core::search_runs`]): locally the store's
+    /// listing narrowed by its attribute index; remotely `GET /v1/runs?query=`, so the server
+    /// evaluates the search (and reads the inputs) next to its store.
+    ///
+    /// # Errors
+    /// The store's or the server's (a search the server refuses is its `invalid_query`).
+    pub async fn search_runs(
+        &self,
+        query: &RunQuery,
+        search: Option<&eve_core::RunSearch>,
+    ) -> Result<Vec<RunRecord>> {
+        match (self, search) {
+            (_, None) => self.list_runs(query).await,
+            (Target::Local(s), Some(search)) => {
+                Ok(eve_core::search_runs(&**s, query, Some(search)).await?)
+            }
+            (Target::Remote(r), Some(search)) => {
+                let mut q = vec![("query", search.to_string())];
+                if let Some(s) = &query.session {
+                    q.push(("session", s.to_string()));
+                }
+                if let Some(s) = query.status {
+                    q.push(("status", s.as_str().to_owned()));
+                }
+                let page = r.get("/v1/runs", &q).await?;
+                field(r, page, "runs")
+            }
+        }
+    }
+
     /// One run's record.
     ///
     /// # Errors
@@ -327,12 +357,15 @@ impl Target {
         };
         match self {
             Target::Local(s) => {
-                let runs = s
-                    .list_runs(&RunQuery {
+                let runs = eve_core::search_runs(
+                    &**s,
+                    &RunQuery {
                         session: session.cloned(),
                         ..RunQuery::default()
-                    })
-                    .await?;
+                    },
+                    all.query.as_ref(),
+                )
+                .await?;
                 Ok(all.page(runs).map(|p| p.runs).unwrap_or_default())
             }
             Target::Remote(r) => {
@@ -354,6 +387,9 @@ impl Target {
                 }
                 if let Some(t) = all.until {
                     q.push(("until", t.0.to_string()));
+                }
+                if let Some(t) = &all.query {
+                    q.push(("query", t.to_string()));
                 }
                 let mut out = Vec::new();
                 let mut before: Option<String> = None;

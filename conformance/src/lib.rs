@@ -565,6 +565,7 @@ macro_rules! __store_cases {
             resets::reset_copies_prefix_idempotently,
             resets::retry_cuts_at_the_failed_step,
             resets::claimed_start_is_held_until_retired,
+            search::attributes_are_indexed_and_searchable,
             keys::keys_create_find_list,
             keys::keys_revoke_once_and_persist,
             keys::keys_keep_their_expiry,

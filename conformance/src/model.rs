@@ -411,6 +411,15 @@ impl Model {
                 }
                 Event::RunBlocked { .. } => run.rec.status = RunStatus::Blocked,
                 Event::RunResumed => run.rec.status = RunStatus::Running,
+                Event::AttributesSet { attributes, .. } => {
+                    if let Some(p) = attributes
+                        .to_value::<serde_json::Value>()
+                        .ok()
+                        .and_then(|v| eve_core::search::parse_patch(&v).ok())
+                    {
+                        eve_core::search::apply_patch(&mut run.rec.attributes, &p);
+                    }
+                }
                 _ => {}
             }
         }
@@ -572,6 +581,7 @@ impl Model {
             owner: None,
             created_at: now,
             updated_at: now,
+            attributes: Default::default(),
         };
         match actual {
             Ok(c) if c.created => Self::same_record("create_run", &c.run, &rec)?,

@@ -747,6 +747,16 @@ pub enum Event {
         /// The message.
         message: Payload,
     },
+    /// `ctx.set_attributes(patch)`: the run's attributes change (set keys overwrite, `null`
+    /// removes). Added after format version 1 without a bump (like `RunTerminated`): older
+    /// readers do not know it, journals without it read as before.
+    AttributesSet {
+        /// Command counter.
+        cmd: u64,
+        /// The patch: a JSON object of key → string, number, boolean or null
+        /// ([`crate::search::parse_patch`]).
+        attributes: Payload,
+    },
     /// `ctx.patched(id)` returned true at `cmd`: the run took the patched branch, on its first
     /// execution and on every replay.
     Patched {
@@ -839,6 +849,7 @@ impl Event {
             Event::Progress { .. } => "Progress",
             Event::MessagePosted { .. } => "MessagePosted",
             Event::Patched { .. } => "Patched",
+            Event::AttributesSet { .. } => "AttributesSet",
             Event::CancelRequested { .. } => "CancelRequested",
             Event::RunCompleted { .. } => "RunCompleted",
             Event::RunFailed { .. } => "RunFailed",
@@ -876,6 +887,7 @@ impl Event {
             | Event::AgentCompleted { output: p, .. }
             | Event::Progress { value: p, .. }
             | Event::MessagePosted { message: p, .. }
+            | Event::AttributesSet { attributes: p, .. }
             | Event::RunCompleted { output: p } => p.len(),
             Event::StepFailed { error, .. }
             | Event::AgentFailed { error, .. }

@@ -12,6 +12,7 @@ pub mod event;
 pub mod ids;
 pub mod keys;
 pub mod memory;
+pub mod search;
 pub mod session;
 pub mod store;
 #[cfg(feature = "test-util")]
@@ -34,14 +35,15 @@ pub use ids::{
 };
 pub use keys::{ApiKey, KeyScope};
 pub use memory::MemoryStore;
+pub use search::{AttributeError, Attributes, RunSearch};
 pub use session::{
     QueuedMessage, SessionEnd, SessionEntry, SessionEvent, SessionRecord, ToolResult,
 };
 pub use store::{
-    check_limits, reset_events, reset_limit, retry_point, Append, Appended, CancelOutcome,
-    CreatedRun, Delivered, Effects, FencingToken, JournalStore, JournalStoreExt, Lease, NewRun,
-    PendingRequest, ResetOutcome, Resolution, RunFilter, RunPage, RunQuery, RunRecord, RunStatus,
-    TerminateOutcome, RESET_LEASE_TTL,
+    check_limits, reset_events, reset_limit, retry_point, search_runs, Append, Appended,
+    CancelOutcome, CreatedRun, Delivered, Effects, FencingToken, JournalStore, JournalStoreExt,
+    Lease, NewRun, PendingRequest, ResetOutcome, Resolution, RunFilter, RunPage, RunQuery,
+    RunRecord, RunStatus, TerminateOutcome, RESET_LEASE_TTL,
 };
 pub use time::Timestamp;
 pub use trace::{CollectingSink, Span, TraceContext, TraceSink};

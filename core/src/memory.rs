@@ -277,6 +277,7 @@ impl State {
         if fx.cancel_requested {
             run.record.cancel_requested = true;
         }
+        crate::search::apply_patch(&mut run.record.attributes, &fx.attributes);
         if let Some(status) = fx.status {
             run.record.status = status;
         }

@@ -8,6 +8,7 @@ use crate::ids::{
     AppendId, CallId, DeploymentId, RequestId, RunId, SessionId, WorkerId, WorkflowId,
 };
 use crate::keys::ApiKey;
+use crate::search::{AttributePatch, Attributes, RunSearch};
 use crate::session::{
     QueuedMessage, SessionEnd, SessionEntry, SessionEvent, SessionRecord, ToolResult,
 };
@@ -178,6 +179,7 @@ impl NewRun {
             owner: None,
             created_at: now,
             updated_at: now,
+            attributes: Attributes::new(),
         }
     }
 
@@ -240,6 +242,13 @@ pub struct RunRecord {
     pub created_at: Timestamp,
     /// When it last changed.
     pub updated_at: Timestamp,
+    /// What its body labelled it with ([`WorkflowCtx::set_attributes`](crate::engine::WorkflowCtx::set_attributes)):
+    /// key → string, number or boolean, the merge of every `AttributesSet` in its journal.
+    /// Indexed by `(key, value)` in every store ([`RunQuery::attribute`]). Absent from records
+    /// serialized before attributes existed, and when empty.
+    #[serde(default, skip_serializing_if = "Attributes::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub attributes: Attributes,
 }
 
 /// The schema of [`RunRecord::owner`]: `[worker id, epoch]`, or null. Written out because the
@@ -662,6 +671,10 @@ pub struct RunQuery {
     pub status: Option<RunStatus>,
     /// Runs of this deployment.
     pub deployment: Option<DeploymentId>,
+    /// Runs whose attribute `key` equals this value (a string, a number in
+    /// [canonical form](crate::search::canonical_number), a boolean): backends answer it from
+    /// their `(key, value)` index.
+    pub attribute: Option<(String, serde_json::Value)>,
     /// At most this many (0 means no limit); ordered by creation time, then run id.
     pub limit: usize,
 }
@@ -675,6 +688,11 @@ impl RunQuery {
                 .deployment
                 .as_ref()
                 .is_none_or(|d| d == &run.deployment_id)
+            && self.attribute.as_ref().is_none_or(|(k, v)| {
+                run.attributes
+                    .get(k)
+                    .is_some_and(|a| crate::search::index_value(a) == crate::search::index_value(v))
+            })
     }
 }
 
@@ -699,6 +717,9 @@ pub struct RunFilter {
     pub before: Option<RunId>,
     /// At most this many (0: all).
     pub limit: usize,
+    /// Only runs matching this search (on input and attributes). [`page`](Self::page) does not
+    /// evaluate it (it needs the runs' inputs): list with [`search_runs`], which does.
+    pub query: Option<RunSearch>,
 }
 
 /// One page of runs (see [`RunFilter::page`]).
@@ -713,8 +734,54 @@ pub struct RunPage {
     pub counts: std::collections::BTreeMap<&'static str, usize>,
 }
 
+/// The runs of `query` that match `search` (all of them without one), oldest first: the
+/// listing of [`JournalStore::list_runs`], narrowed by the store's attribute index when the search
+/// has an `attr.<key> = value` predicate, then every predicate evaluated here, for every backend
+/// the same way. Input predicates read each remaining run's `RunStarted` (one read per run).
+///
+/// # Errors
+/// The store's.
+pub async fn search_runs(
+    store: &dyn JournalStore,
+    query: &RunQuery,
+    search: Option<&RunSearch>,
+) -> Result<Vec<RunRecord>, StoreError> {
+    let Some(search) = search else {
+        return store.list_runs(query).await;
+    };
+    let mut q = query.clone();
+    if q.attribute.is_none() {
+        q.attribute = search.attr_equality();
+    }
+    // The limit applies to matches, not to what the index returns.
+    q.limit = 0;
+    let mut runs = store.list_runs(&q).await?;
+    runs.retain(|r| search.matches_attributes(&r.attributes));
+    if search.needs_input() {
+        let mut kept = Vec::with_capacity(runs.len());
+        for r in runs {
+            let input = match store.read(&r.run_id, 0, 1).await?.into_iter().next() {
+                Some(StoredEvent {
+                    event: Event::RunStarted { input, .. },
+                    ..
+                }) => input.to_value().unwrap_or(serde_json::Value::Null),
+                _ => serde_json::Value::Null,
+            };
+            if search.matches_input(&input) {
+                kept.push(r);
+            }
+        }
+        runs = kept;
+    }
+    if query.limit > 0 {
+        runs.truncate(query.limit);
+    }
+    Ok(runs)
+}
+
 impl RunFilter {
-    /// Filters, counts, orders and pages `runs` (a listing in the store's order).
+    /// Filters, counts, orders and pages `runs` (a listing in the store's order). The
+    /// [`query`](Self::query) is not evaluated here: pass the runs [`search_runs`] returns.
     ///
     /// # Errors
     /// `InvalidInput` when [`before`](Self::before) names no run of the filtered listing.
@@ -782,15 +849,25 @@ pub struct PendingRequest {
     pub requested_at: Timestamp,
 }
 
-/// Checks the per-append limits: event count and payload sizes.
+/// Checks the per-append limits: event count and payload sizes, and that every
+/// `AttributesSet` carries a valid patch ([`crate::search::parse_patch`]).
 ///
 /// # Errors
-/// `InvalidInput` for an empty list, `LimitExceeded` naming the limit.
+/// `InvalidInput` for an empty list or an invalid attribute patch, `LimitExceeded` naming the
+/// limit.
 pub fn check_limits(events: &[Event]) -> Result<(), StoreError> {
     if events.is_empty() {
         return Err(StoreError::InvalidInput(
             "an append needs at least one event".into(),
         ));
+    }
+    for e in events {
+        if let Event::AttributesSet { attributes, .. } = e {
+            let v: serde_json::Value = attributes
+                .to_value()
+                .map_err(|e| StoreError::InvalidInput(format!("attributes: {e}")))?;
+            crate::search::parse_patch(&v)?;
+        }
     }
     if events.len() > MAX_EVENTS_PER_APPEND {
         return Err(StoreError::LimitExceeded {
@@ -943,6 +1020,9 @@ pub struct Effects {
     pub cancel_requested: bool,
     /// Session events to write, in order, in the same transaction.
     pub session_events: Vec<SessionEvent>,
+    /// Attribute changes (`AttributesSet` patches, in order): `Some` sets (upsert in the
+    /// index), `None` removes. Apply with [`apply_patch`](crate::search::apply_patch).
+    pub attributes: AttributePatch,
 }
 
 impl Effects {
@@ -1101,6 +1181,16 @@ impl Effects {
                 Event::RunBlocked { .. } => fx.status = Some(RunStatus::Blocked),
                 Event::RunResumed => fx.status = Some(RunStatus::Running),
                 Event::Patched { .. } => {}
+                Event::AttributesSet { attributes, .. } => {
+                    // check_limits refused an invalid patch before any backend got here.
+                    if let Some(p) = attributes
+                        .to_value::<serde_json::Value>()
+                        .ok()
+                        .and_then(|v| crate::search::parse_patch(&v).ok())
+                    {
+                        fx.attributes.extend(p);
+                    }
+                }
                 Event::RunStarted { .. }
                 | Event::HookReceived { .. }
                 | Event::AgentStarted { .. }

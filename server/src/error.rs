@@ -11,7 +11,7 @@ use eve_core::StoreError;
 ///
 /// | status | codes |
 /// | --- | --- |
-/// | 400 | `malformed` (bad JSON, header, query or id), `invalid_input`, `invalid_id` (an id the client chose breaks [`eve_core::check_client_id`]'s limits) |
+/// | 400 | `malformed` (bad JSON, header, query or id), `invalid_input`, `invalid_query` (a `query=` the run search language refuses; the message names the offending token), `invalid_id` (an id the client chose breaks [`eve_core::check_client_id`]'s limits) |
 /// | 401 | `unauthorized` (with `WWW-Authenticate: Bearer realm="eve"`) |
 /// | 403 | `cross_origin`, `forbidden` |
 /// | 404 | `not_found`, `unknown_webhook` |
@@ -83,6 +83,11 @@ impl ApiError {
     /// 400 `malformed`.
     pub fn malformed(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "malformed", message)
+    }
+
+    /// 400 `invalid_query`: a run search ([`eve_core::RunSearch`]) that does not parse.
+    pub fn invalid_query(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_query", message)
     }
 
     /// 404 `not_found`.

@@ -10,9 +10,9 @@ use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use eve_core::{
-    check_client_id, DeploymentId, Event, JournalStoreExt, ResetFrom, ResetOutcome, Resolution,
-    RunFilter, RunId, RunQuery, RunRecord, RunStatus, SessionId, StoreError, StoredEvent,
-    TerminateOutcome, Timestamp,
+    check_client_id, search_runs, DeploymentId, Event, JournalStoreExt, ResetFrom, ResetOutcome,
+    Resolution, RunFilter, RunId, RunQuery, RunRecord, RunSearch, RunStatus, SessionId, StoreError,
+    StoredEvent, TerminateOutcome, Timestamp,
 };
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -40,6 +40,11 @@ pub(crate) struct ListQuery {
     until: Option<i64>,
     /// At most this many runs (none: all); pages of at most 500 carry each run's `outcome`.
     limit: Option<usize>,
+    /// Only runs matching this search on their input and attributes, e.g.
+    /// `input.service = "api" and attr.region = "eu" and attr.cost >= 10` (paths `input.<field>…`
+    /// and `attr.<key>`; `=`, `!=`, `<`, `<=`, `>`, `>=`; quoted strings, numbers, true, false;
+    /// `and`). A query that does not parse is a 400 `invalid_query` naming the offending token.
+    query: Option<String>,
 }
 
 /// How an ended or blocked run came out, from its last event.
@@ -101,7 +106,8 @@ pub(crate) struct RunsPage {
 /// `GET /v1/runs`: `{"runs": [RunRecord…], "next": RUN_ID|null, "counts": {status: n}}`.
 /// Filters: `session`, `status` (running, blocked, completed, failed, cancelled), `tool`,
 /// `q` (a substring of the run, session or call id), `since`/`until` (creation time, epoch ms,
-/// inclusive/exclusive). `order=newest` lists newest first (default oldest first); `limit`
+/// inclusive/exclusive), `query` (the run search of [`eve_core::search`] on input fields and
+/// attributes: `input.service = "api" and attr.cost >= 10`). `order=newest` lists newest first (default oldest first); `limit`
 /// pages (none means all) and `next` is the cursor of the following page, passed back as
 /// `before=`. `counts` counts the filtered runs by status, whatever the status filter and the
 /// page.
@@ -113,7 +119,7 @@ pub(crate) struct RunsPage {
     params(ListQuery),
     responses(
         (status = 200, description = "One page of runs", body = RunsPage),
-        (status = 400, description = "An unknown status, order or parameter, or a `before` that is not a run of this listing", body = crate::error::ErrorBody),
+        (status = 400, description = "An unknown status, order or parameter, a `before` that is not a run of this listing, or a `query` that does not parse (`invalid_query`)", body = crate::error::ErrorBody),
     ),
     security(("bearer" = ["read"])),
 )]
@@ -143,15 +149,22 @@ pub(crate) async fn list(
     if let Some(s) = text(q.session.clone()) {
         check_client_id("session", &s)?;
     }
-    let runs = inner
-        .store
-        .list_runs(&RunQuery {
+    let search = match text(q.query) {
+        Some(s) => Some(RunSearch::parse(&s).map_err(|e| ApiError::invalid_query(e.to_string()))?),
+        None => None,
+    };
+    let runs = search_runs(
+        &*inner.store,
+        &RunQuery {
             session: text(q.session).map(SessionId::new),
             status: None,
             deployment: None,
+            attribute: None,
             limit: 0,
-        })
-        .await?;
+        },
+        search.as_ref(),
+    )
+    .await?;
     let filter = RunFilter {
         status,
         tool: text(q.tool),
@@ -161,6 +174,7 @@ pub(crate) async fn list(
         newest_first: newest,
         before: text(q.before).map(RunId::new),
         limit: q.limit.unwrap_or(0),
+        query: search,
     };
     let page = filter
         .page(runs)

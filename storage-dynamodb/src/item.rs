@@ -20,6 +20,15 @@ pub(crate) const CHUNK: usize = 350_000;
 pub(crate) fn run_pk(run: &RunId) -> String {
     format!("RUN#{run}")
 }
+/// Sort key of a run's attribute item (in the run's partition, so a purge deletes it).
+pub(crate) fn attr_sk(key: &str) -> String {
+    format!("AT#{key}")
+}
+/// `gsi1` partition key of the runs whose attribute `key` has index value `value`
+/// ([`eve_core::search::index_value`]); keys hold no `#`, so the pair is unambiguous.
+pub(crate) fn attr_g1pk(key: &str, value: &str) -> String {
+    format!("ATTR#{key}#{value}")
+}
 pub(crate) fn ev_sk(last_seq: u64) -> String {
     format!("EV#{last_seq:020}")
 }

@@ -399,6 +399,12 @@ pub(crate) fn effects_json(events: &[Event]) -> Result<String, StoreError> {
         let body = to_text(serde_json::to_string(request), "request")?;
         requests.push(serde_json::json!([id.as_str(), cmd, body]));
     }
+    // The last change of each key: [key, index value] sets, [key, null] removes.
+    let attributes: BTreeMap<&str, Option<String>> = fx
+        .attributes
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_ref().map(eve_core::search::index_value)))
+        .collect();
     let mut json = serde_json::json!({
         "count": events.len(),
         "ended": fx.ends_run(),
@@ -411,6 +417,13 @@ pub(crate) fn effects_json(events: &[Event]) -> Result<String, StoreError> {
         "requests_closed": fx.requests_closed.iter().map(RequestId::as_str).collect::<Vec<_>>(),
         "session": session(&fx.session_events)?,
     });
+    if !attributes.is_empty() {
+        json["attributes"] = attributes
+            .iter()
+            .map(|(k, v)| serde_json::json!([k, v]))
+            .collect::<Vec<_>>()
+            .into();
+    }
     let background = Effects::of(Execution::Background, events).session_events;
     if background != fx.session_events {
         json["session_background"] = session(&background)?.into();

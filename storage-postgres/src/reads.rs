@@ -15,7 +15,9 @@ pub(crate) const RUN_COLS: &str =
     "r.run_id, r.idempotency_key, r.workflow_id, r.deployment_id, r.tool, \
     r.session_id, r.call_id, r.execution, r.status, r.next_seq, r.processed_seq, \
     r.cancel_requested, r.activations, r.owner_worker, r.owner_epoch, r.created_at, r.updated_at, \
-    r.pending_at";
+    r.pending_at, \
+    (SELECT json_object_agg(a.key, a.value::json)::text FROM {s}.run_attributes a \
+     WHERE a.run_id = r.run_id) AS attributes";
 
 pub(crate) fn run_from_row(row: &PgRow) -> Result<RunRecord, StoreError> {
     let g = |e: sqlx::Error| map_err(e);
@@ -47,6 +49,10 @@ pub(crate) fn run_from_row(row: &PgRow) -> Result<RunRecord, StoreError> {
         },
         created_at: Timestamp(row.try_get("created_at").map_err(g)?),
         updated_at: Timestamp(row.try_get("updated_at").map_err(g)?),
+        attributes: match row.try_get::<Option<String>, _>("attributes").map_err(g)? {
+            Some(json) => decode_json("run attributes", json.as_bytes())?,
+            None => Default::default(),
+        },
     })
 }
 
@@ -164,12 +170,21 @@ impl Db {
              WHERE ($1::text IS NULL OR r.session_id = $1) \
                AND ($2::text IS NULL OR r.status = $2) \
                AND ($3::text IS NULL OR r.deployment_id = $3) \
+               AND ($5::text IS NULL OR r.run_id IN \
+                    (SELECT a.run_id FROM {{s}}.run_attributes a WHERE a.key = $5 AND a.value = $6)) \
              ORDER BY r.created_at, r.run_id COLLATE \"C\" LIMIT $4"
         )))
         .bind(query.session.as_ref().map(|s| s.as_str()))
         .bind(query.status.map(RunStatus::as_str))
         .bind(query.deployment.as_ref().map(|d| d.as_str()))
         .bind(limit)
+        .bind(query.attribute.as_ref().map(|(k, _)| k.as_str()))
+        .bind(
+            query
+                .attribute
+                .as_ref()
+                .map(|(_, v)| eve_core::search::index_value(v)),
+        )
         .fetch_all(&self.pool)
         .await
         .map_err(map_err)?;

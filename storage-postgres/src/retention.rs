@@ -26,6 +26,7 @@ impl Db {
              h AS (DELETE FROM {s}.hooks WHERE run_id IN (SELECT run_id FROM doomed)), \
              d AS (DELETE FROM {s}.hook_dedupe WHERE run_id IN (SELECT run_id FROM doomed)), \
              q AS (DELETE FROM {s}.requests WHERE run_id IN (SELECT run_id FROM doomed)), \
+             a AS (DELETE FROM {s}.run_attributes WHERE run_id IN (SELECT run_id FROM doomed)), \
              l AS (DELETE FROM {s}.session_log l USING doomed \
                    WHERE l.session_id = doomed.session_id AND l.run_id = doomed.run_id), \
              r AS (DELETE FROM {s}.runs WHERE run_id IN (SELECT run_id FROM doomed) \

@@ -703,6 +703,12 @@ impl JournalStore for SqliteStore {
         if query.deployment.is_some() {
             sql.push_str(" AND deployment_id = ?");
         }
+        if query.attribute.is_some() {
+            // The (key, value) index answers it.
+            sql.push_str(
+                " AND run_id IN (SELECT run_id FROM run_attributes WHERE key = ? AND value = ?)",
+            );
+        }
         sql.push_str(" ORDER BY created_at, run_id LIMIT ?");
         let mut q = sqlx::query(AssertSqlSafe(sql));
         if let Some(s) = &query.session {
@@ -713,6 +719,9 @@ impl JournalStore for SqliteStore {
         }
         if let Some(d) = &query.deployment {
             q = q.bind(d.as_str());
+        }
+        if let Some((k, v)) = &query.attribute {
+            q = q.bind(k.as_str()).bind(eve_core::search::index_value(v));
         }
         let limit = if query.limit == 0 {
             -1

@@ -115,6 +115,7 @@ async fn purge_in(
             "hooks",
             "hook_dedupe",
             "requests",
+            "run_attributes",
             "runs",
         ] {
             sqlx::query(sqlx::AssertSqlSafe(format!(

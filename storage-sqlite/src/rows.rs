@@ -13,7 +13,9 @@ macro_rules! run_cols {
     () => {
         "run_id, idempotency_key, workflow_id, deployment_id, tool, session_id, call_id, \
          execution, status, next_seq, processed_seq, cancel_requested, activations, \
-         owner_worker, owner_epoch, created_at, updated_at"
+         owner_worker, owner_epoch, created_at, updated_at, \
+         (SELECT json_group_object(a.key, json(a.value)) FROM run_attributes a \
+          WHERE a.run_id = runs.run_id)"
     };
 }
 
@@ -22,14 +24,16 @@ macro_rules! run_cols_r {
     () => {
         "r.run_id, r.idempotency_key, r.workflow_id, r.deployment_id, r.tool, r.session_id, \
          r.call_id, r.execution, r.status, r.next_seq, r.processed_seq, r.cancel_requested, \
-         r.activations, r.owner_worker, r.owner_epoch, r.created_at, r.updated_at"
+         r.activations, r.owner_worker, r.owner_epoch, r.created_at, r.updated_at, \
+         (SELECT json_group_object(a.key, json(a.value)) FROM run_attributes a \
+          WHERE a.run_id = r.run_id)"
     };
 }
 
 pub(crate) use {run_cols, run_cols_r};
 
 /// Number of columns in [`run_cols`]; extra columns of a query follow them.
-pub(crate) const RUN_COLS: usize = 17;
+pub(crate) const RUN_COLS: usize = 18;
 
 pub(crate) fn execution_str(e: Execution) -> &'static str {
     match e {
@@ -124,6 +128,11 @@ pub(crate) fn run_record(row: &(impl Cols + ?Sized)) -> Result<RunRecord, StoreE
         },
         created_at: Timestamp(i64_col(row, 15)?),
         updated_at: Timestamp(i64_col(row, 16)?),
+        attributes: match row.opt_text(17)? {
+            Some(json) => serde_json::from_str(&json)
+                .map_err(|e| corrupt(format!("run attributes {json:?}: {e}")))?,
+            None => Default::default(),
+        },
         run_id,
     })
 }

@@ -5,7 +5,7 @@ use eve_core::StoreError;
 use sqlx::{Row, SqliteConnection};
 
 /// The schema version this build writes and reads.
-pub(crate) const SCHEMA_VERSION: i64 = 6;
+pub(crate) const SCHEMA_VERSION: i64 = 7;
 
 /// Migrations in order; entry `i` brings the schema from version `i` to `i + 1`.
 const MIGRATIONS: &[&str] = &[
@@ -150,6 +150,17 @@ CREATE TABLE session_messages (
     // API keys may expire (contract clause 8); existing keys never do.
     r#"
 ALTER TABLE api_keys ADD COLUMN expires_at INTEGER;
+"#,
+    // Run attributes (`ctx.set_attributes`), indexed by (key, value) for `--query attr.k = v`;
+    // `value` is the compact JSON of eve_core::search::index_value.
+    r#"
+CREATE TABLE run_attributes (
+    run_id TEXT NOT NULL,
+    key    TEXT NOT NULL,
+    value  TEXT NOT NULL,
+    PRIMARY KEY (run_id, key)
+) WITHOUT ROWID;
+CREATE INDEX run_attributes_key_value ON run_attributes (key, value);
 "#,
 ];
 

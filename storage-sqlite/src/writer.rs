@@ -603,6 +603,18 @@ fn write(
             txt(run),
         ],
     );
+    for (key, value) in &fx.attributes {
+        match value {
+            Some(v) => plan.push(
+                "INSERT OR REPLACE INTO run_attributes (run_id, key, value) VALUES (?, ?, ?)",
+                [txt(run), txt(key), txt(&eve_core::search::index_value(v))],
+            ),
+            None => plan.push(
+                "DELETE FROM run_attributes WHERE run_id = ? AND key = ?",
+                [txt(run), txt(key)],
+            ),
+        }
+    }
     if !fx.timers_set.is_empty() {
         let sql = format!(
             "INSERT OR REPLACE INTO timers (run_id, cmd, due) VALUES {}",

@@ -14,6 +14,7 @@ pub mod persistence;
 pub mod reads;
 pub mod resets;
 pub mod retention;
+pub mod search;
 pub mod sequences;
 pub mod sessions;
 pub mod starts;

@@ -921,6 +921,7 @@ impl Harness {
                         session: (a % 3 != 2).then(|| self.session(*a)),
                         status: (b % 6 != 5).then(|| statuses[*b as usize % 6 % 5]),
                         deployment: (a % 5 == 4).then(|| self.dep(0)),
+                        attribute: None,
                         limit: (*b as usize / 64) % 3,
                     };
                     let r = st.list_runs(&q).await;

@@ -102,6 +102,9 @@ pub(crate) enum CmdKind {
     Patch {
         id: String,
     },
+    Attributes {
+        patch: Payload,
+    },
 }
 
 impl CmdKind {
@@ -116,6 +119,7 @@ impl CmdKind {
             CmdKind::Progress { .. } => "progress".into(),
             CmdKind::Message { .. } => "post_message".into(),
             CmdKind::Patch { id } => format!("patch {id:?}"),
+            CmdKind::Attributes { .. } => "set_attributes".into(),
         }
     }
 
@@ -196,6 +200,8 @@ pub(crate) struct Core {
     pub(crate) webhook_tokens: HashMap<u64, String>,
     /// The last `ctx.progress` value (the return rules' fallback output).
     pub(crate) last_progress: Option<Payload>,
+    /// The run's attributes as this execution of the body set them (for the count limit).
+    pub(crate) attributes: crate::search::Attributes,
     /// The seq of `CancelRequested`, once delivered: the abort signal.
     pub(crate) cancel_seq: Option<u64>,
     /// `Patched` markers read ahead in the journal, by cmd.
@@ -230,6 +236,7 @@ impl Core {
             agent_keys: HashSet::new(),
             webhook_tokens: HashMap::new(),
             last_progress: None,
+            attributes: crate::search::Attributes::new(),
             cancel_seq: None,
             patches: HashMap::new(),
             seq: 0,
@@ -270,7 +277,10 @@ impl Core {
                 self.open.insert(cmd);
                 self.unrecorded.insert(cmd);
             }
-            CmdKind::Progress { .. } | CmdKind::Message { .. } | CmdKind::Patch { .. } => {
+            CmdKind::Progress { .. }
+            | CmdKind::Message { .. }
+            | CmdKind::Patch { .. }
+            | CmdKind::Attributes { .. } => {
                 self.unrecorded.insert(cmd);
             }
         }
@@ -574,6 +584,47 @@ impl WorkflowCtx {
         let mut core = lock(&self.core);
         core.last_progress = Some(value.clone());
         core.issue(CmdKind::Progress { value });
+    }
+
+    /// Labels the run with attributes that `eve runs list --query 'attr.<key> = …'` and
+    /// `GET /v1/runs?query=` find it by (indexed by every store): a JSON object of key →
+    /// string, number or boolean. Set keys overwrite, `null` removes a key, keys not named stay.
+    /// Journaled as `AttributesSet`, recorded once: a replay matches it and writes nothing. The
+    /// store's record ([`RunRecord::attributes`](crate::RunRecord::attributes)) changes when
+    /// the event is appended (with the body's next append).
+    ///
+    /// ```ignore
+    /// ctx.set_attributes(json!({"region": "eu", "cost": 12.5, "draft": null}))?;
+    /// ```
+    ///
+    /// # Errors
+    /// [`AttributeError`](crate::AttributeError), and nothing is recorded, when `attributes` is
+    /// not an object, a key is empty, longer than
+    /// [`MAX_ATTRIBUTE_KEY_BYTES`](crate::search::MAX_ATTRIBUTE_KEY_BYTES) or not made of ASCII
+    /// letters, digits, `_` and `-`, a value is an object or array or longer than
+    /// [`MAX_ATTRIBUTE_VALUE_BYTES`](crate::search::MAX_ATTRIBUTE_VALUE_BYTES), or the run would
+    /// hold more than [`MAX_ATTRIBUTES`](crate::search::MAX_ATTRIBUTES).
+    pub fn set_attributes<T: Serialize + ?Sized>(
+        &self,
+        attributes: &T,
+    ) -> Result<(), crate::AttributeError> {
+        let value = serde_json::to_value(attributes)
+            .map_err(|e| crate::AttributeError::NotAnObject(e.to_string()))?;
+        let patch = crate::search::parse_patch(&value)?;
+        let mut core = lock(&self.core);
+        let mut merged = core.attributes.clone();
+        crate::search::apply_patch(&mut merged, &patch);
+        if merged.len() > crate::search::MAX_ATTRIBUTES {
+            return Err(crate::AttributeError::TooMany {
+                count: merged.len(),
+                limit: crate::search::MAX_ATTRIBUTES,
+            });
+        }
+        core.attributes = merged;
+        core.issue(CmdKind::Attributes {
+            patch: Payload::from(value),
+        });
+        Ok(())
     }
 
     /// A version marker, to change a body under runs in flight without a new deployment id:

@@ -474,6 +474,12 @@ impl Executor {
                 })?;
                 core.unrecorded.remove(cmd);
             }
+            Event::AttributesSet { cmd, .. } => {
+                check(&core, *cmd, &|| "set_attributes".into(), &|k| {
+                    matches!(k, CmdKind::Attributes { .. })
+                })?;
+                core.unrecorded.remove(cmd);
+            }
             Event::Patched { cmd, id } => {
                 check(
                     &core,
@@ -614,6 +620,10 @@ impl Executor {
                 CmdKind::Patch { id } => Some(Event::Patched {
                     cmd,
                     id: id.clone(),
+                }),
+                CmdKind::Attributes { patch } => Some(Event::AttributesSet {
+                    cmd,
+                    attributes: patch.clone(),
                 }),
                 CmdKind::Step { .. } => None,
             })

@@ -359,6 +359,13 @@ assert any(r.get("outcome", {}).get("kind") == "failed" for r in runs["runs"]), 
 call("GET", "/v1/runs", expect=200)
 call("GET", "/v1/runs?status=sleeping", expect=400)
 call("GET", f"/v1/runs?before=run-none", expect=400)
+# Search on input fields (and attributes, none set by these bodies).
+_, found = call("GET", "/v1/runs?query=" + urllib.parse.quote('input.service = "api"'), expect=200)
+assert deploy_run in [get(r, "run_id") for r in found["runs"]], found
+_, found = call("GET", "/v1/runs?query=" + urllib.parse.quote('attr.region = "eu"'), expect=200)
+assert found["runs"] == [], found
+_, bad = call("GET", "/v1/runs?query=" + urllib.parse.quote("service = api"), expect=400)
+assert bad["code"] == "invalid_query", bad
 _, journal = call("GET", f"/v1/runs/{deploy_run}", expect=200)
 assert len(journal["events"]) > 4, journal
 call("GET", f"/v1/runs/{broken_run}", expect=200)

@@ -58,8 +58,28 @@ impl DynamoStore {
             nh.timers.clear();
             nh.rec.owner = None;
         }
+        eve_core::search::apply_patch(&mut nh.rec.attributes, &fx.attributes);
 
         let mut tx = Tx::new();
+        // Attributes: one item per key in the run's partition, on gsi1 under (key, value).
+        let changed: std::collections::BTreeSet<&str> =
+            fx.attributes.iter().map(|(k, _)| k.as_str()).collect();
+        for k in changed {
+            let ak = key(&pk, attr_sk(k));
+            match nh.rec.attributes.get(k) {
+                Some(v) => {
+                    let mut it = ak;
+                    it.insert("run".into(), s(run.as_str()));
+                    it.insert(
+                        "g1pk".into(),
+                        s(attr_g1pk(k, &eve_core::search::index_value(v))),
+                    );
+                    it.insert("g1sk".into(), s(run.as_str()));
+                    tx.push(self.tx_put(it, None, &[], vec![])?, Role::Other);
+                }
+                None => tx.push(self.tx_delete(ak)?, Role::Other),
+            }
+        }
         // The event batch: one item per append, keyed by its last seq.
         let mut ev = key(&pk, ev_sk(next - 1));
         ev.insert("f".into(), n(first));

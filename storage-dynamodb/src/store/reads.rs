@@ -287,7 +287,25 @@ pub(super) async fn list_runs(
     query: &RunQuery,
 ) -> Result<Vec<RunRecord>, StoreError> {
     let mut items = Vec::new();
-    if let Some(session) = &query.session {
+    if let Some((k, v)) = &query.attribute {
+        // The attribute index (gsi1, eventually consistent like the status listing), then
+        // each matching run's header.
+        let refs = store
+            .query_all(
+                Some("gsi1"),
+                "#p = :p",
+                &[("#p", "g1pk")],
+                vec![(":p", s(attr_g1pk(k, &eve_core::search::index_value(v))))],
+            )
+            .await?;
+        for r in refs {
+            if let Some(run) = get_s(&r, "run") {
+                if let Some(h) = store.get(run_pk(&RunId::new(run)), HDR_SK).await? {
+                    items.push(h);
+                }
+            }
+        }
+    } else if let Some(session) = &query.session {
         items = store
             .query_all(
                 Some("gsi2"),
