@@ -621,6 +621,31 @@ async fn one_tab_answers_the_7th_and_8th_of_eight_sessions() {
         .await;
     assert_eq!(browser.text(&chip).await, "completed 2");
     browser.screenshot("page-filtered.png").await;
+    // The search query (`GET /v1/runs?query=`) narrows further; while it is not yet a query,
+    // the page says what is wrong in place of the rows.
+    let query = browser.find("#f-query").await;
+    browser.type_into(&query, r#"input.service ="#).await;
+    let error = browser.find("#runs p.query-error").await;
+    assert!(
+        browser.text(&error).await.contains("query"),
+        "a half-typed query is explained"
+    );
+    browser.type_into(&query, r#" "svc-8""#).await;
+    let row = browser
+        .cmd(
+            "POST",
+            "/execute/async",
+            json!({
+                "script": "const done = arguments[0]; const t = Date.now(); (function poll() { const r = [...document.querySelectorAll('#runs tr.run')].map(e => e.dataset.run); if (r.length === 1 || Date.now() - t > 10000) done(r); else setTimeout(poll, 50); })();",
+                "args": []
+            }),
+        )
+        .await;
+    assert_eq!(
+        row,
+        json!([runs[7].to_string()]),
+        "only the completed run of svc-8 matches"
+    );
     let sources = browser
         .cmd(
             "POST",
