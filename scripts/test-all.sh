@@ -42,6 +42,7 @@ fi
 "$MCP_VENV/bin/python" -c "import openapi_core, openapi_spec_validator" 2>/dev/null && export EVE_TEST_OPENAPI_PYTHON="$MCP_VENV/bin/python"
 
 cargo test --workspace "$@"
-# The workspace build has every feature on (eve-examples' dev-dependency on eve-cli); the store
-# URL tests again on eve-cli's default (SQLite only), where the other backends are refused.
-cargo test -p eve-cli --lib store_url
+# The workspace build has every feature on (eve-examples' dev-dependency on eve-cli); eve-cli's
+# unit tests again on its default (SQLite only), where the other backends and span export are
+# refused.
+cargo test -p eve-cli --lib

@@ -60,23 +60,33 @@ pub fn configured_by_env() -> bool {
 ///
 /// # Errors
 /// `Usage` when the exporter cannot be built (a bad URL, a protocol other than HTTP);
-/// `NotCompiled` when export is asked for and this build has no OTLP export (cargo feature
-/// `otlp`).
+/// `NotCompiled` when `--otlp` is given and this build has no OTLP export (cargo feature
+/// `otlp`). An `OTEL_EXPORTER_OTLP_*ENDPOINT` variable in such a build is only warned about:
+/// a machine-wide setting meant for other services must not stop eve from starting.
 pub fn from_args(otlp: Option<&str>) -> Result<Option<Arc<OtlpSink>>, CliError> {
-    if otlp.is_none() && !configured_by_env() {
+    sink_for(otlp, configured_by_env())
+}
+
+/// [`from_args`] with what the environment asks for given.
+fn sink_for(otlp: Option<&str>, by_env: bool) -> Result<Option<Arc<OtlpSink>>, CliError> {
+    if otlp.is_none() && !by_env {
         return Ok(None);
     }
     #[cfg(feature = "otlp")]
     return Ok(Some(Arc::new(OtlpSink::new(otlp)?)));
     #[cfg(not(feature = "otlp"))]
-    Err(CliError::NotCompiled {
-        what: if otlp.is_some() {
-            "span export (--otlp)"
-        } else {
-            "span export (an OTEL_EXPORTER_OTLP_*ENDPOINT variable is set; OTEL_SDK_DISABLED=true turns export off)"
-        },
-        feature: "otlp",
-    })
+    match otlp {
+        Some(_) => Err(CliError::NotCompiled {
+            what: "span export (--otlp)",
+            feature: "otlp",
+        }),
+        None => {
+            tracing::warn!(
+                "an OTEL_EXPORTER_OTLP_*ENDPOINT variable is set but this eve was built without span export (cargo feature `otlp`): no spans are exported"
+            );
+            Ok(None)
+        }
+    }
 }
 
 /// This build has no OTLP export (the cargo feature `otlp` is off): there is no sink, and
@@ -213,5 +223,25 @@ impl TraceSink for OtlpSink {
             instrumentation_scope: self.scope.clone(),
         };
         self.processor.on_end(data);
+    }
+}
+
+#[cfg(all(test, not(feature = "otlp")))]
+mod tests {
+    use super::*;
+
+    /// Without the `otlp` feature: `--otlp` is refused naming the feature; the environment
+    /// alone only warns, and nothing is exported.
+    #[test]
+    fn a_build_without_export_refuses_the_flag_and_warns_on_the_environment() {
+        assert!(matches!(
+            sink_for(Some("http://127.0.0.1:4318"), false),
+            Err(CliError::NotCompiled {
+                feature: "otlp",
+                ..
+            })
+        ));
+        assert!(matches!(sink_for(None, true), Ok(None)));
+        assert!(matches!(sink_for(None, false), Ok(None)));
     }
 }
