@@ -613,6 +613,33 @@ fn remote(cli: &Cli) -> Result<Option<Remote>, CliError> {
         .transpose()
 }
 
+/// `eve runs retry` (`to` none) and `eve runs reset --to`.
+async fn runs_reset(
+    cli: &Cli,
+    run: &str,
+    to: Option<u64>,
+    deployment: &Option<String>,
+    registry: &Registry,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let deployment = deployment.clone().map(eve_core::DeploymentId::new);
+    let verb = if to.is_some() { "reset" } else { "retry" };
+    let r = target(cli)
+        .await?
+        .reset(
+            &eve_core::RunId::new(run),
+            to,
+            deployment.as_ref(),
+            registry,
+            Timestamp::now(),
+        )
+        .await
+        .map_err(CliError::at(format!("cannot {verb} {run}")))?;
+    print_reset(&r, json, out);
+    Ok(())
+}
+
 /// `eve runs cancel|terminate`: one run by id, or a batch by filter.
 async fn runs_action(
     cli: &Cli,
@@ -784,43 +811,13 @@ async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<
             run,
             deployment,
             json,
-        }) => {
-            let target = target(&cli).await?;
-            let deployment = deployment.clone().map(eve_core::DeploymentId::new);
-            let r = target
-                .reset(
-                    &eve_core::RunId::new(run),
-                    None,
-                    deployment.as_ref(),
-                    registry,
-                    now(),
-                )
-                .await
-                .map_err(CliError::at(format!("cannot retry {run}")))?;
-            print_reset(&r, *json, out);
-            Ok(())
-        }
+        }) => runs_reset(&cli, run, None, deployment, registry, *json, out).await,
         Command::Runs(RunsCommand::Reset {
             run,
             to,
             deployment,
             json,
-        }) => {
-            let target = target(&cli).await?;
-            let deployment = deployment.clone().map(eve_core::DeploymentId::new);
-            let r = target
-                .reset(
-                    &eve_core::RunId::new(run),
-                    Some(*to),
-                    deployment.as_ref(),
-                    registry,
-                    now(),
-                )
-                .await
-                .map_err(CliError::at(format!("cannot reset {run}")))?;
-            print_reset(&r, *json, out);
-            Ok(())
-        }
+        }) => runs_reset(&cli, run, Some(*to), deployment, registry, *json, out).await,
         Command::Runs(RunsCommand::Terminate {
             run,
             reason,

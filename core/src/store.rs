@@ -1765,14 +1765,7 @@ pub trait JournalStoreExt: JournalStore {
         deployment: &DeploymentId,
         now: Timestamp,
     ) -> Result<ResetOutcome, StoreError> {
-        let old = self.get_run(run).await?;
-        if !old.status.is_terminal() {
-            return Err(StoreError::RunNotEnded {
-                run: run.clone(),
-                status: old.status.as_str(),
-            });
-        }
-        let journal = self.read_all(run, 0).await?;
+        let (old, journal) = ended_run(self, run).await?;
         reset_to(self, &old, &journal, to, deployment, now).await
     }
 
@@ -1789,14 +1782,7 @@ pub trait JournalStoreExt: JournalStore {
         deployment: &DeploymentId,
         now: Timestamp,
     ) -> Result<ResetOutcome, StoreError> {
-        let old = self.get_run(run).await?;
-        if !old.status.is_terminal() {
-            return Err(StoreError::RunNotEnded {
-                run: run.clone(),
-                status: old.status.as_str(),
-            });
-        }
-        let journal = self.read_all(run, 0).await?;
+        let (old, journal) = ended_run(self, run).await?;
         let to = retry_point(run, &journal)?;
         reset_to(self, &old, &journal, to, deployment, now).await
     }
@@ -1819,6 +1805,22 @@ pub trait JournalStoreExt: JournalStore {
 }
 
 impl<T: JournalStore + ?Sized> JournalStoreExt for T {}
+
+/// The record and journal of `run`, which must have ended (what a reset or retry starts from).
+async fn ended_run<S: JournalStore + ?Sized>(
+    store: &S,
+    run: &RunId,
+) -> Result<(RunRecord, Vec<StoredEvent>), StoreError> {
+    let old = store.get_run(run).await?;
+    if !old.status.is_terminal() {
+        return Err(StoreError::RunNotEnded {
+            run: run.clone(),
+            status: old.status.as_str(),
+        });
+    }
+    let journal = store.read_all(run, 0).await?;
+    Ok((old, journal))
+}
 
 /// [`JournalStoreExt::reset`] once the old run was read and found ended.
 async fn reset_to<S: JournalStore + ?Sized>(
