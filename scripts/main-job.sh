@@ -6,4 +6,7 @@
 # `cargo run -p eve-examples --bin reminder -- demo`.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# A first build is a cold one: incremental compilation only adds work to it (its caches pay off
+# on rebuilds, which `cargo test` and editors make with their own settings).
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 bash cli/scripts/demo-restart.sh "$@"

@@ -13,7 +13,12 @@ use crate::ids::RunId;
 /// build reads every version up to its own, and refuses a row of a newer one with
 /// [`StoreError::FormatTooNew`] (an older eve never misreads a newer one's data); a row of
 /// version 0 is [`StoreError::Corrupt`].
-pub const FORMAT_VERSION: u16 = 1;
+///
+/// | version | written by | adds |
+/// | --- | --- | --- |
+/// | 1 | 0.1 | the first format |
+/// | 2 | 0.2 | `RunTerminated`, `AttributesSet`, `RunStarted.reset_from` |
+pub const FORMAT_VERSION: u16 = 2;
 
 /// The oldest format version this build reads.
 pub const OLDEST_FORMAT_VERSION: u16 = 1;
