@@ -225,6 +225,7 @@ async fn local_total(ctx: WorkflowCtx, input: Order) -> Result<u64, WorkflowErro
 /// append, under the steps' names.
 #[tokio::test]
 async fn local_steps_commit_in_one_append() {
+    use eve_core::engine::Clock as _;
     let memory: Arc<dyn JournalStore> = Arc::new(MemoryStore::new());
     let counting = eve_core::testing::FaultyStore::new(memory.clone());
     let clock = ManualClock::new(Timestamp(1_700_000_000_000));
