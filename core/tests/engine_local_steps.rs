@@ -55,7 +55,7 @@ fn appends(store: &FaultyStore) -> usize {
 }
 
 /// Every tool's input.
-#[derive(serde::Deserialize, schemars::JsonSchema)]
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
 pub struct Start {
     start: i64,
 }
