@@ -76,7 +76,7 @@
 //! [`engine::no_faults`], [`engine::crash`], [`engine::ambiguous_commit`],
 //! [`engine::duplicate_deliveries`], [`engine::duplicate_dispatch`],
 //! [`engine::racing_workers`], [`engine::lease_expiry`], [`engine::non_determinism`],
-//! [`engine::cancel`].
+//! [`engine::cancel`], [`engine::local_batch_crash`].
 
 use async_trait::async_trait;
 use eve_core::{JournalStore, RunId, StoreError};
@@ -466,6 +466,7 @@ macro_rules! __engine_cases {
             engine_lease_expiry = lease_expiry,
             engine_non_determinism = non_determinism,
             engine_cancel = cancel,
+            engine_local_batch_crash = local_batch_crash,
         ] }
     };
     (@expand table {} [$($test:ident = $case:ident),* $(,)?]) => {

@@ -14,6 +14,7 @@ fn step(name: &str) -> StepSpec {
         retries: 0,
         fatal: false,
         output: Output::Json(serde_json::json!(1)),
+        local: false,
     }
 }
 

@@ -41,7 +41,9 @@ pub fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
 /// Sync + 'static`; each attempt gets a clone). The step name is the function name.
 ///
 /// Options: `name = ".."`, `retries = N`, `backoff = "2s"` (the first retry's wait, checked at
-/// compile time).
+/// compile time), `local` (a local step: consecutive local steps run back to back and their
+/// outcomes commit in one append; a crash re-runs the uncommitted ones — see
+/// `StepFuture::local`).
 #[proc_macro_attribute]
 pub fn step(args: TokenStream, item: TokenStream) -> TokenStream {
     expand(args, item, step_impl)
@@ -92,6 +94,8 @@ struct Options {
     description: Option<LitStr>,
     id: Option<LitStr>,
     background: Option<Span>,
+    /// `local` on a step: its outcome commits with the next ones (see `StepFuture::local`).
+    local: Option<Span>,
     retries: Option<syn::LitInt>,
     backoff: Option<LitStr>,
     output_schema: Option<Span>,
@@ -106,11 +110,18 @@ impl Options {
         for meta in metas {
             match &meta {
                 Meta::Path(p) if p.is_ident("background") => o.background = Some(p.span()),
+                Meta::Path(p) if p.is_ident("local") => o.local = Some(p.span()),
                 Meta::Path(p) if p.is_ident("output_schema") => o.output_schema = Some(p.span()),
                 Meta::Path(p) if p.is_ident("waits_for_input") => {
                     o.waits_for_input = Some(p.span())
                 }
                 Meta::Path(p) if p.is_ident("approval") => o.approval = Some((p.span(), None)),
+                Meta::NameValue(nv) if nv.path.is_ident("local") => {
+                    return Err(Error::new(
+                        nv.span(),
+                        "`local` takes no value: write #[step(local)] (or leave it out for a normal step)",
+                    ));
+                }
                 Meta::NameValue(nv) if nv.path.is_ident("approval") => {
                     let syn::Expr::Path(policy) = &nv.value else {
                         return Err(Error::new(
@@ -131,10 +142,10 @@ impl Options {
                         ("id", syn::Lit::Str(s)) => o.id = Some(s.clone()),
                         ("backoff", syn::Lit::Str(s)) => o.backoff = Some(s.clone()),
                         ("retries", syn::Lit::Int(i)) => o.retries = Some(i.clone()),
-                        _ => return Err(Error::new(meta.span(), "unknown option or wrong literal type: expected name = \"..\", description = \"..\", id = \"..\", background, output_schema, waits_for_input, approval, approval = path::to::policy, retries = N or backoff = \"2s\"")),
+                        _ => return Err(Error::new(meta.span(), "unknown option or wrong literal type: expected name = \"..\", description = \"..\", id = \"..\", background, output_schema, waits_for_input, approval, approval = path::to::policy, local, retries = N or backoff = \"2s\"")),
                     }
                 }
-                _ => return Err(Error::new(meta.span(), "unknown option: expected name = \"..\", description = \"..\", id = \"..\", background, output_schema, waits_for_input, approval, approval = path::to::policy, retries = N or backoff = \"2s\"")),
+                _ => return Err(Error::new(meta.span(), "unknown option: expected name = \"..\", description = \"..\", id = \"..\", background, output_schema, waits_for_input, approval, approval = path::to::policy, local, retries = N or backoff = \"2s\"")),
             }
         }
         Ok(o)
@@ -147,6 +158,7 @@ impl Options {
             ("description", self.description.as_ref().map(LitStr::span)),
             ("id", self.id.as_ref().map(LitStr::span)),
             ("background", self.background),
+            ("local", self.local),
             ("retries", self.retries.as_ref().map(syn::LitInt::span)),
             ("backoff", self.backoff.as_ref().map(LitStr::span)),
             ("output_schema", self.output_schema),
@@ -438,7 +450,7 @@ fn calls_input_method(tokens: TokenStream2) -> bool {
 }
 
 fn step_impl(o: Options, f: ItemFn) -> syn::Result<TokenStream2> {
-    o.only("step", &["name", "retries", "backoff"])?;
+    o.only("step", &["name", "local", "retries", "backoff"])?;
     check_fn("step", &f, "a step's work runs on the worker's runtime")?;
     no_workflow_ctx("step", &f)?;
     let krate = krate();
@@ -521,6 +533,7 @@ fn step_impl(o: Options, f: ItemFn) -> syn::Result<TokenStream2> {
         }
     };
 
+    let local = o.local.map(|_| quote!(.local()));
     let inner_inputs = &sig.inputs;
     let inner_output = &sig.output;
     Ok(quote! {
@@ -533,6 +546,7 @@ fn step_impl(o: Options, f: ItemFn) -> syn::Result<TokenStream2> {
                 async move { __step(#sc_arg #(#names),*).await }
             })
             #retry
+            #local
         }
     })
 }

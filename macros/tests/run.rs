@@ -202,3 +202,79 @@ fn waiting_for_input_is_derived_from_the_body_or_declared() {
     assert!(!refund.into_tool().may_wait_for_input());
     assert!(!remind.into_tool().may_wait_for_input());
 }
+
+#[step(local)]
+async fn add_cents(total: u64, cents: u64) -> Result<u64, StepError> {
+    Ok(total + cents)
+}
+
+#[step(local, name = "tax", retries = 1)]
+async fn add_tax(total: u64) -> Result<u64, StepError> {
+    Ok(total + total / 10)
+}
+
+/// Totals an order with local steps.
+#[workflow]
+async fn local_total(ctx: WorkflowCtx, input: Order) -> Result<u64, WorkflowError> {
+    let a = add_cents(&ctx, 0, input.cents).await?;
+    let b = add_cents(&ctx, a, 100).await?;
+    Ok(add_tax(&ctx, b).await?)
+}
+
+/// `#[step(local)]` makes local steps: the three outcomes and the run's end commit in one
+/// append, under the steps' names.
+#[tokio::test]
+async fn local_steps_commit_in_one_append() {
+    use eve_core::engine::Clock as _;
+    let memory: Arc<dyn JournalStore> = Arc::new(MemoryStore::new());
+    let counting = eve_core::testing::FaultyStore::new(memory.clone());
+    let clock = ManualClock::new(Timestamp(1_700_000_000_000));
+    let reg = Registry::new("v1").with(local_total);
+    let worker = Worker::new(
+        counting.clone(),
+        reg.clone(),
+        clock.clone(),
+        WorkerConfig::default(),
+    )
+    .await
+    .expect("worker");
+    let run = start_tool_call(
+        &*memory,
+        &reg,
+        &SessionId::new("s"),
+        &CallId::new("c"),
+        "local_total",
+        serde_json::json!({"id": "1", "cents": 400}),
+        clock.now(),
+    )
+    .await
+    .expect("start")
+    .run
+    .run_id;
+    worker.drain().await.expect("drain");
+    let events: Vec<Event> = memory
+        .read_all(&run, 0)
+        .await
+        .expect("read")
+        .into_iter()
+        .map(|e| e.event)
+        .collect();
+    let steps: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::StepCompleted { name, .. } => Some(name.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(steps, ["add_cents", "add_cents", "tax"]);
+    assert!(
+        matches!(events.last(), Some(Event::RunCompleted { output }) if output.to_value::<u64>().ok() == Some(550)),
+        "{events:#?}"
+    );
+    let appends = counting
+        .call_log()
+        .into_iter()
+        .filter(|c| *c == "append")
+        .count();
+    assert_eq!(appends, 1, "{:?}", counting.call_log());
+}

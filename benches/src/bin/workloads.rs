@@ -3,6 +3,8 @@
 //! - **W1**: a tool whose body runs 10 sequential no-op steps, started and awaited end to end
 //!   (`Session::call_tool` → `Session::wait_settled`), by 1 caller and by 8 concurrent callers:
 //!   workflows/s, p50 and p99 latency.
+//! - **W1-local**: W1 with its 10 steps marked local (`StepFuture::local`): they commit in one
+//!   append with the run's end (`w1-local --backend sqlite-full`).
 //! - **W2**: a body of 1000 no-op steps: its total time in one process; then the same run in a
 //!   child process that dies inside step 1000 (`abort`, no clean-up), the cold replay of the 999
 //!   recorded steps, and a fresh process recovering it (`recover_total`: from that process's
@@ -57,6 +59,18 @@ async fn ten_steps(ctx: WorkflowCtx, _: Empty) -> Result<u32, WorkflowError> {
     for i in 0..10u32 {
         n = ctx
             .step(format!("s{i}"), move |_| async move { Ok(i + 1) })
+            .await?;
+    }
+    Ok(n)
+}
+
+/// W1's body with local steps: the ten outcomes commit in one append, with the end.
+async fn ten_local_steps(ctx: WorkflowCtx, _: Empty) -> Result<u32, WorkflowError> {
+    let mut n = 0;
+    for i in 0..10u32 {
+        n = ctx
+            .step(format!("s{i}"), move |_| async move { Ok(i + 1) })
+            .local()
             .await?;
     }
     Ok(n)
@@ -120,7 +134,16 @@ fn registry() -> Registry {
         workflow!(steps_then_hook),
     )
     .named("steps_then_hook");
-    Registry::new(DEPLOYMENT).with(ten).with(many).with(long)
+    let ten_local: WorkflowTool = define_workflow_tool(
+        "10 sequential no-op local steps.",
+        workflow!(ten_local_steps),
+    )
+    .named("ten_local_steps");
+    Registry::new(DEPLOYMENT)
+        .with(ten)
+        .with(many)
+        .with(long)
+        .with(ten_local)
 }
 
 #[derive(Parser)]
@@ -136,6 +159,14 @@ enum Command {
     All,
     /// W1: 10 no-op steps, started and awaited end to end, 1 and 8 callers.
     W1 {
+        #[arg(long)]
+        backend: String,
+        /// Calls per caller.
+        #[arg(long, default_value_t = 200)]
+        calls: usize,
+    },
+    /// W1 with the 10 steps local (one commit for the steps and the end), 1 and 8 callers.
+    W1Local {
         #[arg(long)]
         backend: String,
         /// Calls per caller.
@@ -324,6 +355,57 @@ async fn w1(backend: &str, calls: usize, dir: &std::path::Path) {
             "{}",
             serde_json::json!({
                 "workload": "W1", "backend": backend, "callers": callers, "calls": lat.len(),
+                "wf_per_s": lat.len() as f64 / total.as_secs_f64(),
+                "p50_ms": percentile(&lat, 0.5), "p99_ms": percentile(&lat, 0.99),
+                "total_s": total.as_secs_f64(),
+            })
+        );
+    }
+    handle.shutdown().await;
+}
+
+/// W1 with `ten_local_steps`: the same calls, the steps local.
+async fn w1_local(backend: &str, calls: usize, dir: &std::path::Path) {
+    let store = eve_benches::open_target(&fresh_target(backend, dir)).await;
+    let w = worker(&store, Some(format!("w1l-{}", RunId::random())), None).await;
+    let handle = w.clone().spawn();
+    let session =
+        |store: &Arc<dyn JournalStore>, id: &str| session(store, id).with_worker(w.clone());
+    for callers in [1usize, 8] {
+        let warm = session(&store, &format!("warm-local-{callers}"));
+        for i in 0..10 {
+            call(
+                &warm,
+                &format!("w{i}"),
+                "ten_local_steps",
+                serde_json::json!({}),
+            )
+            .await;
+        }
+        let t0 = Instant::now();
+        let tasks: Vec<_> = (0..callers)
+            .map(|c| {
+                let s = session(&store, &format!("w1l-{callers}-{c}"));
+                tokio::spawn(async move {
+                    let mut lat = Vec::with_capacity(calls);
+                    for i in 0..calls {
+                        let input = serde_json::json!({});
+                        lat.push(call(&s, &format!("c{i}"), "ten_local_steps", input).await);
+                    }
+                    lat
+                })
+            })
+            .collect();
+        let mut lat = Vec::new();
+        for t in tasks {
+            lat.extend(t.await.expect("caller"));
+        }
+        let total = t0.elapsed();
+        lat.sort();
+        println!(
+            "{}",
+            serde_json::json!({
+                "workload": "W1-local", "backend": backend, "callers": callers, "calls": lat.len(),
                 "wf_per_s": lat.len() as f64 / total.as_secs_f64(),
                 "p50_ms": percentile(&lat, 0.5), "p99_ms": percentile(&lat, 0.99),
                 "total_s": total.as_secs_f64(),
@@ -681,6 +763,7 @@ fn main() {
                 }
             }
             Command::W1 { backend, calls } => w1(&backend, calls, dir.path()).await,
+            Command::W1Local { backend, calls } => w1_local(&backend, calls, dir.path()).await,
             Command::W2 { backend, steps } => w2(&backend, steps, dir.path()).await,
             Command::Replay {
                 backend,

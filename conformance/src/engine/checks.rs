@@ -681,3 +681,53 @@ pub fn nothing_changed_ran(events: &[StoredEvent], inst: &Instance) -> Result<()
     }
     Ok(())
 }
+
+/// After a crash inside a batch of local steps (held at the first execution of `held`):
+/// without `landed` the batch's append failed, so `held` ran again (at least once for an
+/// uncommitted outcome); with `landed` the append committed the batch before the crash, so no
+/// attempt recorded up to `held`'s first outcome ran more than once (its outcome recorded
+/// exactly once, never re-run). That each outcome is recorded exactly once is checked by
+/// [`journal`] for every family.
+///
+/// # Errors
+/// What broke.
+pub fn local_batch_crash(
+    events: &[StoredEvent],
+    inst: &Instance,
+    held: &str,
+    landed: bool,
+) -> Result<(), String> {
+    let execs = inst.executions();
+    let runs = |name: &str, attempt: u32| execs.get(&(name.to_owned(), attempt)).copied();
+    let held_runs = runs(held, 1).unwrap_or(0);
+    if !landed {
+        if held_runs < 2 {
+            return Err(format!(
+                "local step {held} ran {held_runs} time(s): its batch's append failed in the crash, so it must run again"
+            ));
+        }
+        return Ok(());
+    }
+    let outcome = |e: &StoredEvent| match &e.event {
+        Event::StepCompleted { name, attempt, .. } | Event::StepFailed { name, attempt, .. } => {
+            Some((name.clone(), *attempt))
+        }
+        _ => None,
+    };
+    let Some(at) = events
+        .iter()
+        .position(|e| outcome(e).is_some_and(|(n, a)| n == held && a == 1))
+    else {
+        return Err(format!(
+            "local step {held}'s first attempt is not in the journal, though its batch's append landed"
+        ));
+    };
+    for (name, attempt) in events[..=at].iter().filter_map(outcome) {
+        if let Some(n) = runs(&name, attempt).filter(|n| *n != 1) {
+            return Err(format!(
+                "step {name} attempt {attempt} ran {n} times, though its outcome was committed (with the batch of local step {held}) before the crash"
+            ));
+        }
+    }
+    Ok(())
+}

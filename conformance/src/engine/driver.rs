@@ -81,6 +81,18 @@ pub enum Fault {
         /// Request the cancel twice (the second changes nothing).
         twice: bool,
     },
+    /// The first worker crashes inside a batch of local steps: a local step's first execution
+    /// is held, the worker's store is made to fail (with `landed`, its next write — the batch's
+    /// append — lands first, then everything fails), the step is let go, and a new worker
+    /// takes over once the lease expired. Without `landed` the batch's outcomes were delivered
+    /// to the body but never committed: the steps run again (at least once); with it they were
+    /// committed: none runs again (recorded exactly once).
+    LocalBatchCrash {
+        /// Which executed local step (modulo their number).
+        step: u16,
+        /// The batch's append lands before the crash.
+        landed: bool,
+    },
     /// The program is changed (a recorded command renamed, replaced or removed) while the run
     /// is parked; the run must be blocked with `[EVE-ND-001]`, and resume once the original
     /// program is deployed again.
@@ -219,6 +231,7 @@ pub async fn run_case_as(
         park_misses: 0,
         progress: 0,
         stale: 0,
+        local_crash: None,
     };
     let result = case.run().await;
     inst.unregister();
@@ -275,6 +288,9 @@ struct Case<'a> {
     /// Step executions by the worker whose lease expired that started after the result was
     /// recorded.
     stale: usize,
+    /// The local step held when the worker crashed inside its batch, and whether the batch's
+    /// append landed.
+    local_crash: Option<(String, bool)>,
 }
 
 /// Why [`Case::drive`] returned.
@@ -440,6 +456,7 @@ impl Case<'_> {
         let mut second = None;
         let mut faulty: Option<(Worker, Arc<Faults>, bool)> = None;
         let mut hold = None;
+        let mut local_hold = None;
         match self.sched.fault.clone() {
             Fault::Crash { after, ambiguous } if stop_at.is_none() => {
                 let n = u64::from(after) % self.call_bound();
@@ -472,6 +489,23 @@ impl Case<'_> {
                 primary = self.worker_with(store.clone(), 2, stale).await?;
                 hold = Some((reached, release, concurrent, s.name.clone()));
             }
+            Fault::LocalBatchCrash { step, landed } if stop_at.is_none() => {
+                let batched = self.program.batched_local_steps();
+                let locals: Vec<String> = self
+                    .exp
+                    .steps
+                    .iter()
+                    .filter(|s| batched.contains(&s.name))
+                    .map(|s| s.name.clone())
+                    .collect();
+                if !locals.is_empty() {
+                    let name = locals[usize::from(step) % locals.len()].clone();
+                    let (reached, release) = self.inst.hold(&name);
+                    let f = Faults::new(store.clone());
+                    let w = self.worker(f.clone(), 0).await?;
+                    local_hold = Some((w, f, reached, release, landed, name));
+                }
+            }
             _ => {}
         }
         let attempts: usize = self.exp.steps.iter().map(|s| s.attempts.len()).sum();
@@ -499,6 +533,37 @@ impl Case<'_> {
                     self.note(format!("drain failed ({e}); drain again"));
                 }
                 faulty = Some((w, f, crash));
+            } else if let Some((w, f, mut reached, release, landed, name)) = local_hold.take() {
+                let a = w.clone();
+                let mut task = tokio::spawn(async move { a.drain().await });
+                tokio::select! {
+                    r = &mut task => {
+                        // Drained (parked, say) before the step ran: drain again later.
+                        r.map_err(|e| format!("drain task: {e}"))?.map_err(err("drain"))?;
+                        local_hold = Some((w, f, reached, release, landed, name));
+                    }
+                    _ = &mut reached => {
+                        self.fired = true;
+                        f.arm(if landed {
+                            StoreFault::AmbiguousThenCrash(0)
+                        } else {
+                            StoreFault::CrashAfter(0)
+                        });
+                        let _ = release.send(());
+                        // The batch goes on to its end and its append (which fails, or lands
+                        // and then the process dies).
+                        let r = hang(task).await?.map_err(|e| format!("drain task: {e}"))?;
+                        self.note(format!(
+                            "crash inside the batch of local step {name} at store call {:?} (the batch's append {}); the worker ended with {r:?}",
+                            f.fired_at(),
+                            if landed { "landed" } else { "failed" },
+                        ));
+                        self.local_crash = Some((name, landed));
+                        drop(w);
+                        self.b.clock.advance(LEASE + Duration::from_secs(1));
+                        continue;
+                    }
+                }
             } else if let Some((mut reached, release, concurrent, name)) = hold.take() {
                 let a = primary.clone();
                 let mut task = tokio::spawn(async move { a.drain().await });
@@ -921,6 +986,9 @@ impl Case<'_> {
             Fault::None | Fault::DuplicateDispatch { .. } | Fault::RacingWorkers
         );
         checks::parks(&self.exp, &self.observed, exact_parks)?;
+        if let Some((name, landed)) = &self.local_crash {
+            checks::local_batch_crash(&events, &self.inst, name, *landed)?;
+        }
         let returns = self.exp.end != reference::End::Cancelled || self.program.cleanup.is_some();
         checks::replay(
             &*self.b.store,
@@ -1052,6 +1120,7 @@ pub fn mutate(program: &Program, exp: &Expected, cmd: u64, remove: bool) -> (Pro
                 retries: 0,
                 fatal: false,
                 output: Output::Json(serde_json::Value::Null),
+                local: false,
             });
         }
         (c, n) => panic!("command {cmd} {c:?} does not come from {n:?}"),
@@ -1066,6 +1135,7 @@ fn inserted() -> Node {
         retries: 0,
         fatal: false,
         output: Output::Json(serde_json::Value::Null),
+        local: false,
     })
 }
 

@@ -481,7 +481,8 @@ impl Interp {
         let inst = self.inst.clone();
         let spec2 = spec.clone();
         let tag = self.tag;
-        self.ctx
+        let f = self
+            .ctx
             .step(spec.name.clone(), move |sc: StepCtx| {
                 let inst = inst.clone();
                 let spec = spec2.clone();
@@ -497,7 +498,12 @@ impl Interp {
                     }
                 }
             })
-            .retry(RetryPolicy::retries(u32::from(spec.retries)))
+            .retry(RetryPolicy::retries(u32::from(spec.retries)));
+        if spec.local {
+            f.local()
+        } else {
+            f
+        }
     }
 
     /// Awaits `f`; with a cleanup step, gives up once the run's cancel request is delivered.

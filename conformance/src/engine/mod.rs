@@ -43,6 +43,10 @@
 //!   messages are recorded once each, across replays and faults.
 //! - A cancel request at a park point ends the run `RunCancelled`; a body with a cleanup step
 //!   runs it (recorded once) in the grace period.
+//! - Local steps (a quarter of the generated steps; most of them in the
+//!   [`local_batch_crash`] family) commit in batches: a crash before a batch's append runs its
+//!   steps again (at least once), one after it landed runs none again, and each outcome is
+//!   recorded exactly once either way.
 //! - A program changed between two activations at a recorded command parks the run as blocked
 //!   with `[EVE-ND-001]`; nothing of the changed program runs; once the original program is
 //!   deployed again and the run is resumed it ends as the reference says.
@@ -51,7 +55,7 @@
 //!
 //! [`no_faults`], [`crash`], [`ambiguous_commit`], [`duplicate_deliveries`] (hook payloads
 //! and answers), [`duplicate_dispatch`], [`racing_workers`], [`lease_expiry`],
-//! [`non_determinism`], [`cancel`].
+//! [`non_determinism`], [`cancel`], [`local_batch_crash`].
 //!
 //! # Environment
 //!
@@ -200,7 +204,7 @@ pub fn strategy(family: Family) -> BoxedStrategy<Case> {
                 ..shape
             }),
             (any::<u16>(), any::<bool>()),
-            option::of(program::step_spec(1 << 16)),
+            option::of(program::step_spec(1 << 16, shape.local_percent)),
             modes(),
         )
             .prop_map(|(mut p, (park, twice), cleanup, deliveries)| {
@@ -221,6 +225,16 @@ pub fn strategy(family: Family) -> BoxedStrategy<Case> {
                 )
             })
             .boxed(),
+        Family::LocalBatchCrash => with(
+            Shape {
+                local_percent: 80,
+                ..shape
+            },
+            (any::<u16>(), any::<bool>())
+                .prop_map(|(step, landed)| Fault::LocalBatchCrash { step, landed })
+                .boxed(),
+            false,
+        ),
         Family::NonDeterminism => with(
             Shape {
                 must_park: true,
@@ -259,6 +273,8 @@ pub enum Family {
     NonDeterminism,
     /// A cancel request while the run is parked, with and without a cleanup step.
     Cancel,
+    /// A crash inside a batch of local steps, before its append or while it lands.
+    LocalBatchCrash,
 }
 
 impl Family {
@@ -280,6 +296,7 @@ impl Family {
             Family::LeaseExpiry => "lease_expiry",
             Family::NonDeterminism => "non_determinism",
             Family::Cancel => "cancel",
+            Family::LocalBatchCrash => "local_batch_crash",
         }
     }
 }
@@ -485,6 +502,14 @@ pub async fn lease_expiry(factory: &dyn StoreFactory) {
 /// cancel recorded once.
 pub async fn cancel(factory: &dyn StoreFactory) {
     family_case(factory, Family::Cancel).await
+}
+
+/// A worker crashes inside a batch of local steps (their outcomes delivered to the body, not
+/// yet committed): before the batch's append (the uncommitted steps run again: at least once)
+/// or right after it landed (none runs again); a new worker takes over after the lease
+/// expired, and every outcome is recorded exactly once.
+pub async fn local_batch_crash(factory: &dyn StoreFactory) {
+    family_case(factory, Family::LocalBatchCrash).await
 }
 
 /// A program changed at a recorded command while its run is parked is detected

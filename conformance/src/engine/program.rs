@@ -111,6 +111,9 @@ pub struct StepSpec {
     pub fatal: bool,
     /// What a successful attempt returns.
     pub output: Output,
+    /// A local step (`StepFuture::local`): its outcome commits with the next ones.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub local: bool,
 }
 
 /// A step's output.
@@ -237,6 +240,8 @@ pub struct Shape {
     pub must_park: bool,
     /// That park point is a hook (so the program takes deliveries).
     pub park_on_hook: bool,
+    /// Percent of steps that are local (they commit in batches).
+    pub local_percent: u8,
 }
 
 impl Default for Shape {
@@ -247,6 +252,7 @@ impl Default for Shape {
             max_blob: 1 << 20,
             must_park: false,
             park_on_hook: false,
+            local_percent: 25,
         }
     }
 }
@@ -279,27 +285,29 @@ fn output(max_blob: u32) -> impl Strategy<Value = Output> {
 }
 
 /// A step: usually succeeds at once; sometimes fails a few times (retryable), sometimes fatally,
-/// sometimes exhausts its retries.
-pub fn step_spec(max_blob: u32) -> BoxedStrategy<StepSpec> {
+/// sometimes exhausts its retries; `local_percent` of them are local.
+pub fn step_spec(max_blob: u32, local_percent: u8) -> BoxedStrategy<StepSpec> {
     let failures = prop_oneof![6 => Just(0u8), 2 => Just(1u8), 1 => Just(2u8), 1 => Just(3u8)];
     (
         failures,
         0u8..=3,
         prop::bool::weighted(0.08),
         output(max_blob),
+        prop::bool::weighted(f64::from(local_percent.min(100)) / 100.0),
     )
-        .prop_map(|(failures, retries, fatal, output)| StepSpec {
+        .prop_map(|(failures, retries, fatal, output, local)| StepSpec {
             name: String::new(),
             failures,
             retries,
             fatal,
             output,
+            local,
         })
         .boxed()
 }
 
 fn node(shape: Shape) -> BoxedStrategy<Node> {
-    let step = step_spec(shape.max_blob);
+    let step = step_spec(shape.max_blob, shape.local_percent);
     let leaf = if shape.waits {
         prop_oneof![
             8 => step.clone().prop_map(Node::Step),
@@ -382,6 +390,29 @@ impl StepSpec {
     /// Whether the step ends failed (fatally, or with its retries exhausted).
     pub fn fails(&self) -> bool {
         self.failures > self.retries || self.fatal
+    }
+}
+
+impl Program {
+    /// Names of the local steps that run in a batch of local steps when they run: local steps
+    /// on their own or in a join of local steps only (a local step joined with a normal one
+    /// runs as a normal step).
+    pub fn batched_local_steps(&self) -> Vec<String> {
+        fn walk(nodes: &[Node], out: &mut Vec<String>) {
+            for n in nodes {
+                match n {
+                    Node::Step(s) if s.local => out.push(s.name.clone()),
+                    Node::Join(ss) if ss.iter().all(|s| s.local) => {
+                        out.extend(ss.iter().map(|s| s.name.clone()))
+                    }
+                    Node::Catch(b) => walk(b, out),
+                    _ => {}
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.body, &mut out);
+        out
     }
 }
 

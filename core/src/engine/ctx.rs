@@ -75,6 +75,8 @@ pub(crate) enum CmdKind {
         name: String,
         runner: StepRunner,
         policy: RetryPolicy,
+        /// A local step (see [`StepFuture::local`]).
+        local: bool,
     },
     Sleep(SleepFor),
     Hook {
@@ -412,6 +414,7 @@ impl WorkflowCtx {
             name: name.into(),
             runner,
             policy: RetryPolicy::default(),
+            local: false,
         });
         StepFuture {
             core: self.core.clone(),
@@ -742,6 +745,33 @@ impl<T> StepFuture<T> {
         if let CmdKind::Step { policy: p, .. } = &mut lock(&self.core).cmds[self.cmd as usize].kind
         {
             *p = policy;
+        }
+        self
+    }
+
+    /// Marks this step local. Call it right away, before the body awaits.
+    ///
+    /// A local step is journaled like any step (its outcome is a `StepCompleted` or
+    /// `StepFailed` event; a replay feeds it back and never runs it again), but its outcome is
+    /// not committed on its own: consecutive local steps run back to back in the activation,
+    /// each outcome is handed to the body at once, and the outcomes commit together in one
+    /// append, with the next thing the run journals (a wait, progress, the run's end) or just
+    /// before it (a normal step starting, a suspension), or when one append is full. That saves
+    /// a commit (an fsync on a durable store) per step.
+    ///
+    /// The cost: a crash, a lost lease or a delivery to the run (an answer, a cancel) that gets
+    /// into the journal before the batch's append runs the uncommitted local steps of the batch
+    /// again in the next activation. Steps run at least once anyway; a local step may run again
+    /// after it *succeeded* and the body went on, so give it only work that is cheap and safe to
+    /// repeat (or keyed by [`StepCtx::idempotency_key`](super::StepCtx::idempotency_key)).
+    ///
+    /// A failed attempt ends the batch: its `StepFailed` commits with the batch, and a retry
+    /// waits for its backoff as a durable timer, as for a normal step. Local steps batch only
+    /// while nothing else runs: issued beside running normal steps (a `join` of both), they run
+    /// as normal steps.
+    pub fn local(self) -> Self {
+        if let CmdKind::Step { local, .. } = &mut lock(&self.core).cmds[self.cmd as usize].kind {
+            *local = true;
         }
         self
     }

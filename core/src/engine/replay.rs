@@ -69,6 +69,8 @@ pub(crate) struct StepToRun {
     pub(crate) attempt: u32,
     pub(crate) runner: super::ctx::StepRunner,
     pub(crate) policy: super::step::RetryPolicy,
+    /// A local step: its outcome commits with the batch's.
+    pub(crate) local: bool,
 }
 
 /// One run's body and command table.
@@ -630,6 +632,11 @@ impl Executor {
             .collect()
     }
 
+    /// Whether the body issued a command whose event the journal does not hold yet.
+    pub(crate) fn has_unrecorded(&self) -> bool {
+        !lock(&self.core).unrecorded.is_empty()
+    }
+
     /// Step attempts that may start at `now` (no final outcome, retry wait over), except those
     /// in `running`.
     pub(crate) fn runnable_steps(&self, now: Timestamp, running: &[u64]) -> Vec<StepToRun> {
@@ -642,6 +649,7 @@ impl Executor {
                     name,
                     runner,
                     policy,
+                    local,
                 } if c.outcome.is_none()
                     && c.retry_at.is_none_or(|at| at <= now)
                     && !running.contains(&(i as u64)) =>
@@ -652,6 +660,7 @@ impl Executor {
                         attempt: c.attempts + 1,
                         runner: runner.clone(),
                         policy: policy.clone(),
+                        local: *local,
                     })
                 }
                 _ => None,

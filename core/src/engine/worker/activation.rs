@@ -329,8 +329,26 @@ impl Inner {
                 break;
             }
         }
-        let delivered = outcomes.len();
-        let mut events = outcomes;
+        self.commit_ahead(run, exec, expected_seq, now, outcomes, stop)
+            .await
+    }
+
+    /// Appends `delivered`, events already delivered to the body at seqs from `expected_seq`
+    /// stamped `now`; when the body returned (and `stop` is `None`), its end (with what
+    /// [`finish`](Self::finish) records before it) joins the same append if it fits, and the
+    /// activation ends (`Some`). A conflict is returned as the store's error: the body is
+    /// ahead of the journal and cannot go on.
+    pub(super) async fn commit_ahead(
+        &self,
+        run: &RunId,
+        exec: &mut Executor,
+        expected_seq: u64,
+        now: Timestamp,
+        delivered: Vec<Event>,
+        stop: Option<Stop>,
+    ) -> Result<Result<Option<ActivationEnd>, Stop>, StoreError> {
+        let count = delivered.len();
+        let mut events = delivered;
         let mut end = None;
         if stop.is_none() && exec.finished.is_some() {
             let mut more = before_end(exec, now);
@@ -348,7 +366,7 @@ impl Inner {
         self.retrying(|| self.store.append(a.clone())).await?;
         if exec.trace.on {
             // The end and what came with it were appended without a delivery to the body.
-            for (i, event) in a.events.iter().enumerate().skip(delivered) {
+            for (i, event) in a.events.iter().enumerate().skip(count) {
                 exec.trace.observe_at(expected_seq + i as u64, now, event);
             }
         }

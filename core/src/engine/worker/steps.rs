@@ -122,23 +122,27 @@ pub(super) fn terminal(
     }
 }
 
+/// The journal event of a finished attempt `attempt` of step `cmd` (named `name`, retried by
+/// `policy`); a retry waits from `now`.
 pub(super) fn outcome_event(
     cmd: u64,
-    r: Running,
+    name: String,
+    attempt: u32,
+    policy: &RetryPolicy,
     result: Result<Payload, StepError>,
     now: Timestamp,
 ) -> Event {
     match result {
         Ok(output) => Event::StepCompleted {
             cmd,
-            name: r.name,
-            attempt: r.attempt,
+            name,
+            attempt,
             output,
         },
         Err(StepError::Fatal(error)) => Event::StepFailed {
             cmd,
-            name: r.name,
-            attempt: r.attempt,
+            name,
+            attempt,
             error,
             fatal: true,
             retry_at: None,
@@ -147,17 +151,34 @@ pub(super) fn outcome_event(
             message,
             retry_after,
         }) => {
-            let retry_at = (r.attempt <= r.policy.max_retries)
-                .then(|| now.plus(retry_after.unwrap_or_else(|| r.policy.backoff(r.attempt))));
+            let retry_at = (attempt <= policy.max_retries)
+                .then(|| now.plus(retry_after.unwrap_or_else(|| policy.backoff(attempt))));
             Event::StepFailed {
                 cmd,
-                name: r.name,
-                attempt: r.attempt,
+                name,
+                attempt,
                 error: message,
                 fatal: false,
                 retry_at,
             }
         }
+    }
+}
+
+/// Runs one step attempt; a panic (in the closure or its future) is a retryable failure.
+async fn run_attempt(
+    runner: &crate::engine::ctx::StepRunner,
+    sc: StepCtx,
+) -> Result<Payload, StepError> {
+    let panicked = |p: Box<dyn std::any::Any + Send>| {
+        StepError::retryable(format!("step panicked: {}", panic_message(&*p)))
+    };
+    match std::panic::catch_unwind(AssertUnwindSafe(|| runner(sc))) {
+        Err(p) => Err(panicked(p)),
+        Ok(fut) => AssertUnwindSafe(fut)
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|p| Err(panicked(p))),
     }
 }
 
@@ -247,6 +268,26 @@ impl Inner {
             } else {
                 exec.agents_to_start(&starting_keys)
             };
+            if batch.is_empty()
+                && to_start.is_empty()
+                && running.is_empty()
+                && starting.is_empty()
+                && !cancelling
+                && !runnable.is_empty()
+                && runnable.iter().all(|s| s.local)
+            {
+                // Only local steps to run and nothing else to journal: a batch of them.
+                let batch_env = BatchEnv {
+                    fence,
+                    abort: &abort_rx,
+                    step_env: &step_env,
+                };
+                match self.local_batch(run, exec, runnable, batch_env).await? {
+                    Ok(Some(end)) => return Ok(end),
+                    Ok(None) => continue,
+                    Err(stop) => return self.block(run, exec.next_seq, stop.reason()).await,
+                }
+            }
             let only_outcomes = batch.len() == outbox.len() && !batch.is_empty();
             if only_outcomes && !cancelling && running.is_empty() && starting.is_empty() {
                 // Nothing else runs, no cancel is under way and the body issued nothing new:
@@ -344,20 +385,7 @@ impl Inner {
                 );
                 let task = tokio::spawn(
                     async move {
-                        let result = match std::panic::catch_unwind(AssertUnwindSafe(|| runner(sc)))
-                        {
-                            Err(p) => Err(StepError::retryable(format!(
-                                "step panicked: {}",
-                                panic_message(&*p)
-                            ))),
-                            Ok(fut) => match AssertUnwindSafe(fut).catch_unwind().await {
-                                Ok(r) => r,
-                                Err(p) => Err(StepError::retryable(format!(
-                                    "step panicked: {}",
-                                    panic_message(&*p)
-                                ))),
-                            },
-                        };
+                        let result = run_attempt(&runner, sc).await;
                         let _ = tx.send((cmd, result));
                     }
                     .instrument(span),
@@ -446,7 +474,7 @@ impl Inner {
                 Some((cmd, result)) = rx.recv() => {
                     let now = self.clock.now();
                     if let Some(r) = running.remove(&cmd) {
-                        outbox.push(outcome_event(cmd, r, result, now));
+                        outbox.push(outcome_event(cmd, r.name, r.attempt, &r.policy, result, now));
                     }
                 }
                 Some((cmd, result)) = agent_rx.recv() => {
@@ -467,7 +495,9 @@ impl Inner {
                 let now = self.clock.now();
                 while let Ok((cmd, result)) = rx.try_recv() {
                     if let Some(r) = running.remove(&cmd) {
-                        outbox.push(outcome_event(cmd, r, result, now));
+                        outbox.push(outcome_event(
+                            cmd, r.name, r.attempt, &r.policy, result, now,
+                        ));
                     }
                 }
                 while let Ok((cmd, result)) = agent_rx.try_recv() {
@@ -476,5 +506,104 @@ impl Inner {
                 outbox[before..].sort_by_key(outbox_cmd);
             }
         }
+    }
+}
+
+/// What the attempts of a batch of local steps get from their activation.
+pub(super) struct BatchEnv<'a> {
+    fence: crate::FencingToken,
+    abort: &'a watch::Receiver<bool>,
+    step_env: &'a Arc<crate::engine::step::StepEnv>,
+}
+
+impl Inner {
+    /// Runs a batch of local steps, `first` (runnable, all local) and those the body issues
+    /// next, back to back on this task: each outcome is delivered to the body at once, at the
+    /// seq it will get, and all of them are committed in one append at the batch's end. The
+    /// batch ends when the body issues anything but local steps (a wait, progress, a normal
+    /// step, ...), returns, or an attempt fails (its `StepFailed` commits with the batch), or
+    /// one append is full. Every event of the batch is stamped with the batch's start time, so
+    /// the body sees the same `ctx.now()` live and on replay. When the body returned, its end
+    /// commits in the same append (`Some`). A delivery that gets into the journal first (a
+    /// conflict) fails the append: the activation is given up, and the next one replays the
+    /// journal and runs the uncommitted local steps again.
+    async fn local_batch(
+        &self,
+        run: &RunId,
+        exec: &mut Executor,
+        first: Vec<crate::engine::replay::StepToRun>,
+        env: BatchEnv<'_>,
+    ) -> Result<Result<Option<ActivationEnd>, Stop>, StoreError> {
+        let at = self.clock.now();
+        let first_seq = exec.next_seq;
+        let mut events: Vec<Event> = Vec::new();
+        let mut stop = None;
+        let mut todo = first;
+        'batch: loop {
+            for s in todo {
+                if events.len() >= crate::store::MAX_EVENTS_PER_APPEND {
+                    break 'batch;
+                }
+                if !self.still_owns(run).await? {
+                    // Another worker runs the batch again; nothing of this one is committed.
+                    return Ok(Ok(Some(ActivationEnd::Dropped(
+                        "the worker's lease lapsed and another worker took the run over".into(),
+                    ))));
+                }
+                let sc = StepCtx {
+                    run_id: run.clone(),
+                    cmd: s.cmd,
+                    name: s.name.clone(),
+                    attempt: s.attempt,
+                    fence: env.fence,
+                    abort: env.abort.clone(),
+                    env: env.step_env.clone(),
+                    starts: Default::default(),
+                    resumes: Default::default(),
+                    trace: exec.trace.step_context(s.cmd, s.attempt),
+                };
+                exec.trace.step_started(s.cmd, s.attempt, self.clock.now());
+                let span = info_span!(
+                    "step",
+                    run_id = %run,
+                    cmd = s.cmd,
+                    name = %s.name,
+                    attempt = s.attempt,
+                    local = true,
+                    trace_id = %sc.trace.trace_id,
+                    span_id = %sc.trace.span_id
+                );
+                let result = run_attempt(&s.runner, sc).instrument(span).await;
+                let failed = result.is_err();
+                let event = outcome_event(s.cmd, s.name, s.attempt, &s.policy, result, at);
+                let ev = StoredEvent {
+                    seq: first_seq + events.len() as u64,
+                    at,
+                    event,
+                };
+                let delivered = exec.deliver(&ev);
+                events.push(ev.event);
+                if let Err(s) = delivered {
+                    stop = Some(s);
+                    break 'batch;
+                }
+                if failed || exec.finished.is_some() {
+                    break 'batch;
+                }
+            }
+            if exec.has_unrecorded() {
+                break;
+            }
+            todo = exec.runnable_steps(at, &[]);
+            if todo.is_empty() || !todo.iter().all(|s| s.local) {
+                break;
+            }
+        }
+        debug!(
+            steps = events.len(),
+            "local steps ran; committing them in one append"
+        );
+        self.commit_ahead(run, exec, first_seq, at, events, stop)
+            .await
     }
 }
