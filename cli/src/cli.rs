@@ -85,6 +85,13 @@ pub enum Command {
         /// Show webhook tokens whole. Whoever has one can deliver to its run.
         #[arg(long)]
         reveal: bool,
+        /// Start at this seq (a long journal is printed a page at a time; `--from` and
+        /// `--limit` show one window of it).
+        #[arg(long, value_name = "SEQ", default_value_t = 0)]
+        from: u64,
+        /// Print at most this many events.
+        #[arg(long, value_name = "N")]
+        limit: Option<u64>,
     },
     /// List pending input requests (of one session, or of every live run's session).
     Requests {
@@ -842,13 +849,28 @@ async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<
             };
             runs_action(&cli, run.as_deref(), &action, batch, out).await
         }
-        Command::Journal { run, json, reveal } => {
+        Command::Journal {
+            run,
+            json,
+            reveal,
+            from,
+            limit,
+        } => {
             if *reveal && remote(&cli)?.is_some() {
                 return Err(CliError::Usage(
                     "--reveal works on the store only (without --url): the HTTP API never shows webhook tokens".into(),
                 ));
             }
-            inspect::journal(&target(&cli).await?, run, *json, *reveal, out).await
+            inspect::journal_range(
+                &target(&cli).await?,
+                run,
+                *from,
+                *limit,
+                *json,
+                *reveal,
+                out,
+            )
+            .await
         }
         Command::Requests { session, json } => {
             inspect::requests(&target(&cli).await?, session.clone(), *json, out).await

@@ -323,6 +323,7 @@ pub async fn session_end(
 /// `eve journal <run>`: every event of the run, one line each, in seq order. Webhook tokens are
 /// masked ([`Event::mask_webhook_token`]) unless `reveal`: they are capabilities, and a journal
 /// is pasted into tickets and exported for `eve replay`, which passes on a masked export.
+/// [`journal_range`] with the whole journal.
 ///
 /// # Errors
 /// `NotFound` for an unknown run; the store's error.
@@ -333,24 +334,58 @@ pub async fn journal(
     reveal: bool,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let mut events = target
-        .read_all(&RunId::new(run))
-        .await
-        .map_err(CliError::at(format!(
-            "cannot read the journal of run {run}"
-        )))?;
-    if !reveal {
-        for e in &mut events {
-            e.event.mask_webhook_token();
-        }
-    }
-    for e in &events {
-        let line = if json {
-            serde_json::to_string(e).unwrap_or_else(|err| format!("(unserializable: {err})"))
-        } else {
-            event_line(e)
+    journal_range(target, run, 0, None, json, reveal, out).await
+}
+
+/// The page size `eve journal` reads and prints by: it holds one page of events at a time,
+/// however long the journal.
+pub const JOURNAL_PRINT_PAGE: usize = 1000;
+
+/// `eve journal <run> [--from SEQ] [--limit N]`: the events from seq `from` on (at most
+/// `limit` of them, all when `None`), printed as [`journal`] does. The journal is read and
+/// printed a page ([`JOURNAL_PRINT_PAGE`] events) at a time, so a journal of a million events
+/// streams out without being held.
+///
+/// # Errors
+/// `NotFound` for an unknown run; a `from` past the journal's end; the store's error.
+pub async fn journal_range(
+    target: &Target,
+    run: &str,
+    from: u64,
+    limit: Option<u64>,
+    json: bool,
+    reveal: bool,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let run_id = RunId::new(run);
+    let mut seq = from;
+    let mut left = limit.unwrap_or(u64::MAX);
+    while left > 0 {
+        let want = usize::try_from(left)
+            .unwrap_or(usize::MAX)
+            .min(JOURNAL_PRINT_PAGE);
+        let mut page = target
+            .read_page(&run_id, seq, want)
+            .await
+            .map_err(CliError::at(format!(
+                "cannot read the journal of run {run}"
+            )))?;
+        let Some(last) = page.last() else {
+            break;
         };
-        let _ = writeln!(out, "{line}");
+        seq = last.seq + 1;
+        left -= page.len() as u64;
+        for e in &mut page {
+            if !reveal {
+                e.event.mask_webhook_token();
+            }
+            let line = if json {
+                serde_json::to_string(e).unwrap_or_else(|err| format!("(unserializable: {err})"))
+            } else {
+                event_line(e)
+            };
+            let _ = writeln!(out, "{line}");
+        }
     }
     Ok(())
 }

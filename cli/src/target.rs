@@ -44,6 +44,29 @@ fn field<T: DeserializeOwned>(remote: &Remote, mut value: Value, field: &str) ->
     read(remote, v, field)
 }
 
+/// The most events the runs API returns in one page (its `JOURNAL_PAGE_MAX`).
+const REMOTE_PAGE: usize = 10_000;
+
+/// `GET /v1/runs/{run}?from=&limit=`: the run (as JSON), one page of its journal and where
+/// the next page starts, if the journal goes on.
+async fn journal_page(
+    r: &Remote,
+    run: &RunId,
+    from: u64,
+    limit: Option<usize>,
+) -> Result<(Value, Vec<StoredEvent>, Option<u64>)> {
+    let mut query = vec![("from", from.to_string())];
+    if let Some(limit) = limit {
+        query.push(("limit", limit.to_string()));
+    }
+    let mut v = r
+        .get(&format!("/v1/runs/{}", segment(run.as_str())), &query)
+        .await?;
+    let record = v["run"].take();
+    let next: Option<u64> = read(r, v["nextSeq"].take(), "nextSeq")?;
+    Ok((record, field(r, v, "events")?, next))
+}
+
 /// `value` read as a `T` of eve-core (`what` names it in the error).
 fn read<T: DeserializeOwned>(remote: &Remote, value: Value, what: &str) -> Result<T> {
     from_api(value).map_err(|e| {
@@ -149,28 +172,46 @@ impl Target {
     /// # Errors
     /// Not found; the store's or the server's.
     pub async fn read_all(&self, run: &RunId) -> Result<Vec<StoredEvent>> {
-        match self {
-            Target::Local(s) => Ok(s.read_all(run, 0).await?),
-            Target::Remote(r) => {
-                let v = r
-                    .get(&format!("/v1/runs/{}", segment(run.as_str())), &[])
-                    .await?;
-                field(r, v, "events")
-            }
-        }
+        self.read_from(run, 0).await
     }
 
-    /// A run's journal from `from_seq` on (over HTTP, the whole journal is read and cut).
+    /// A run's journal from `from_seq` on (over HTTP, page after page of the runs API).
     ///
     /// # Errors
     /// Not found; the store's or the server's.
     pub async fn read_from(&self, run: &RunId, from_seq: u64) -> Result<Vec<StoredEvent>> {
         match self {
             Target::Local(s) => Ok(s.read_all(run, from_seq).await?),
-            Target::Remote(_) => {
-                let mut all = self.read_all(run).await?;
-                all.retain(|e| e.seq >= from_seq);
+            Target::Remote(r) => {
+                let mut all = Vec::new();
+                let mut from = Some(from_seq);
+                while let Some(seq) = from {
+                    let (_, page, next) = journal_page(r, run, seq, None).await?;
+                    all.extend(page);
+                    from = next;
+                }
                 Ok(all)
+            }
+        }
+    }
+
+    /// Up to `limit` events of a run's journal from `from_seq` (fewer at its end): one page
+    /// of a journal too long to hold at once. Over HTTP, webhook tokens come masked.
+    ///
+    /// # Errors
+    /// Not found; `from_seq` past the journal's end; the store's or the server's.
+    pub async fn read_page(
+        &self,
+        run: &RunId,
+        from_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>> {
+        match self {
+            Target::Local(s) => Ok(s.read_range(run, from_seq, limit).await?),
+            Target::Remote(r) => {
+                let (_, page, _) =
+                    journal_page(r, run, from_seq, Some(limit.min(REMOTE_PAGE))).await?;
+                Ok(page)
             }
         }
     }
@@ -187,7 +228,12 @@ impl Target {
                     .get(&format!("/v1/runs/{}", segment(run.as_str())), &[])
                     .await?;
                 let record = read(r, v["run"].take(), "run")?;
-                Ok((record, field(r, v, "events")?))
+                let next: Option<u64> = read(r, v["nextSeq"].take(), "nextSeq")?;
+                let mut events: Vec<StoredEvent> = field(r, v, "events")?;
+                if let Some(next) = next {
+                    events.extend(self.read_from(run, next).await?);
+                }
+                Ok((record, events))
             }
         }
     }

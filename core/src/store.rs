@@ -1699,6 +1699,33 @@ pub trait JournalStoreExt: JournalStore {
         }
     }
 
+    /// Up to `limit` events from `from_seq` on, read in pages of at most [`READ_PAGE`]: one
+    /// window of a long journal, so a reader (`eve journal --from --limit`, the runs API) holds
+    /// what it shows and no more. Fewer than `limit` only at the journal's end.
+    ///
+    /// # Errors
+    /// As [`JournalStore::read`].
+    async fn read_range(
+        &self,
+        run: &RunId,
+        from_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let mut out = Vec::with_capacity(limit.min(READ_PAGE));
+        let mut seq = from_seq;
+        while out.len() < limit {
+            let page = self
+                .read(run, seq, (limit - out.len()).min(READ_PAGE))
+                .await?;
+            let Some(last) = page.last() else {
+                break;
+            };
+            seq = last.seq + 1;
+            out.extend(page);
+        }
+        Ok(out)
+    }
+
     /// Terminates a live run ([`Resolution::Terminate`]): `Terminated` with the seq the
     /// append began at, or `NotLive` naming how the run had ended (nothing written).
     ///

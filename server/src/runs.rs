@@ -240,29 +240,53 @@ async fn outcome(
     Ok(Some(Outcome { kind, detail, code }))
 }
 
-/// A run and its journal.
+/// The most events `GET /v1/runs/{id}` returns at once (and its default page): a longer
+/// journal is read in pages with `from`, following `nextSeq`.
+pub(crate) const JOURNAL_PAGE_MAX: usize = 10_000;
+
+/// Query of `GET /v1/runs/{id}`.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct JournalQuery {
+    /// The first event's seq (default 0): the previous page's `nextSeq`.
+    from: Option<u64>,
+    /// At most this many events (default and largest: 10000).
+    limit: Option<usize>,
+}
+
+/// A run and one page of its journal.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(crate) struct RunJournal {
     /// The run's record.
     #[schema(value_type = RunRecord)]
     run: Camel<RunRecord>,
-    /// Its journal, from seq 0, webhook tokens redacted.
+    /// Its journal from `from` (default seq 0), at most `limit` events, webhook tokens
+    /// redacted.
     #[schema(value_type = Vec<StoredEvent>)]
     events: Camel<Vec<StoredEvent>>,
+    /// Where the next page starts (`?from=`), when the journal goes on past this page;
+    /// absent on its last page.
+    #[serde(rename = "nextSeq", skip_serializing_if = "Option::is_none")]
+    next_seq: Option<u64>,
 }
 
-/// One run's record and journal.
+/// One run's record and a page of its journal.
 ///
-/// `GET /v1/runs/{id}`: `{"run": RunRecord, "events": [StoredEvent…]}` with webhook tokens
-/// redacted (they are capabilities; the run's body knows its own).
+/// `GET /v1/runs/{id}[?from=SEQ&limit=N]`: `{"run": RunRecord, "events": [StoredEvent…],
+/// "nextSeq"?: SEQ}` with webhook tokens redacted (they are capabilities; the run's body knows
+/// its own). A journal of up to 10000 events comes whole; a longer one in pages of at most
+/// that many, each naming where the next starts (`nextSeq`), so neither the server nor the
+/// page holds a million events at once.
 #[utoipa::path(
     get,
     path = "/v1/runs/{id}",
     operation_id = "getRun",
     tag = "runs",
-    params(("id" = String, Path, description = "The run")),
+    params(("id" = String, Path, description = "The run"), JournalQuery),
     responses(
-        (status = 200, description = "The run and its journal", body = RunJournal),
+        (status = 200, description = "The run and a page of its journal", body = RunJournal),
+        (status = 400, description = "A `limit` of 0 or over 10000, a `from` past the journal's end, or an unknown parameter", body = crate::error::ErrorBody),
         (status = 404, description = "No such run (or purged by retention)", body = crate::error::ErrorBody),
     ),
     security(("bearer" = ["read"])),
@@ -270,12 +294,27 @@ pub(crate) struct RunJournal {
 pub(crate) async fn show(
     State(inner): State<Arc<Inner>>,
     Path(id): Path<String>,
+    q: Result<Query<JournalQuery>, QueryRejection>,
 ) -> Result<Json<RunJournal>, ApiError> {
+    let q = query(q)?;
+    let limit = q.limit.unwrap_or(JOURNAL_PAGE_MAX);
+    if limit == 0 || limit > JOURNAL_PAGE_MAX {
+        return Err(ApiError::malformed(format!(
+            "limit {limit} is out of range; ask for 1 to {JOURNAL_PAGE_MAX} events and follow nextSeq for more"
+        )));
+    }
+    let from = q.from.unwrap_or(0);
     let run_id = RunId::new(id);
     let run = inner.store.get_run(&run_id).await?;
+    if from > run.next_seq {
+        return Err(ApiError::malformed(format!(
+            "from {from} is past the end of run {run_id}'s journal ({} events); start at or before it",
+            run.next_seq
+        )));
+    }
     let events: Vec<StoredEvent> = inner
         .store
-        .read_all(&run_id, 0)
+        .read_range(&run_id, from, limit)
         .await?
         .into_iter()
         .map(|mut e| {
@@ -283,9 +322,15 @@ pub(crate) async fn show(
             e
         })
         .collect();
+    // The record was read first, so a journal that grew since shows at the next page.
+    let next_seq = events
+        .last()
+        .map(|e| e.seq + 1)
+        .filter(|&n| n < run.next_seq);
     Ok(Json(RunJournal {
         run: Camel(run),
         events: Camel(events),
+        next_seq,
     }))
 }
 

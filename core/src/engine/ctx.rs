@@ -7,6 +7,7 @@
 
 use super::agent::{agent_token, AgentCall, AgentError};
 use super::error::{StepError, StepFailed};
+use super::replay::CmdTable;
 use super::step::{parse_duration, RetryPolicy, StepCtx};
 use crate::event::{
     Execution, InputRequest, InputResponse, Payload, WebhookRequest, WebhookResponse,
@@ -160,6 +161,12 @@ pub(crate) struct Cmd {
     /// Agent: recorded in the wire form (an `InputRequested`), served by a host over the wire
     /// rather than started through the registry's `AgentHost`.
     pub(crate) wire: bool,
+    /// Step: the body's live handles ([`StepFuture`] and its clones). A step with a final
+    /// outcome and none left is retired from the table (see [`CmdTable`]).
+    pub(crate) handles: u32,
+    /// Step: issued through [`WorkflowCtx::step`], whose handles count themselves in
+    /// `handles`; only such a step is ever retired.
+    pub(crate) counted: bool,
 }
 
 impl Cmd {
@@ -177,6 +184,8 @@ impl Cmd {
             pending: false,
             started: false,
             wire: false,
+            handles: 0,
+            counted: false,
         }
     }
 }
@@ -184,7 +193,7 @@ impl Cmd {
 /// The run's command table, shared by the ctx handles and the engine.
 pub(crate) struct Core {
     pub(crate) run_id: RunId,
-    pub(crate) cmds: Vec<Cmd>,
+    pub(crate) cmds: CmdTable,
     /// Steps without a final outcome and sleeps not fired: what a delivery may still resolve.
     pub(crate) open: BTreeSet<u64>,
     /// Waits whose command event is not in the journal yet.
@@ -228,7 +237,7 @@ impl Core {
         }
         Self {
             run_id,
-            cmds: Vec::new(),
+            cmds: CmdTable::default(),
             open: BTreeSet::new(),
             unrecorded: BTreeSet::new(),
             hooks: 0,
@@ -410,12 +419,17 @@ impl WorkflowCtx {
                 })
             }) as BoxFuture<Result<Payload, StepError>>
         });
-        let cmd = lock(&self.core).issue(CmdKind::Step {
+        let mut core = lock(&self.core);
+        let cmd = core.issue(CmdKind::Step {
             name: name.into(),
             runner,
             policy: RetryPolicy::default(),
             local: false,
         });
+        let c = &mut core.cmds[cmd as usize];
+        c.handles = 1;
+        c.counted = true;
+        drop(core);
         StepFuture {
             core: self.core.clone(),
             cmd,
@@ -723,11 +737,20 @@ pub struct StepFuture<T> {
 
 impl<T> Clone for StepFuture<T> {
     fn clone(&self) -> Self {
+        lock(&self.core).cmds[self.cmd as usize].handles += 1;
         Self {
             core: self.core.clone(),
             cmd: self.cmd,
             _t: PhantomData,
         }
+    }
+}
+
+impl<T> Drop for StepFuture<T> {
+    fn drop(&mut self) {
+        // The last handle of a resolved step: nothing can read its outcome any more, so a long
+        // run's table does not keep every step it ever ran.
+        lock(&self.core).cmds.release_handle(self.cmd);
     }
 }
 

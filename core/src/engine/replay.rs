@@ -2,7 +2,9 @@
 //! delivers journal events to it strictly in seq order, polling until stuck after each.
 
 use super::agent::{reply_payload, AgentCall};
-use super::ctx::{lock, BoxFuture, CallInfo, CmdKind, Core, SharedCore, SleepFor, WorkflowCtx};
+use super::ctx::{
+    lock, BoxFuture, CallInfo, Cmd, CmdKind, Core, SharedCore, SleepFor, WorkflowCtx,
+};
 use super::error::{NonDeterminism, StepFailed, CODE_BODY_PANIC, CODE_STUCK};
 use super::tool::{BodyOutcome, WorkflowTool};
 use crate::event::{Event, Execution, StoredEvent};
@@ -27,6 +29,81 @@ pub const GUARD_CMD: u64 = (1 << 53) - 1;
 /// The engine-internal timer command of a cancelled run's grace deadline: when it is due the
 /// run ends cancelled, whatever the body is doing. Replay skips it like [`GUARD_CMD`].
 pub const GRACE_CMD: u64 = (1 << 53) - 2;
+
+/// The run's commands by counter. A step whose final outcome was delivered and whose every
+/// handle the body dropped is retired: its slot is emptied (no journal event names it again,
+/// and no handle can read it), so a body that runs a million steps one after the other holds
+/// one pointer per step rather than the step, its closure and its output. Other commands stay.
+#[derive(Default)]
+pub(crate) struct CmdTable {
+    slots: Vec<Option<Box<Cmd>>>,
+}
+
+impl CmdTable {
+    /// Commands issued (retired ones included).
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub(crate) fn push(&mut self, cmd: Cmd) {
+        self.slots.push(Some(Box::new(cmd)));
+    }
+
+    pub(crate) fn reserve(&mut self, n: usize) {
+        self.slots.reserve(n);
+    }
+
+    /// The command, unless it was never issued or was retired.
+    pub(crate) fn get(&self, i: usize) -> Option<&Cmd> {
+        self.slots.get(i).and_then(|s| s.as_deref())
+    }
+
+    /// Whether command `i` was issued and retired.
+    pub(crate) fn retired(&self, i: usize) -> bool {
+        matches!(self.slots.get(i), Some(None))
+    }
+
+    /// One handle of step `cmd` dropped: retires it when it was the last and the step has its
+    /// final outcome.
+    pub(crate) fn release_handle(&mut self, cmd: u64) {
+        let i = cmd as usize;
+        if let Some(Some(c)) = self.slots.get_mut(i) {
+            c.handles = c.handles.saturating_sub(1);
+            if c.handles == 0 && c.outcome.is_some() {
+                self.slots[i] = None;
+            }
+        }
+    }
+
+    /// Step `cmd` got its final outcome: retired at once when the body holds no handle (it
+    /// dropped the step unawaited). Only steps issued through [`WorkflowCtx::step`] count
+    /// handles, so nothing else is retired.
+    fn resolved(&mut self, cmd: u64) {
+        let i = cmd as usize;
+        if let Some(Some(c)) = self.slots.get(i) {
+            if c.handles == 0 && c.counted {
+                self.slots[i] = None;
+            }
+        }
+    }
+}
+
+impl std::ops::Index<usize> for CmdTable {
+    type Output = Cmd;
+    fn index(&self, i: usize) -> &Cmd {
+        self.slots[i]
+            .as_deref()
+            .unwrap_or_else(|| panic!("command {i} was retired (a resolved step no handle reads)"))
+    }
+}
+
+impl std::ops::IndexMut<usize> for CmdTable {
+    fn index_mut(&mut self, i: usize) -> &mut Cmd {
+        self.slots[i]
+            .as_deref_mut()
+            .unwrap_or_else(|| panic!("command {i} was retired (a resolved step no handle reads)"))
+    }
+}
 
 /// Why replay stopped: each parks the run as blocked.
 #[derive(Debug)]
@@ -296,6 +373,12 @@ impl Executor {
                     found: c.kind.describe(),
                     hint: "the body issues a different operation here than when the run was recorded (a renamed or reordered step or wait?); deploy the old code under its deployment id, or fail the run".into(),
                 }),
+                None if core.cmds.retired(usize::try_from(cmd).unwrap_or(usize::MAX)) => Err(NonDeterminism {
+                    cmd,
+                    expected: expected(),
+                    found: "a step already resolved by an earlier event".into(),
+                    hint: "the journal records a second outcome for one step; inspect it with `eve journal`, and fail the run".into(),
+                }),
                 None => Err(NonDeterminism {
                     cmd,
                     expected: expected(),
@@ -322,6 +405,7 @@ impl Executor {
                 c.attempts = *attempt;
                 c.retry_at = None;
                 c.outcome = Some((ev.seq, Ok(output.clone())));
+                core.cmds.resolved(*cmd);
             }
             Event::StepFailed {
                 cmd,
@@ -354,6 +438,7 @@ impl Executor {
                             fatal: *fatal,
                         })),
                     ));
+                    core.cmds.resolved(*cmd);
                 }
             }
             Event::SleepScheduled { cmd, .. } if *cmd == GUARD_CMD => self.guard_set = true,

@@ -344,8 +344,11 @@ impl Worker {
         }
     }
 
-    /// Replays a run from cold without writing anything: reads its whole journal, decodes it
-    /// and re-executes the body against it (no step runs). For benchmarks and diagnostics.
+    /// Replays a run from cold without writing anything: reads its journal page by page
+    /// ([`READ_PAGE`] events, one page read ahead for the webhook tokens and patch markers the
+    /// body gets back at the call), decodes it and re-executes the body against it (no step
+    /// runs). Holds at most two pages of events at a time, so its memory is the body's command
+    /// table, not the journal. For benchmarks and diagnostics.
     ///
     /// # Errors
     /// The store's error; `InvalidInput` when the run's workflow is not in `registry`, or
@@ -355,12 +358,25 @@ impl Worker {
         registry: &Registry,
         run: &RunId,
     ) -> Result<ReplayReport, StoreError> {
-        let events = store.read_all(run, 0).await?;
-        if events.is_empty() {
+        let invalid = |e: ReplayError| StoreError::InvalidInput(format!("run {run}: {e}"));
+        let end = store.get_run(run).await?.next_seq;
+        let mut page = store.read(run, 0, READ_PAGE).await?;
+        if page.is_empty() {
             return Err(StoreError::InvalidInput(format!("run {run} has no events")));
         }
-        Self::replay_journal(registry, run, &events)
-            .map_err(|e| StoreError::InvalidInput(format!("run {run}: {e}")))
+        let mut replay = PagedReplay::new(registry, run, &page, end).map_err(invalid)?;
+        loop {
+            // Only an empty page ends the journal (a backend may return short pages).
+            let next = page.last().map_or(0, |e| e.seq + 1);
+            let ahead = store.read(run, next, READ_PAGE).await?;
+            replay.prescan(&ahead);
+            replay.deliver(&page).map_err(invalid)?;
+            if ahead.is_empty() {
+                break;
+            }
+            page = ahead;
+        }
+        Ok(replay.report())
     }
 
     /// Replays a recorded journal (e.g. exported with `eve journal --json`) against
@@ -376,7 +392,31 @@ impl Worker {
         run: &RunId,
         events: &[StoredEvent],
     ) -> Result<ReplayReport, ReplayError> {
-        let first = events.first().ok_or(ReplayError::Empty)?;
+        let mut replay = PagedReplay::new(registry, run, events, events.len() as u64)?;
+        replay.deliver(events)?;
+        Ok(replay.report())
+    }
+}
+
+/// A replay without a store fed one page at a time, in seq order: the body's executor and the
+/// seq it expects next. Nothing of a delivered page is kept beyond what the body's command
+/// table holds.
+struct PagedReplay {
+    exec: Executor,
+    expected: u64,
+}
+
+impl PagedReplay {
+    /// Builds the body from the journal's first page (which must start with `RunStarted` at
+    /// seq 0) and reads the page ahead for what the body gets back at the call. `end` is the
+    /// journal's length (what `ctx.patched` decides by).
+    fn new(
+        registry: &Registry,
+        run: &RunId,
+        first_page: &[StoredEvent],
+        end: u64,
+    ) -> Result<Self, ReplayError> {
+        let first = first_page.first().ok_or(ReplayError::Empty)?;
         let Event::RunStarted {
             workflow_id, tool, ..
         } = &first.event
@@ -399,25 +439,40 @@ impl Worker {
                 tool: tool.clone(),
             })?;
         let mut exec = Executor::new(run.clone(), body, first).map_err(ReplayError::Input)?;
-        exec.prescan(events);
-        exec.journal_ends_at(events.len() as u64);
-        for (expected, ev) in (0u64..).zip(events) {
-            if ev.seq != expected {
+        exec.prescan(first_page);
+        exec.journal_ends_at(end);
+        Ok(Self { exec, expected: 0 })
+    }
+
+    /// Reads a page ahead of the one being delivered (see [`Executor::prescan`]).
+    fn prescan(&mut self, page: &[StoredEvent]) {
+        self.exec.prescan(page);
+    }
+
+    /// Delivers the next page, checking that it goes on where the last one stopped.
+    fn deliver(&mut self, page: &[StoredEvent]) -> Result<(), ReplayError> {
+        for ev in page {
+            if ev.seq != self.expected {
                 return Err(ReplayError::Gap {
-                    expected,
+                    expected: self.expected,
                     found: ev.seq,
                 });
             }
-            exec.deliver(ev).map_err(|stop| match stop {
+            self.expected += 1;
+            self.exec.deliver(ev).map_err(|stop| match stop {
                 Stop::NonDeterminism(nd) => ReplayError::NonDeterminism(nd),
                 other => ReplayError::Stopped(other.reason()),
             })?;
         }
-        Ok(ReplayReport {
-            events: exec.delivered,
-            commands: exec.commands(),
-            finished: exec.finished.is_some(),
-        })
+        Ok(())
+    }
+
+    fn report(&self) -> ReplayReport {
+        ReplayReport {
+            events: self.exec.delivered,
+            commands: self.exec.commands(),
+            finished: self.exec.finished.is_some(),
+        }
     }
 }
 
