@@ -191,10 +191,12 @@
 //! * Ordering ties: runs created at the same millisecond are listed and claimed in run id order
 //!   (the contract's "creation time, then run id").
 
+mod capacity;
 mod client;
 mod item;
 mod store;
 
+pub use capacity::ConsumedCapacity;
 pub use client::{CallCounts, DynamoConfig, FaultInjector, IndexLag};
 pub use store::DynamoStore;
 
