@@ -135,8 +135,14 @@ pub const FIGURES: &[(&str, &str)] = &[
     ("w2_replay_ms", "W2 cold replay after SIGKILL: ms"),
     ("w2_replayed_events", "W2 events replayed"),
     ("w2_recover_ms", "W2 fresh process spawn -> done: ms"),
-    ("w2_recover_inside_ms", "W2 recovery inside that process: ms"),
-    ("throughput_steps_per_s", "R x S concurrent no-op steps: steps/s"),
+    (
+        "w2_recover_inside_ms",
+        "W2 recovery inside that process: ms",
+    ),
+    (
+        "throughput_steps_per_s",
+        "R x S concurrent no-op steps: steps/s",
+    ),
     ("bytes_per_step", "storage bytes per step"),
     ("webhook_p50_ms", "webhook POST -> resumed: p50 ms"),
     ("webhook_p99_ms", "webhook POST -> resumed: p99 ms"),
@@ -360,14 +366,10 @@ mod run_impl {
 
     async fn measure(subjects: &mut [Subject], config: BenchConfig) -> Result<(), CliError> {
         for s in subjects.iter_mut() {
-            let opened = s
-                .factory
-                .create()
-                .await
-                .map_err(CliError::store(format!(
-                    "cannot open fresh storage beside {}",
-                    s.url
-                )))?;
+            let opened = s.factory.create().await.map_err(CliError::store(format!(
+                "cannot open fresh storage beside {}",
+                s.url
+            )))?;
             s.probe = Some(Probe::open(&s.url, opened.location, opened.store).await?);
         }
         for round in 1..=config.rounds.max(1) {
@@ -433,13 +435,11 @@ mod run_impl {
                 );
                 let bytes_before = probe.bytes().await?;
                 let units_before = probe.units();
-                let rate = work::throughput(
-                    &probe.store,
-                    config.runs,
-                    config.steps_per_run,
-                    |done| bar.set_position(done),
-                )
-                .await?;
+                let rate =
+                    work::throughput(&probe.store, config.runs, config.steps_per_run, |done| {
+                        bar.set_position(done)
+                    })
+                    .await?;
                 let units = probe.units().zip(units_before).map(|(a, b)| a.since(b));
                 let bytes_after = probe.bytes().await?;
                 bar.finish_and_clear();
@@ -454,7 +454,8 @@ mod run_impl {
                     s.record("dynamodb_wcu_per_step", u.write / steps);
                     s.record(
                         "dynamodb_usd_per_million_steps",
-                        (u.write / steps) * config.write_price + (u.read / steps) * config.read_price,
+                        (u.write / steps) * config.write_price
+                            + (u.read / steps) * config.read_price,
                     );
                 }
             }

@@ -97,7 +97,10 @@ fn bench_compare_quick_has_every_figure_for_every_store() {
     }
 
     // The table: a column per store, a row per figure.
-    let table = ok(d, &[&["bench", "--quick", "--compare"][..], &url_args[..1]].concat());
+    let table = ok(
+        d,
+        &[&["bench", "--quick", "--compare"][..], &url_args[..1]].concat(),
+    );
     let header = table
         .lines()
         .find(|l| l.starts_with("MEASURE"))
@@ -111,6 +114,9 @@ fn bench_compare_quick_has_every_figure_for_every_store() {
         "storage bytes per step",
         "worker RSS per parked run: KiB",
     ] {
-        assert!(table.lines().any(|l| l.starts_with(what)), "{what}: {table}");
+        assert!(
+            table.lines().any(|l| l.starts_with(what)),
+            "{what}: {table}"
+        );
     }
 }

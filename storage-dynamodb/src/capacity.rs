@@ -92,6 +92,14 @@ impl CapacityMeter {
     }
 }
 
+fn one(c: &Option<Consumed>) -> Vec<&Consumed> {
+    c.iter().collect()
+}
+
+fn many(c: &Option<Vec<Consumed>>) -> Vec<&Consumed> {
+    c.iter().flatten().collect()
+}
+
 macro_rules! ask_total {
     ($input:expr, $($ty:ty),+) => {{
         let input = $input;
@@ -139,8 +147,6 @@ impl Intercept for CapacityMeter {
         let Ok(out) = context.output_or_error() else {
             return Ok(());
         };
-        let one = |c: &Option<Consumed>| c.iter().collect::<Vec<_>>();
-        let many = |c: &Option<Vec<Consumed>>| c.iter().flatten().collect::<Vec<_>>();
         if let Some(o) = out.downcast_ref::<GetItemOutput>() {
             self.add(false, &one(&o.consumed_capacity));
         } else if let Some(o) = out.downcast_ref::<QueryOutput>() {

@@ -102,7 +102,7 @@ impl Probe {
                     .connect()
                     .await
                     .map_err(|e| fail(e.to_string()))?;
-                let mut pragma = |name: &'static str| {
+                let pragma = |name: &'static str| {
                     sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(format!("PRAGMA {name}")))
                 };
                 let pages = pragma("page_count")

@@ -54,11 +54,12 @@ async fn many_steps(ctx: WorkflowCtx, input: Steps) -> Result<u32, WorkflowError
                 if KILL_AT.load(Ordering::Relaxed) == i {
                     // The parent reads this line and SIGKILLs the process: the step never
                     // ends, nothing is released.
-                    use std::io::Write;
-                    let mut out = std::io::stdout().lock();
-                    let _ = writeln!(out, "waiting to be killed in step {i}");
-                    let _ = out.flush();
-                    drop(out);
+                    {
+                        use std::io::Write;
+                        let mut out = std::io::stdout().lock();
+                        let _ = writeln!(out, "waiting to be killed in step {i}");
+                        let _ = out.flush();
+                    }
                     std::future::pending::<()>().await;
                 }
                 Ok(i)
@@ -363,7 +364,24 @@ pub(crate) async fn child(
 ) -> Result<(), CliError> {
     let started = Instant::now();
     KILL_AT.store(kill_at, Ordering::Relaxed);
-    let handle = worker(&store, Some(worker_id), 64).await?.spawn();
+    // The killed process's lock on the worker id is freed by the OS (SQLite), the database
+    // (Postgres, when it sees the connection gone) or heartbeat staleness (DynamoDB, seconds):
+    // the recovery waits for it, as a restarted server would, and that wait is part of its time.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let handle = loop {
+        let config = WorkerConfig {
+            id: Some(WorkerId::new(worker_id.as_str())),
+            max_active_runs: 64,
+            ..WorkerConfig::default()
+        };
+        match Worker::new(store.clone(), registry(), Arc::new(SystemClock), config).await {
+            Ok(w) => break w.spawn(),
+            Err(eve_core::StoreError::WorkerIdInUse { .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => return Err(CliError::store("cannot register the bench worker")(e)),
+        }
+    };
     let (s, call_id) = match recover {
         Some(run) => {
             let rec = store
