@@ -12,7 +12,8 @@
 //!   storage grew by per step;
 //! - **webhook**: 1,000 runs parked on a webhook each, then POSTs at 200/s through eve-server
 //!   on loopback, p50 and p99 from just before a POST to the resumed body's next step;
-//! - **memory**: this process's RSS growth per run parked on a 1 h sleep;
+//! - **memory**: the RSS growth per run parked on a 1 h sleep, in a fresh child process per
+//!   store (so one store's allocations do not hide another's);
 //! - **DynamoDB cost**: read and write capacity units per step (throughput), per call (W1, 1
 //!   caller) and per resume (webhook), from `ReturnConsumedCapacity`, and the cost of a
 //!   million steps at on-demand prices.
@@ -29,7 +30,7 @@ mod work;
 #[cfg(feature = "conformance")]
 pub use run_impl::run;
 #[cfg(feature = "conformance")]
-pub(crate) use work::child;
+pub(crate) use work::{child, parked_child};
 
 /// US East (N. Virginia) on-demand price of a million write request units, in USD (AWS's price
 /// list since the on-demand price cut of 1 November 2024).
@@ -491,11 +492,9 @@ mod run_impl {
             }
             for s in subjects.iter_mut() {
                 let probe = s.probe().clone();
-                let bar = bar(
-                    u64::from(config.parked_runs),
-                    tag(s, &format!("{} parked runs", config.parked_runs)),
-                );
-                let kib = work::parked(&probe.store, config.parked_runs, || bar.inc(1)).await?;
+                let bar = bar(1, tag(s, &format!("{} parked runs", config.parked_runs)));
+                let kib =
+                    work::parked_in_child(&s.raw, &probe.location, config.parked_runs).await?;
                 bar.finish_and_clear();
                 s.record("parked_kib_per_run", kib);
                 if let Some(Units { unreported, .. }) = probe.units() {

@@ -358,6 +358,9 @@ pub struct BenchChildArgs {
     /// Finish this run instead of starting one.
     #[arg(long)]
     pub recover: Option<String>,
+    /// Instead: park this many runs on a sleep and print this process's RSS growth per run.
+    #[arg(long)]
+    pub parked: Option<u32>,
 }
 
 /// `eve runs …`.
@@ -1055,6 +1058,9 @@ async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<
                 .await
                 .map_err(CliError::store("cannot open the bench storage"))?
                 .ok_or_else(|| CliError::Bench("the bench storage cannot be reopened".into()))?;
+            if let Some(runs) = args.parked {
+                return bench::parked_child(store, args.worker_id.clone(), runs, out).await;
+            }
             bench::child(
                 store,
                 args.worker_id.clone(),

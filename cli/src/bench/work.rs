@@ -640,15 +640,60 @@ pub(crate) fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
+/// Worker memory per parked run, measured in a fresh `eve bench-child --parked` process on
+/// the store at `location`: KiB of RSS growth per run.
+pub(crate) async fn parked_in_child(
+    store_url: &str,
+    location: &str,
+    runs: u32,
+) -> Result<f64, CliError> {
+    let exe = std::env::current_exe()
+        .map_err(|e| CliError::Bench(format!("cannot find the eve binary to re-run: {e}")))?;
+    let out = tokio::process::Command::new(&exe)
+        .args(["--store", store_url, "bench-child", "--location", location])
+        .args([
+            "--worker-id",
+            &unique("parked"),
+            "--parked",
+            &runs.to_string(),
+        ])
+        .output()
+        .await
+        .map_err(|e| CliError::Bench(format!("cannot start {}: {e}", exe.display())))?;
+    if !out.status.success() {
+        return Err(CliError::Bench(format!(
+            "the parked-runs process failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| CliError::Bench(format!("the parked-runs process printed no JSON: {e}")))?;
+    v["kibPerRun"]
+        .as_f64()
+        .ok_or_else(|| CliError::Bench(format!("no kibPerRun in {v}")))
+}
+
+/// The hidden `eve bench-child --parked N`: prints `{"kibPerRun": …}`, see [`parked`].
+pub(crate) async fn parked_child(
+    store: Arc<dyn JournalStore>,
+    worker_id: String,
+    runs: u32,
+    out: &mut dyn std::io::Write,
+) -> Result<(), CliError> {
+    let kib = parked(&store, worker_id, runs).await?;
+    let _ = writeln!(out, "{}", serde_json::json!({ "kibPerRun": kib }));
+    Ok(())
+}
+
 /// Worker memory per parked run: `runs` runs parked on a 1 h sleep after a warm-up batch;
 /// the RSS growth of this process divided by `runs`, in KiB.
-pub(crate) async fn parked(
+async fn parked(
     store: &Arc<dyn JournalStore>,
+    worker_id: String,
     runs: u32,
-    mut tick: impl FnMut(),
 ) -> Result<f64, CliError> {
     let reg = registry();
-    let w = worker(store, None, 64).await?;
+    let w = worker(store, Some(worker_id), 64).await?;
     let session = SessionId::new(unique("parked"));
     let start = |i: u32| {
         let (store, reg, session) = (store.clone(), reg.clone(), session.clone());
@@ -678,7 +723,6 @@ pub(crate) async fn parked(
     let before = rss_kib();
     for i in warm..warm + runs {
         start(i).await?;
-        tick();
     }
     w.drain()
         .await
