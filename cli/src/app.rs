@@ -75,6 +75,13 @@ impl App {
             Ok(cli) => cli,
             Err(e) => e.exit(),
         };
+        if matches!(cli.command, Command::Bench(_) | Command::BenchChild(_))
+            && std::env::var_os("RUST_LOG").is_none()
+        {
+            // A line per run would cost the bench's figures: warnings only (the W2 child
+            // processes inherit it). Set before any thread exists.
+            std::env::set_var("RUST_LOG", "warn");
+        }
         crate::logging::init(cli.log_format);
         if let Command::Conformance { cases: Some(n), .. } = &cli.command {
             // Read by the suite's model-based case; set before any thread exists.

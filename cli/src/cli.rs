@@ -1,6 +1,5 @@
 //! The command line: clap definitions and the dispatch to each command.
 
-#[cfg(feature = "conformance")]
 use crate::bench;
 use crate::bench::BenchConfig;
 use crate::error::CliError;
@@ -151,8 +150,13 @@ pub enum Command {
         #[arg(long)]
         cases: Option<u32>,
     },
-    /// Measure replay and step throughput on the backend of --store, on fresh storage.
+    /// Measure the backend of --store (or compare several with --compare) on fresh storage:
+    /// 10-step calls, a 1,000-step run killed and recovered, throughput, webhook latency over
+    /// parked runs, memory per parked run, bytes per step and DynamoDB capacity units.
     Bench(BenchArgs),
+    /// W2's child process (started by `eve bench` itself).
+    #[command(hide = true)]
+    BenchChild(BenchChildArgs),
     /// Print a shell completion script: `source <(eve completions bash)`.
     Completions {
         /// The shell.
@@ -277,18 +281,93 @@ pub struct McpArgs {
 /// `eve bench` options.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Completed steps in the journal replayed cold.
-    #[arg(long, default_value_t = BenchConfig::default().replay_steps)]
-    pub replay_steps: u32,
-    /// No-op steps of the sequential run.
-    #[arg(long, default_value_t = BenchConfig::default().sequential_steps)]
-    pub sequential_steps: u32,
-    /// Runs started at once for the concurrent figure.
-    #[arg(long, default_value_t = BenchConfig::default().concurrent_runs)]
-    pub runs: u32,
-    /// No-op steps of each concurrent run.
-    #[arg(long, default_value_t = BenchConfig::default().steps_per_run)]
-    pub steps_per_run: u32,
+    /// Measure these stores side by side, interleaved (each workload on every store in turn),
+    /// instead of --store: e.g. `--compare sqlite://eve.db postgres://… dynamodb://…`.
+    #[arg(long, num_args = 1.., value_name = "URL")]
+    pub compare: Vec<String>,
+    /// Tiny sizes (seconds; the figures mean nothing): a smoke test of every workload.
+    #[arg(long)]
+    pub quick: bool,
+    /// Print the figures as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Measurement rounds; the figures are medians over them.
+    #[arg(long, default_value_t = 1)]
+    pub rounds: u32,
+    /// W1: calls per caller (default 100; --quick 3).
+    #[arg(long)]
+    pub calls: Option<u32>,
+    /// W2: steps of the run killed in its last step (default 1000; --quick 20).
+    #[arg(long)]
+    pub w2_steps: Option<u32>,
+    /// Runs started at once for the throughput figure (default 64; --quick 4).
+    #[arg(long)]
+    pub runs: Option<u32>,
+    /// No-op steps of each of those runs (default 50; --quick 5).
+    #[arg(long)]
+    pub steps_per_run: Option<u32>,
+    /// Runs parked on a webhook for the webhook latency (default 1000; --quick 5).
+    #[arg(long)]
+    pub webhook_runs: Option<u32>,
+    /// Webhook POSTs per second (default 200; --quick 100).
+    #[arg(long)]
+    pub webhook_rate: Option<u32>,
+    /// Runs parked on a sleep for the memory figure (default 5000; --quick 10).
+    #[arg(long)]
+    pub parked_runs: Option<u32>,
+    /// DynamoDB on-demand price, USD per million write request units (default: us-east-1).
+    #[arg(long, default_value_t = bench::DYNAMODB_WRITE_PRICE)]
+    pub dynamodb_write_price: f64,
+    /// DynamoDB on-demand price, USD per million read request units (default: us-east-1).
+    #[arg(long, default_value_t = bench::DYNAMODB_READ_PRICE)]
+    pub dynamodb_read_price: f64,
+}
+
+impl BenchArgs {
+    /// The sizes these options ask for.
+    pub fn config(&self) -> BenchConfig {
+        let base = if self.quick {
+            BenchConfig::quick()
+        } else {
+            BenchConfig::default()
+        };
+        BenchConfig {
+            calls: self.calls.unwrap_or(base.calls),
+            w2_steps: self.w2_steps.unwrap_or(base.w2_steps).max(1),
+            runs: self.runs.unwrap_or(base.runs),
+            steps_per_run: self.steps_per_run.unwrap_or(base.steps_per_run),
+            webhook_runs: self.webhook_runs.unwrap_or(base.webhook_runs),
+            webhook_rate: self.webhook_rate.unwrap_or(base.webhook_rate).max(1),
+            parked_runs: self.parked_runs.unwrap_or(base.parked_runs),
+            rounds: self.rounds.max(1),
+            write_price: self.dynamodb_write_price,
+            read_price: self.dynamodb_read_price,
+            json: self.json,
+        }
+    }
+}
+
+/// The hidden `eve bench-child`: W2's child process.
+#[derive(Debug, Args)]
+pub struct BenchChildArgs {
+    /// The bench's storage beside --store (a file, a schema, a table).
+    #[arg(long)]
+    pub location: String,
+    /// The worker id (the recovering process reuses the killed one's).
+    #[arg(long)]
+    pub worker_id: String,
+    /// Steps of the run to start.
+    #[arg(long, default_value_t = 0)]
+    pub steps: u32,
+    /// Announce this step on stdout and wait in it to be killed.
+    #[arg(long, default_value_t = 0)]
+    pub kill_at: u32,
+    /// Finish this run instead of starting one.
+    #[arg(long)]
+    pub recover: Option<String>,
+    /// Instead: park this many runs on a sleep and print this process's RSS growth per run.
+    #[arg(long)]
+    pub parked: Option<u32>,
 }
 
 /// `eve runs …`.
@@ -978,20 +1057,41 @@ async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<
         }),
         Command::Replay { journal } => replay::run(journal, registry, out),
         #[cfg(not(feature = "conformance"))]
-        Command::Bench(_) => Err(CliError::NotCompiled {
+        Command::Bench(_) | Command::BenchChild(_) => Err(CliError::NotCompiled {
             what: "`eve bench`",
             feature: "conformance",
         }),
         #[cfg(feature = "conformance")]
         Command::Bench(args) => {
-            let config = BenchConfig {
-                replay_steps: args.replay_steps,
-                sequential_steps: args.sequential_steps,
-                concurrent_runs: args.runs,
-                steps_per_run: args.steps_per_run,
-                ..BenchConfig::default()
+            let urls = if args.compare.is_empty() {
+                vec![cli.store.clone()]
+            } else {
+                args.compare.clone()
             };
-            bench::run(&cli.store_url()?, config, out).await.map(drop)
+            bench::run(&urls, args.config(), out).await.map(drop)
+        }
+        #[cfg(feature = "conformance")]
+        Command::BenchChild(args) => {
+            use eve_conformance::StoreFactory;
+            let factory = crate::factory::UrlFactory::new(cli.store_url()?)
+                .map_err(CliError::store("cannot make a temp dir"))?;
+            let store = factory
+                .open(&args.location)
+                .await
+                .map_err(CliError::store("cannot open the bench storage"))?
+                .ok_or_else(|| CliError::Bench("the bench storage cannot be reopened".into()))?;
+            if let Some(runs) = args.parked {
+                return bench::parked_child(store, args.worker_id.clone(), runs, out).await;
+            }
+            bench::child(
+                store,
+                args.worker_id.clone(),
+                args.steps,
+                args.kill_at,
+                args.recover.clone(),
+                out,
+            )
+            .await
         }
     }
 }

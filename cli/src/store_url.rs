@@ -212,6 +212,12 @@ impl StoreUrl {
     /// created). Only for [`StoreUrl::Dynamo`].
     #[cfg(feature = "dynamodb")]
     pub(crate) async fn dynamo_store(&self, table: &str) -> Result<DynamoStore, StoreError> {
+        DynamoStore::connect(self.dynamo_config(table)?).await
+    }
+
+    /// How [`StoreUrl::dynamo_store`] connects to `table`. Only for [`StoreUrl::Dynamo`].
+    #[cfg(feature = "dynamodb")]
+    pub(crate) fn dynamo_config(&self, table: &str) -> Result<DynamoConfig, StoreError> {
         let StoreUrl::Dynamo {
             endpoint, region, ..
         } = self
@@ -238,7 +244,7 @@ impl StoreUrl {
             config.access_key_id = key("AWS_ACCESS_KEY_ID")?;
             config.secret_access_key = key("AWS_SECRET_ACCESS_KEY")?;
         }
-        DynamoStore::connect(config).await
+        Ok(config)
     }
 }
 

@@ -170,6 +170,17 @@
 //!   it at once). Hosts sharing a table need clocks within a second of each other; a holder
 //!   stalled past 3 s may lose the id to another process, which then fences it, as before.
 //!
+//! # Consumed capacity
+//!
+//! Every data-plane request the store makes asks `ReturnConsumedCapacity: TOTAL` (an SDK
+//! interceptor sets it, so no call site can forget), and the read and write capacity units in
+//! the answers add up per handle: [`DynamoStore::consumed_capacity`] returns the totals
+//! ([`ConsumedCapacity`]); take it before and after some work and subtract. Requests that fail
+//! (a condition that did not hold, a cancelled transaction) carry no figure and are not
+//! counted, although AWS bills the write units of a failed conditional write. `eve bench`
+//! reports capacity units per step, per call and per resume, and the cost of a million steps
+//! at on-demand prices, from these totals.
+//!
 //! # Limits
 //!
 //! * Bodies (event batches, session log batches, requests, answers) over 350,000 bytes, or
@@ -191,10 +202,12 @@
 //! * Ordering ties: runs created at the same millisecond are listed and claimed in run id order
 //!   (the contract's "creation time, then run id").
 
+mod capacity;
 mod client;
 mod item;
 mod store;
 
+pub use capacity::ConsumedCapacity;
 pub use client::{CallCounts, DynamoConfig, FaultInjector, IndexLag};
 pub use store::DynamoStore;
 

@@ -297,6 +297,50 @@ fn report(what: &str, calls: &CallCounts, per: u64) {
     );
 }
 
+/// Every request asks for its consumed capacity and the handle adds it up: a steady-state
+/// append (one `TransactWriteItems`) reports write units and no read units; a cold handle's
+/// append reads the header first (read units). DynamoDB Local answers every one of these with
+/// a figure.
+#[tokio::test]
+async fn consumed_capacity_adds_up_per_handle() {
+    let Some(cfg) = config("consumed_capacity_adds_up_per_handle") else {
+        return;
+    };
+    let s = store(cfg).await;
+    let (run, lease) = started(&s, new_run("capacity", Execution::Default)).await;
+    let before = s.consumed_capacity();
+    let mut next = 1;
+    for cmd in 1..=10 {
+        next = s
+            .append(append(&run, next, &lease, vec![step(cmd)]))
+            .await
+            .expect("append")
+            .next_seq;
+    }
+    let used = s.consumed_capacity().since(&before);
+    println!("consumed by 10 appends: {used:?}");
+    assert_eq!((used.reported, used.unreported), (10, 0), "{used:?}");
+    // A transaction bills each of its items twice, at least one unit each.
+    assert!(used.write_units >= 10.0 * 2.0, "{used:?}");
+    assert_eq!(used.read_units, 0.0, "{used:?}");
+
+    let cold = DynamoStore::connect(DynamoConfig::local(
+        std::env::var("EVE_TEST_DYNAMODB_ENDPOINT").expect("set"),
+        s.table(),
+    ))
+    .await
+    .expect("connect");
+    assert_eq!(cold.consumed_capacity(), Default::default());
+    cold.append(append(&run, next, &lease, vec![step(11)]))
+        .await
+        .expect("append");
+    let c = cold.consumed_capacity();
+    assert!(c.read_units > 0.0 && c.write_units > 0.0, "{c:?}");
+    assert_eq!(c.unreported, 0, "{c:?}");
+    // The first handle saw none of it.
+    assert_eq!(s.consumed_capacity().since(&before), used);
+}
+
 /// The cost that carries over from DynamoDB Local to AWS: calls per operation. Printed (run with
 /// `--nocapture` to see them) and bounded.
 #[tokio::test]

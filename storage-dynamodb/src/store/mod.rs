@@ -58,6 +58,8 @@ pub struct DynamoStore {
     location: String,
     /// Test hook: stale index answers.
     index_lag: Option<crate::IndexLag>,
+    /// The capacity units DynamoDB reported for this handle's requests.
+    meter: crate::capacity::CapacityMeter,
 }
 
 impl std::fmt::Debug for DynamoStore {
@@ -135,6 +137,15 @@ impl DynamoStore {
     /// faults itself. Its [`store_id`](JournalStore::store_id) names the client's region (the
     /// client does not show its endpoint).
     pub fn from_client(client: Client, table: impl Into<String>) -> Self {
+        let meter = crate::capacity::CapacityMeter::default();
+        // Every request asks for its consumed capacity (see `consumed_capacity`).
+        let client = Client::from_conf(
+            client
+                .config()
+                .to_builder()
+                .interceptor(meter.clone())
+                .build(),
+        );
         let location = client
             .config()
             .region()
@@ -147,6 +158,7 @@ impl DynamoStore {
             caller: Caller::new(8, Duration::from_millis(10)),
             cache: Mutex::new(HashMap::new()),
             index_lag: None,
+            meter,
         }
     }
 
@@ -165,6 +177,16 @@ impl DynamoStore {
     /// DynamoDB calls this handle made so far (every attempt counts), by operation.
     pub fn call_counts(&self) -> CallCounts {
         self.caller.counts()
+    }
+
+    /// The read and write capacity units DynamoDB reported for this handle's successful
+    /// requests so far (every request asks `ReturnConsumedCapacity: TOTAL`), and how many
+    /// answers carried no figure. Take it before and after some work and subtract
+    /// ([`ConsumedCapacity::since`](crate::ConsumedCapacity::since)) to price that work.
+    /// Failed requests (a condition that did not hold) are not counted; see
+    /// [`ConsumedCapacity`](crate::ConsumedCapacity).
+    pub fn consumed_capacity(&self) -> crate::ConsumedCapacity {
+        self.meter.totals()
     }
 
     /// Creates the table with its four GSIs (on-demand billing) and waits until it is active.
