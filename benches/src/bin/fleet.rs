@@ -6,7 +6,7 @@
 //! appends `run step worker` to its process's execution log, then returns the worker id, so the
 //! journal says who recorded each step and the logs say who executed it), tells the processes to
 //! go, optionally SIGKILLs (a real `kill -9`) the process holding the most runs once a fraction
-//! of the runs completed, waits until every run ended, and checks from the journals and the
+//! of all steps was recorded, waits until every run ended, and checks from the journals and the
 //! logs that:
 //!
 //! - every run completed, with exactly one `RunCompleted`, and each of its S steps recorded
@@ -16,7 +16,11 @@
 //!   more (by the process that took the run over), at most one such step per run (runs are
 //!   sequential); a step whose result the killed process did record is never executed again;
 //! - each run the killed process held moved: its next recorded step came from another process
-//!   within the lease + 1 s of the kill.
+//!   within the lease + 1 s of the kill. That bound holds when the other processes have free
+//!   slots (`--max-active`) when the lease lapses: claims take runs in claim-key order, and an
+//!   orphaned run's key is its last write, so runs enqueued before it and still waiting go
+//!   first. The test gives each process exactly its share (runs = procs × max-active), so the
+//!   queue is empty and the survivors' own runs end before the lease lapses.
 //!
 //! It prints one JSON line (throughput, the takeover times, the CPU seconds of the workers, the
 //! database, the driver and the machine, and any violation) and exits 1 when a check failed.
@@ -125,7 +129,7 @@ struct FleetArgs {
     /// Milliseconds every step sleeps.
     #[arg(long, default_value_t = 0)]
     delay_ms: u32,
-    /// SIGKILL the process holding the most runs once this fraction of runs completed.
+    /// SIGKILL the process holding the most runs once this fraction of all steps was recorded.
     #[arg(long)]
     kill_at: Option<f64>,
     /// Where the execution logs go (default: a temp dir removed at the end).
@@ -310,6 +314,9 @@ struct Kill {
     bound_ms: i64,
     /// Steps executed twice (the killed process's unrecorded in-flight steps).
     reexecuted: usize,
+    /// Kill → the last end of a run the killed process did not hold (ms): until then the
+    /// other processes had their own runs, which may have filled their slots.
+    others_done_ms: i64,
     /// Worker CPU seconds up to the kill.
     cpu_s: f64,
 }
@@ -375,7 +382,10 @@ async fn fleet(args: &FleetArgs) -> serde_json::Value {
     let mut victim = None;
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        for p in &mut procs {
+        for (k, p) in procs.iter_mut().enumerate() {
+            if Some(k) == victim {
+                continue;
+            }
             if let Ok(Some(status)) = p.child.try_wait() {
                 panic!("worker {} exited on its own ({status}); see {}", p.id, dir.display());
             }
@@ -384,9 +394,12 @@ async fn fleet(args: &FleetArgs) -> serde_json::Value {
         if left.is_empty() {
             break;
         }
-        let done = args.runs - left.len();
+        // Steps recorded so far: those of the runs that ended, and each running run's journal
+        // length less its `RunStarted`.
+        let done = (args.runs - left.len()) as u64 * u64::from(args.steps)
+            + left.iter().map(|r| r.next_seq.saturating_sub(1)).sum::<u64>();
         if let (Some(frac), None) = (args.kill_at, &kill) {
-            if done as f64 >= frac * args.runs as f64 {
+            if done as f64 >= frac * args.runs as f64 * f64::from(args.steps) {
                 // The process holding the most runs.
                 let mut held: HashMap<&str, usize> = HashMap::new();
                 for r in &left {
@@ -420,6 +433,7 @@ async fn fleet(args: &FleetArgs) -> serde_json::Value {
                     moved_max_ms: 0,
                     bound_ms: i64::try_from(args.lease_ms).unwrap_or(i64::MAX) + 1000,
                     reexecuted: 0,
+                    others_done_ms: 0,
                     cpu_s,
                 });
                 victim = Some(k);
@@ -448,9 +462,10 @@ async fn fleet(args: &FleetArgs) -> serde_json::Value {
         worker_cpu[k] = kl.cpu_s;
     }
 
-    let (violations, last_end, reexecuted, moved) =
+    let (violations, last_end, reexecuted, moved, others_end) =
         check(&*store, args, &dir, kill.as_ref(), go_at).await;
     if let Some(kl) = kill.as_mut() {
+        kl.others_done_ms = others_end.millis() - kl.at_ms;
         kl.reexecuted = reexecuted;
         kl.moved_max_ms = moved.iter().copied().max().unwrap_or(0);
         kl.moved_ms = moved;
@@ -484,7 +499,7 @@ async fn check(
     dir: &Path,
     kill: Option<&Kill>,
     go_at: Timestamp,
-) -> (Vec<String>, Timestamp, usize, Vec<i64>) {
+) -> (Vec<String>, Timestamp, usize, Vec<i64>, Timestamp) {
     let mut bad = Vec::new();
     // (run, step) → the workers that executed it, in log order per process.
     let mut execs: HashMap<(String, u32), Vec<String>> = HashMap::new();
@@ -514,6 +529,7 @@ async fn check(
         .map(|k| k.orphaned.iter().map(String::as_str).collect())
         .unwrap_or_default();
     let (mut last_end, mut reexecuted, mut moved) = (go_at, 0, Vec::new());
+    let mut others_end = go_at;
     for rec in &runs {
         let run = rec.run_id.to_string();
         if rec.status != RunStatus::Completed {
@@ -529,6 +545,9 @@ async fn check(
         }
         if let Some(e) = events.last() {
             last_end = last_end.max(e.at);
+            if !orphaned.contains(run.as_str()) {
+                others_end = others_end.max(e.at);
+            }
         }
         // step → (worker that recorded it, when), from the journal.
         let mut recorded: BTreeMap<u32, Vec<(String, Timestamp)>> = BTreeMap::new();
@@ -582,6 +601,10 @@ async fn check(
                     }
                     moved.push(ms);
                 }
+                // The killed process's last append was in flight at the kill and committed
+                // after it (the server finishes a statement it received): its last step and
+                // the end, in one append. Then nothing had to move.
+                None if finished_in_flight(&events, &k.worker) => {}
                 None => bad.push(format!("{run}: orphaned, but no later step by another process")),
             }
         }
@@ -590,7 +613,21 @@ async fn check(
         bad.push("the killed process held no running run: nothing moved".into());
     }
     moved.sort_unstable();
-    (bad, last_end, reexecuted, moved)
+    (bad, last_end, reexecuted, moved, others_end)
+}
+
+/// Whether the run's last step was recorded by `worker` in the append that ended the run.
+fn finished_in_flight(events: &[eve_core::StoredEvent], worker: &str) -> bool {
+    let mut it = events.iter().rev();
+    match (it.next(), it.next()) {
+        (Some(end), Some(step)) => {
+            matches!(end.event, Event::RunCompleted { .. })
+                && end.at == step.at
+                && matches!(&step.event, Event::StepCompleted { output, .. }
+                    if serde_json::from_str::<Exec>(output.get()).is_ok_and(|x| x.w == worker))
+        }
+        _ => false,
+    }
 }
 
 async fn worker_process(
