@@ -3,7 +3,7 @@
 //! fresh table on DynamoDB Local at `EVE_TEST_DYNAMODB_ENDPOINT`).
 //!
 //! `run` starts the processes, enqueues R runs of `fleet_steps` (S steps each; every step first
-//! appends `run step worker` to its process's execution log, then returns the worker id, so the
+//! appends `run step worker ms` to its process's execution log, then returns the worker id, so the
 //! journal says who recorded each step and the logs say who executed it), tells the processes to
 //! go, optionally SIGKILLs (a real `kill -9`) the process holding the most runs once a fraction
 //! of all steps was recorded, waits until every run ended, and checks from the journals and the
@@ -15,8 +15,8 @@
 //!   the killed process executed but whose result it never recorded may have been executed once
 //!   more (by the process that took the run over), at most one such step per run (runs are
 //!   sequential); a step whose result the killed process did record is never executed again;
-//! - each run the killed process held moved: its next recorded step came from another process
-//!   within the lease + 1 s of the kill. That bound holds when the other processes have free
+//! - each run the killed process held moved: another process started executing its steps
+//!   within the lease + 1 s of the kill (the execution log lines carry their start time). That bound holds when the other processes have free
 //!   slots (`--max-active`) when the lease lapses: claims take runs in claim-key order, and an
 //!   orphaned run's key is its last write, so runs enqueued before it and still waiting go
 //!   first. The test gives each process exactly its share (runs = procs × max-active), so the
@@ -54,7 +54,8 @@ const DEPLOYMENT: &str = "fleet";
 
 /// This process's worker id (what its steps return).
 static WORKER: OnceLock<String> = OnceLock::new();
-/// This process's execution log: one `run step worker` line per step execution, written with
+/// This process's execution log: one `run step worker ms` line per step execution (`ms`: its
+/// start, wall clock), written with
 /// one `write` on a file opened for appending, so a SIGKILL never leaves half a line.
 static EXEC_LOG: OnceLock<std::fs::File> = OnceLock::new();
 /// Milliseconds every step sleeps after logging its execution.
@@ -76,7 +77,7 @@ async fn fleet_steps(ctx: WorkflowCtx, input: Input) -> Result<u32, WorkflowErro
         ctx.step(format!("s{i}"), move |sc: StepCtx| async move {
             let w = WORKER.get().cloned().unwrap_or_default();
             if let Some(mut log) = EXEC_LOG.get() {
-                let line = format!("{} {i} {w}\n", sc.run_id());
+                let line = format!("{} {i} {w} {}\n", sc.run_id(), Timestamp::now().millis());
                 log.write_all(line.as_bytes())
                     .map_err(|e| eve_core::engine::StepError::fatal(e.to_string()))?;
             }
@@ -307,7 +308,7 @@ struct Kill {
     at_ms: i64,
     /// Runs the killed process held, still running, right after it was reaped.
     orphaned: Vec<String>,
-    /// For each orphaned run: kill → its next step recorded by another process (ms).
+    /// For each orphaned run: kill → the first step execution by another process (ms).
     moved_ms: Vec<i64>,
     moved_max_ms: i64,
     /// The lease + 1 s: the bound `moved_max_ms` must stay within.
@@ -350,13 +351,23 @@ async fn fleet(args: &FleetArgs) -> serde_json::Value {
     let gate = Arc::new(tokio::sync::Semaphore::new(16));
     let mut creates = tokio::task::JoinSet::new();
     for i in 0..args.runs {
-        let (store, reg, session, gate) = (store.clone(), reg.clone(), session.clone(), gate.clone());
+        let (store, reg, session, gate) =
+            (store.clone(), reg.clone(), session.clone(), gate.clone());
         let input = serde_json::json!({ "steps": args.steps });
         creates.spawn(async move {
             let _permit = gate.acquire().await.expect("semaphore");
-            let new = tool_call_run(&reg, &session, &CallId::new(format!("c{i}")), "fleet_steps", input)
-                .expect("start request");
-            store.create_run(new, Timestamp::now()).await.expect("create a run")
+            let new = tool_call_run(
+                &reg,
+                &session,
+                &CallId::new(format!("c{i}")),
+                "fleet_steps",
+                input,
+            )
+            .expect("start request");
+            store
+                .create_run(new, Timestamp::now())
+                .await
+                .expect("create a run")
         });
     }
     while let Some(done) = creates.join_next().await {
@@ -370,7 +381,10 @@ async fn fleet(args: &FleetArgs) -> serde_json::Value {
     let t0 = Instant::now();
     for p in &mut procs {
         let stdin = p.stdin.as_mut().expect("stdin");
-        stdin.write_all(b"go\n").and_then(|()| stdin.flush()).expect("tell a worker to go");
+        stdin
+            .write_all(b"go\n")
+            .and_then(|()| stdin.flush())
+            .expect("tell a worker to go");
     }
 
     let running = RunQuery {
@@ -387,7 +401,11 @@ async fn fleet(args: &FleetArgs) -> serde_json::Value {
                 continue;
             }
             if let Ok(Some(status)) = p.child.try_wait() {
-                panic!("worker {} exited on its own ({status}); see {}", p.id, dir.display());
+                panic!(
+                    "worker {} exited on its own ({status}); see {}",
+                    p.id,
+                    dir.display()
+                );
             }
         }
         let left = store.list_runs(&running).await.expect("list running runs");
@@ -397,7 +415,10 @@ async fn fleet(args: &FleetArgs) -> serde_json::Value {
         // Steps recorded so far: those of the runs that ended, and each running run's journal
         // length less its `RunStarted`.
         let done = (args.runs - left.len()) as u64 * u64::from(args.steps)
-            + left.iter().map(|r| r.next_seq.saturating_sub(1)).sum::<u64>();
+            + left
+                .iter()
+                .map(|r| r.next_seq.saturating_sub(1))
+                .sum::<u64>();
         if let (Some(frac), None) = (args.kill_at, &kill) {
             if done as f64 >= frac * args.runs as f64 * f64::from(args.steps) {
                 // The process holding the most runs.
@@ -501,17 +522,18 @@ async fn check(
     go_at: Timestamp,
 ) -> (Vec<String>, Timestamp, usize, Vec<i64>, Timestamp) {
     let mut bad = Vec::new();
-    // (run, step) → the workers that executed it, in log order per process.
-    let mut execs: HashMap<(String, u32), Vec<String>> = HashMap::new();
+    // (run, step) → the workers that executed it, when they started.
+    let mut execs: HashMap<(String, u32), Vec<(String, i64)>> = HashMap::new();
     for k in 0..args.procs {
         let log = std::fs::read_to_string(dir.join(format!("exec-{k}.log"))).unwrap_or_default();
         for line in log.lines() {
             let mut f = line.split(' ');
-            match (f.next(), f.next().and_then(|s| s.parse().ok()), f.next()) {
-                (Some(run), Some(step), Some(w)) => execs
+            let (run, step, w) = (f.next(), f.next().and_then(|s| s.parse().ok()), f.next());
+            match (run, step, w, f.next().and_then(|s| s.parse().ok())) {
+                (Some(run), Some(step), Some(w), Some(at)) => execs
                     .entry((run.to_owned(), step))
                     .or_default()
-                    .push(w.to_owned()),
+                    .push((w.to_owned(), at)),
                 _ => bad.push(format!("exec-{k}.log: malformed line {line:?}")),
             }
         }
@@ -522,7 +544,11 @@ async fn check(
     };
     let runs = store.list_runs(&all).await.expect("list runs");
     if runs.len() != args.runs {
-        bad.push(format!("{} runs in the store, {} enqueued", runs.len(), args.runs));
+        bad.push(format!(
+            "{} runs in the store, {} enqueued",
+            runs.len(),
+            args.runs
+        ));
     }
     let killed = kill.map(|k| k.worker.as_str());
     let orphaned: HashSet<&str> = kill
@@ -535,7 +561,10 @@ async fn check(
         if rec.status != RunStatus::Completed {
             bad.push(format!("{run}: ended {:?}, not completed", rec.status));
         }
-        let events = store.read_all(&rec.run_id, 0).await.expect("read a journal");
+        let events = store
+            .read_all(&rec.run_id, 0)
+            .await
+            .expect("read a journal");
         let ends = events
             .iter()
             .filter(|e| matches!(e.event, Event::RunCompleted { .. }))
@@ -554,7 +583,8 @@ async fn check(
         for e in &events {
             if let Event::StepCompleted { name, output, .. } = &e.event {
                 let step = name.trim_start_matches('s').parse().unwrap_or(0);
-                let w = serde_json::from_str::<Exec>(output.get()).map_or_else(|_| "?".into(), |x| x.w);
+                let w =
+                    serde_json::from_str::<Exec>(output.get()).map_or_else(|_| "?".into(), |x| x.w);
                 recorded.entry(step).or_default().push((w, e.at));
             }
         }
@@ -565,15 +595,20 @@ async fn check(
                 bad.push(format!("{run}: step {step} recorded {} times", by.len()));
                 continue;
             }
-            let ran = execs.get(&(run.clone(), step)).map(Vec::as_slice).unwrap_or_default();
+            let ran: Vec<&str> = execs
+                .get(&(run.clone(), step))
+                .map(|v| v.iter().map(|(w, _)| w.as_str()).collect())
+                .unwrap_or_default();
             let recorder = &by[0].0;
-            if !ran.contains(recorder) {
-                bad.push(format!("{run}: step {step} recorded by {recorder}, which never ran it"));
+            if !ran.contains(&recorder.as_str()) {
+                bad.push(format!(
+                    "{run}: step {step} recorded by {recorder}, which never ran it"
+                ));
             }
             match ran.len() {
                 1 => {}
                 2 if killed.is_some_and(|k| {
-                    ran.iter().filter(|w| w.as_str() == k).count() == 1 && recorder != k
+                    ran.iter().filter(|w| **w == k).count() == 1 && recorder != k
                 }) =>
                 {
                     in_flight += 1;
@@ -583,21 +618,27 @@ async fn check(
             }
         }
         if in_flight > 1 {
-            bad.push(format!("{run}: {in_flight} steps re-executed after the kill; at most 1"));
+            bad.push(format!(
+                "{run}: {in_flight} steps re-executed after the kill; at most 1"
+            ));
         }
         if let Some(k) = kill.filter(|_| orphaned.contains(run.as_str())) {
-            // The run's next recorded step after the kill, by another process.
-            let next = recorded
-                .values()
+            // The run moved when another process started executing its steps: the first
+            // execution by another process after the kill.
+            let next = (1..=args.steps)
+                .filter_map(|step| execs.get(&(run.clone(), step)))
                 .flatten()
-                .filter(|(w, at)| w != &k.worker && at.millis() >= k.at_ms)
-                .map(|(_, at)| at.millis())
+                .filter(|(w, at)| *w != k.worker && *at >= k.at_ms)
+                .map(|(_, at)| *at)
                 .min();
             match next {
                 Some(at) => {
                     let ms = at - k.at_ms;
                     if ms > k.bound_ms {
-                        bad.push(format!("{run}: moved {ms} ms after the kill; bound {} ms", k.bound_ms));
+                        bad.push(format!(
+                            "{run}: moved {ms} ms after the kill; bound {} ms",
+                            k.bound_ms
+                        ));
                     }
                     moved.push(ms);
                 }
@@ -605,7 +646,9 @@ async fn check(
                 // after it (the server finishes a statement it received): its last step and
                 // the end, in one append. Then nothing had to move.
                 None if finished_in_flight(&events, &k.worker) => {}
-                None => bad.push(format!("{run}: orphaned, but no later step by another process")),
+                None => bad.push(format!(
+                    "{run}: orphaned, but no later step run by another process"
+                )),
             }
         }
     }
@@ -714,7 +757,9 @@ fn main() {
             Command::Run { args } => {
                 let report = fleet(&args).await;
                 println!("{report}");
-                let failed = report["violations"].as_array().is_some_and(|v| !v.is_empty());
+                let failed = report["violations"]
+                    .as_array()
+                    .is_some_and(|v| !v.is_empty());
                 if failed {
                     std::process::exit(1);
                 }
