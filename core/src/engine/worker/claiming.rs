@@ -45,6 +45,10 @@ impl Inner {
         // not after handing over an eagerly started run, which brings no other work.
         let mut look = true;
         let mut wake = self.renew_at();
+        // The lease is renewed on a task of its own, so a slow claim or wake-up query (a long
+        // queue on a slow store) never lets it lapse under live runs, whose steps another
+        // worker would then run again.
+        let mut heartbeat = tokio::spawn(self.clone().heartbeat_loop(stop.clone()));
         let fenced = loop {
             if *stop.borrow() {
                 break None;
@@ -53,11 +57,6 @@ impl Inner {
                 if let Ok((id, _)) = done {
                     active.remove(&id);
                 }
-            }
-            match self.keep_lease().await {
-                Ok(()) => {}
-                Err(e @ StoreError::Fenced { .. }) => break Some(e),
-                Err(e) => warn!(error = %e, "heartbeat failed"),
             }
             let free = self.config.max_active_runs.saturating_sub(tasks.len());
             if look {
@@ -108,6 +107,16 @@ impl Inner {
                 _ = until => {}
                 _ = tokio::time::sleep(poll) => {}
                 Ok(()) = woken => {}
+                ended = &mut heartbeat => match ended {
+                    Ok(Some(e)) => break Some(e),
+                    // Stopped, or the task panicked: the loop's next round sees the stop; a
+                    // worker whose heartbeat died must not go on claiming.
+                    Ok(None) => {}
+                    Err(e) => {
+                        error!(error = %e, "the heartbeat task died; the worker stops");
+                        break None;
+                    }
+                },
                 Some((rec, first)) = eager.recv() => {
                     self.spawn_activation(&mut tasks, &mut active, rec, Some(vec![first]));
                     look = false;
@@ -132,6 +141,7 @@ impl Inner {
                 }
             }
         };
+        heartbeat.abort();
         // Runs started eagerly from now on are left to the store's claims.
         self.eager.lock().unwrap_or_else(|e| e.into_inner()).take();
         tasks.abort_all();
@@ -147,6 +157,37 @@ impl Inner {
             warn!(error = %e, "retiring the worker failed");
         }
         Ok(())
+    }
+
+    /// Renews the lease a third of the way through it until `stop`; ends with the `Fenced`
+    /// error when another process registered this worker id. A failed renewal is retried at
+    /// the poll interval.
+    async fn heartbeat_loop(
+        self: Arc<Self>,
+        mut stop: watch::Receiver<bool>,
+    ) -> Option<StoreError> {
+        loop {
+            if *stop.borrow() {
+                return None;
+            }
+            match self.keep_lease().await {
+                Ok(()) => {
+                    let at = self.renew_at();
+                    tokio::select! {
+                        _ = self.clock.sleep_until(at) => {}
+                        _ = stop.changed() => {}
+                    }
+                }
+                Err(e @ StoreError::Fenced { .. }) => return Some(e),
+                Err(e) => {
+                    warn!(error = %e, "heartbeat failed");
+                    tokio::select! {
+                        _ = tokio::time::sleep(self.config.poll_interval) => {}
+                        _ = stop.changed() => {}
+                    }
+                }
+            }
+        }
     }
 
     /// Claims up to `max` runs. When a claim attempt failed with a transient error it may have
