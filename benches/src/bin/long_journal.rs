@@ -273,8 +273,8 @@ async fn bench(backend: &str, steps: u64, window: u64) {
     for r in &rows {
         println!(
             "{:>10} {:>10} {:>14.1} {:>16.2}",
-            r["steps"],
-            r["events"],
+            r["steps"].as_u64().unwrap_or(0),
+            r["events"].as_u64().unwrap_or(0),
             r["per_step_us"].as_f64().unwrap_or(f64::NAN),
             r["warm_resume_ms"].as_f64().unwrap_or(f64::NAN)
         );
