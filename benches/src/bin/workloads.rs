@@ -317,29 +317,34 @@ async fn call(s: &Session, call_id: &str, tool: &str, input: serde_json::Value) 
     t0.elapsed()
 }
 
-async fn w1(backend: &str, calls: usize, dir: &std::path::Path) {
+/// W1: `tool` (ten no-op steps) called end to end by 1 and by 8 callers; `workload` names the
+/// JSON lines, `tag` prefixes the worker and session ids.
+async fn w1(
+    backend: &str,
+    calls: usize,
+    dir: &std::path::Path,
+    (workload, tool, tag): (&str, &'static str, &str),
+) {
     let store = eve_benches::open_target(&fresh_target(backend, dir)).await;
-    let w = worker(&store, Some(format!("w1-{}", RunId::random())), None).await;
+    let w = worker(&store, Some(format!("{tag}-{}", RunId::random())), None).await;
     let handle = w.clone().spawn();
     // Calls start eagerly through the local worker (create and claim in one commit).
     let session =
         |store: &Arc<dyn JournalStore>, id: &str| session(store, id).with_worker(w.clone());
     for callers in [1usize, 8] {
         // Warm-up: connections, statement caches.
-        let warm = session(&store, &format!("warm-{callers}"));
+        let warm = session(&store, &format!("warm-{tag}-{callers}"));
         for i in 0..10 {
-            call(&warm, &format!("w{i}"), "ten_steps", serde_json::json!({})).await;
+            call(&warm, &format!("w{i}"), tool, serde_json::json!({})).await;
         }
         let t0 = Instant::now();
         let tasks: Vec<_> = (0..callers)
             .map(|c| {
-                let s = session(&store, &format!("w1-{callers}-{c}"));
+                let s = session(&store, &format!("{tag}-{callers}-{c}"));
                 tokio::spawn(async move {
                     let mut lat = Vec::with_capacity(calls);
                     for i in 0..calls {
-                        lat.push(
-                            call(&s, &format!("c{i}"), "ten_steps", serde_json::json!({})).await,
-                        );
+                        lat.push(call(&s, &format!("c{i}"), tool, serde_json::json!({})).await);
                     }
                     lat
                 })
@@ -354,7 +359,7 @@ async fn w1(backend: &str, calls: usize, dir: &std::path::Path) {
         println!(
             "{}",
             serde_json::json!({
-                "workload": "W1", "backend": backend, "callers": callers, "calls": lat.len(),
+                "workload": workload, "backend": backend, "callers": callers, "calls": lat.len(),
                 "wf_per_s": lat.len() as f64 / total.as_secs_f64(),
                 "p50_ms": percentile(&lat, 0.5), "p99_ms": percentile(&lat, 0.99),
                 "total_s": total.as_secs_f64(),
@@ -364,56 +369,10 @@ async fn w1(backend: &str, calls: usize, dir: &std::path::Path) {
     handle.shutdown().await;
 }
 
+/// W1 of `ten_steps`.
+const W1: (&str, &str, &str) = ("W1", "ten_steps", "w1");
 /// W1 with `ten_local_steps`: the same calls, the steps local.
-async fn w1_local(backend: &str, calls: usize, dir: &std::path::Path) {
-    let store = eve_benches::open_target(&fresh_target(backend, dir)).await;
-    let w = worker(&store, Some(format!("w1l-{}", RunId::random())), None).await;
-    let handle = w.clone().spawn();
-    let session =
-        |store: &Arc<dyn JournalStore>, id: &str| session(store, id).with_worker(w.clone());
-    for callers in [1usize, 8] {
-        let warm = session(&store, &format!("warm-local-{callers}"));
-        for i in 0..10 {
-            call(
-                &warm,
-                &format!("w{i}"),
-                "ten_local_steps",
-                serde_json::json!({}),
-            )
-            .await;
-        }
-        let t0 = Instant::now();
-        let tasks: Vec<_> = (0..callers)
-            .map(|c| {
-                let s = session(&store, &format!("w1l-{callers}-{c}"));
-                tokio::spawn(async move {
-                    let mut lat = Vec::with_capacity(calls);
-                    for i in 0..calls {
-                        let input = serde_json::json!({});
-                        lat.push(call(&s, &format!("c{i}"), "ten_local_steps", input).await);
-                    }
-                    lat
-                })
-            })
-            .collect();
-        let mut lat = Vec::new();
-        for t in tasks {
-            lat.extend(t.await.expect("caller"));
-        }
-        let total = t0.elapsed();
-        lat.sort();
-        println!(
-            "{}",
-            serde_json::json!({
-                "workload": "W1-local", "backend": backend, "callers": callers, "calls": lat.len(),
-                "wf_per_s": lat.len() as f64 / total.as_secs_f64(),
-                "p50_ms": percentile(&lat, 0.5), "p99_ms": percentile(&lat, 0.99),
-                "total_s": total.as_secs_f64(),
-            })
-        );
-    }
-    handle.shutdown().await;
-}
+const W1_LOCAL: (&str, &str, &str) = ("W1-local", "ten_local_steps", "w1l");
 
 async fn w2(backend: &str, steps: u32, dir: &std::path::Path) {
     // The whole body in one process.
@@ -757,13 +716,13 @@ fn main() {
                     backends.push("postgres");
                 }
                 for b in backends {
-                    w1(b, 200, dir.path()).await;
+                    w1(b, 200, dir.path(), W1).await;
                     w2(b, 1000, dir.path()).await;
                     throughput(b, 64, 50, dir.path()).await;
                 }
             }
-            Command::W1 { backend, calls } => w1(&backend, calls, dir.path()).await,
-            Command::W1Local { backend, calls } => w1_local(&backend, calls, dir.path()).await,
+            Command::W1 { backend, calls } => w1(&backend, calls, dir.path(), W1).await,
+            Command::W1Local { backend, calls } => w1(&backend, calls, dir.path(), W1_LOCAL).await,
             Command::W2 { backend, steps } => w2(&backend, steps, dir.path()).await,
             Command::Replay {
                 backend,
