@@ -45,7 +45,7 @@ fn replay(c: &mut Criterion) {
             bench.to_async(&rt).iter(|| {
                 let (store, reg, run) = (store.clone(), reg.clone(), run.clone());
                 async move {
-                    let report = Worker::replay_cold(&*store, &reg, &run)
+                    let report = Worker::replay_cold(&store, &reg, &run)
                         .await
                         .expect("replay");
                     assert_eq!(report.events, u64::from(STEPS) + 1);

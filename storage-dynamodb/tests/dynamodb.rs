@@ -839,6 +839,42 @@ async fn claim_cost_ignores_parked_runs_and_settled_lapses() {
     assert_eq!(claim_ids(&s, &w1, 10, lapse).await, vec![run]);
 }
 
+/// A claim reads the head of the due queue, not all of it: with 400 runs due, claiming one
+/// reads a small part of what claiming all of them reads, and still takes the earliest.
+#[tokio::test]
+async fn claim_reads_the_head_of_the_due_queue() {
+    let Some(cfg) = config("claim_reads_the_head_of_the_due_queue") else {
+        return;
+    };
+    let s = store(cfg).await;
+    let mut runs = Vec::new();
+    for i in 0..400 {
+        let new = new_run(&format!("due{i:03}"), Execution::Default);
+        runs.push(
+            s.create_run(new, at(i))
+                .await
+                .expect("create_run")
+                .run
+                .run_id,
+        );
+    }
+    let w = register(&s, &WorkerId::random(), TTL, 0).await;
+    let before = s.consumed_capacity();
+    assert_eq!(claim_ids(&s, &w, 1, 1_000).await, vec![runs[0].clone()]);
+    let one = s.consumed_capacity().since(&before);
+    let before = s.consumed_capacity();
+    let all = claim_ids(&s, &w, 1_000, 1_000).await;
+    let rest = s.consumed_capacity().since(&before);
+    println!("claim of 1: {one:?}; claim of the other 399: {rest:?}");
+    assert_eq!(all, runs[1..], "the rest, earliest first");
+    assert!(
+        one.read_units * 10.0 < rest.read_units,
+        "a claim of one read {} units, the claim of 399 {}",
+        one.read_units,
+        rest.read_units
+    );
+}
+
 #[tokio::test]
 async fn store_id_names_endpoint_and_table() {
     let a = DynamoStore::connect(DynamoConfig::local("http://127.0.0.1:8000/", "eve_runs"))

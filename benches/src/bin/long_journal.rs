@@ -145,7 +145,7 @@ async fn replay_child(target: &str, run: &str) {
     let store = open(target, false).await;
     let rss_before = peak_rss_mib();
     let t0 = Instant::now();
-    let report = Worker::replay_cold(&*store, &registry(), &RunId::new(run))
+    let report = Worker::replay_cold(&store, &registry(), &RunId::new(run))
         .await
         .expect("cold replay");
     let s = t0.elapsed().as_secs_f64();

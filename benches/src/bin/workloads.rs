@@ -405,7 +405,7 @@ async fn w2(backend: &str, steps: u32, dir: &std::path::Path) {
         .to_owned();
     let store = eve_benches::open_target(&target).await;
     let t0 = Instant::now();
-    let report = Worker::replay_cold(&*store, &registry(), &RunId::new(&run))
+    let report = Worker::replay_cold(&store, &registry(), &RunId::new(&run))
         .await
         .expect("replay");
     let replay = t0.elapsed();
@@ -596,7 +596,7 @@ async fn journal(backend: &str, lengths: &[u32], dir: &std::path::Path) {
             "{ends:?}"
         );
         let t0 = Instant::now();
-        let report = Worker::replay_cold(&*store, &reg, &run)
+        let report = Worker::replay_cold(&store, &reg, &run)
             .await
             .expect("replay");
         let replay = t0.elapsed();

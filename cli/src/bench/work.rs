@@ -311,7 +311,7 @@ pub(crate) async fn w2_crash(
     let run = run.ok_or_else(|| CliError::Bench("the W2 child printed no run id".into()))?;
     let run = RunId::new(run);
     let t0 = Instant::now();
-    let report = Worker::replay_cold(&**store, &registry(), &run)
+    let report = Worker::replay_cold(store, &registry(), &run)
         .await
         .map_err(CliError::store("W2's cold replay failed"))?;
     let replay = t0.elapsed();

@@ -9,9 +9,9 @@ use eve_storage_sqlite::SqliteStore;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-async fn replay(store: &dyn JournalStore, label: &str) {
+async fn replay(store: &Arc<dyn JournalStore>, label: &str) {
     let reg = Registry::new("measure").with(noop_steps_tool());
-    let run = completed_steps_run(store, "canned", 10_000, Timestamp::now())
+    let run = completed_steps_run(&**store, "canned", 10_000, Timestamp::now())
         .await
         .expect("canned run");
     let mut best = f64::MAX;
@@ -137,8 +137,8 @@ async fn main() {
     let memory: Arc<dyn JournalStore> = Arc::new(MemoryStore::new());
     let sqlite: Arc<dyn JournalStore> =
         Arc::new(SqliteStore::open(dir.join("m.db")).await.expect("sqlite"));
-    replay(&*memory, "memory").await;
-    replay(&*sqlite, "sqlite").await;
+    replay(&memory, "memory").await;
+    replay(&sqlite, "sqlite").await;
     steps(memory.clone(), "memory", 1, 2_000).await;
     steps(sqlite.clone(), "sqlite", 1, 1_000).await;
     steps(memory.clone(), "memory", 64, 200).await;

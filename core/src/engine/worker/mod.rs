@@ -31,12 +31,14 @@ mod activation;
 mod claiming;
 mod identity;
 mod lease;
+mod pages;
 mod steps;
 
 use activation::{Appendix, Sticky};
 pub use identity::default_worker_id;
 pub(crate) use identity::host_name;
 use identity::{take_ordinal, Ordinal};
+use pages::PageRead;
 
 /// Worker tunables.
 #[derive(Clone, Debug)]
@@ -346,15 +348,16 @@ impl Worker {
 
     /// Replays a run from cold without writing anything: reads its journal page by page
     /// ([`READ_PAGE`] events, one page read ahead for the webhook tokens and patch markers the
-    /// body gets back at the call), decodes it and re-executes the body against it (no step
-    /// runs). Holds at most two pages of events at a time, so its memory is the body's command
-    /// table, not the journal. For benchmarks and diagnostics.
+    /// body gets back at the call, and the page after it read and decoded on a task of its own
+    /// while the current one is delivered), decodes it and re-executes the body against it (no
+    /// step runs). Holds at most three pages of events at a time, so its memory is the body's
+    /// command table, not the journal. For benchmarks and diagnostics.
     ///
     /// # Errors
     /// The store's error; `InvalidInput` when the run's workflow is not in `registry`, or
     /// replay stops (non-determinism, panic) with its reason.
     pub async fn replay_cold(
-        store: &dyn JournalStore,
+        store: &Arc<dyn JournalStore>,
         registry: &Registry,
         run: &RunId,
     ) -> Result<ReplayReport, StoreError> {
@@ -365,10 +368,15 @@ impl Worker {
             return Err(StoreError::InvalidInput(format!("run {run} has no events")));
         }
         let mut replay = PagedReplay::new(registry, run, &page, end).map_err(invalid)?;
+        // Only an empty page ends the journal (a backend may return short pages).
+        let read_after = |page: &[StoredEvent]| match page.last() {
+            Some(last) => PageRead::start(store, run, last.seq + 1, 0),
+            None => PageRead::none(),
+        };
+        let mut reading = read_after(&page);
         loop {
-            // Only an empty page ends the journal (a backend may return short pages).
-            let next = page.last().map_or(0, |e| e.seq + 1);
-            let ahead = store.read(run, next, READ_PAGE).await?;
+            let ahead = reading.page().await?;
+            reading = read_after(&ahead);
             replay.prescan(&ahead);
             replay.deliver(&page).map_err(invalid)?;
             if ahead.is_empty() {
