@@ -378,7 +378,7 @@ async fn a_pending_approval_survives_a_restart(env: Env) {
     assert_eq!(ran(&run), 1);
 
     // Replaying the ended run from seq 0 matches the journal (the gate is command 0).
-    let report = eve_core::engine::Worker::replay_cold(&*env.store, &reg, &run)
+    let report = eve_core::engine::Worker::replay_cold(&env.store, &reg, &run)
         .await
         .expect("replay");
     assert!(report.finished, "{report:?}");

@@ -598,7 +598,8 @@ async fn recorded_journals_still_replay() {
         let path = format!("{}/tests/fixtures/{name}.json", env!("CARGO_MANIFEST_DIR"));
         let journal: Vec<StoredEvent> =
             serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-        let store = eve_core::MemoryStore::new();
+        let store: std::sync::Arc<dyn JournalStore> =
+            std::sync::Arc::new(eve_core::MemoryStore::new());
         let Event::RunStarted {
             workflow_id,
             deployment_id,

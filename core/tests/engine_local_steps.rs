@@ -240,7 +240,7 @@ async fn ten_local_steps_commit_once(env: Env) {
         (0..10).map(|c| (c, 1)).collect::<Vec<_>>()
     );
     // Replay runs no step: the recorded outcomes are fed back, as for normal steps.
-    let report = eve_core::engine::Worker::replay_cold(&*env.store, &reg, &run)
+    let report = eve_core::engine::Worker::replay_cold(&env.store, &reg, &run)
         .await
         .unwrap();
     assert!(report.finished);
@@ -281,7 +281,7 @@ async fn batches_end_at_other_commands(env: Env) {
         counting.call_log()
     );
     assert!(executions_of(&run).iter().all(|(_, n)| *n == 1));
-    let report = eve_core::engine::Worker::replay_cold(&*env.store, &reg, &run)
+    let report = eve_core::engine::Worker::replay_cold(&env.store, &reg, &run)
         .await
         .unwrap();
     assert!(report.finished);

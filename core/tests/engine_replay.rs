@@ -228,7 +228,7 @@ async fn race_winners_identical_on_replay(env: Env) {
         );
         // Replay from cold (every replay) gives the same winner; the body checks its recorded
         // winner, random number and start time against the replayed ones.
-        let report = Worker::replay_cold(&*env.store, &reg, run).await.unwrap();
+        let report = Worker::replay_cold(&env.store, &reg, run).await.unwrap();
         assert!(!report.finished);
         let token = if run == &a { "a-done" } else { "b-done" };
         resume_hook(&*env.store, token, &(), None, now())

@@ -99,7 +99,7 @@ async fn five_steps_complete_once(env: Env) {
     // One append per step outcome plus the end: no StepScheduled, no guard timer.
     assert_eq!(executions_of(&run), 5);
     // A cold replay re-executes the body against the journal without running steps.
-    let report = eve_core::engine::Worker::replay_cold(&*env.store, &reg, &run)
+    let report = eve_core::engine::Worker::replay_cold(&env.store, &reg, &run)
         .await
         .unwrap();
     assert!(report.finished);
@@ -714,7 +714,7 @@ async fn steps_issued_together_run_concurrently(env: Env) {
         serde_json::json!(["left", "right", expected]),
         "{events:#?}"
     );
-    let report = eve_core::engine::Worker::replay_cold(&*env.store, &reg, &run)
+    let report = eve_core::engine::Worker::replay_cold(&env.store, &reg, &run)
         .await
         .unwrap();
     assert!(report.finished);

@@ -103,6 +103,10 @@ struct Cli {
     /// Steps averaged for each per-step figure (the window ends at the reported size).
     #[arg(long, default_value_t = 500)]
     window: u64,
+    /// Keep the SQLite file in DIR (not a temporary directory), to replay it again with
+    /// `--replay-target sqlite-full:DIR/long.db --run RUN` (the run id is in the last line).
+    #[arg(long)]
+    dir: Option<std::path::PathBuf>,
     /// Internal: replay RUN cold from TARGET in this process and print its time and peak RSS.
     #[arg(long, hide = true, requires = "run")]
     replay_target: Option<String>,
@@ -171,11 +175,12 @@ async fn activation(w: &Worker, want: ActivationEnd) -> Duration {
     took
 }
 
-async fn bench(backend: &str, steps: u64, window: u64) {
-    let dir = tempfile::tempdir().expect("temp dir");
+async fn bench(backend: &str, steps: u64, window: u64, keep: Option<std::path::PathBuf>) {
+    let temp = tempfile::tempdir().expect("temp dir");
+    let dir = keep.unwrap_or_else(|| temp.path().to_owned());
     let tag = RunId::random().as_str()[4..16].to_owned();
     let target = match backend {
-        "sqlite-full" => format!("sqlite-full:{}", dir.path().join("long.db").display()),
+        "sqlite-full" => format!("sqlite-full:{}", dir.join("long.db").display()),
         "postgres" => format!("postgres:lj_{tag}"),
         "dynamodb" => format!("dynamodb:lj_{tag}"),
         other => panic!("unknown backend {other}; use sqlite-full, postgres or dynamodb"),
@@ -260,7 +265,7 @@ async fn bench(backend: &str, steps: u64, window: u64) {
         serde_json::from_slice(&out.stdout).expect("the replay process's JSON line");
     let line = serde_json::json!({
         "bench": "long_journal", "backend": backend, "steps": steps, "events": total,
-        "cold_replay_s": replay["cold_replay_s"], "events_per_s": replay["events_per_s"],
+        "target": target, "run": run.as_str(), "cold_replay_s": replay["cold_replay_s"], "events_per_s": replay["events_per_s"],
         "peak_rss_mib": replay["peak_rss_mib"], "total_s": started.elapsed().as_secs_f64(),
     });
     println!("{line}");
@@ -303,6 +308,6 @@ fn main() {
         } else {
             1_000_000
         });
-        bench(&cli.backend, steps, cli.window.max(2)).await;
+        bench(&cli.backend, steps, cli.window.max(2), cli.dir).await;
     });
 }

@@ -9,6 +9,7 @@ use eve_core::{
     Event, JournalStore, Payload, RunId, RunRecord, RunStatus, StoreError, StoredEvent, Timestamp,
 };
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 fn internal(cmd: u64) -> bool {
     cmd == GUARD_CMD || cmd == GRACE_CMD
@@ -588,7 +589,7 @@ pub fn parks(exp: &Expected, observed: &[usize], exact: bool) -> Result<(), Stri
 /// # Errors
 /// The difference, or the replay's error.
 pub async fn replay(
-    store: &dyn JournalStore,
+    store: &Arc<dyn JournalStore>,
     reg: &Registry,
     run: &RunId,
     exp: &Expected,

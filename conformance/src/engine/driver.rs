@@ -991,7 +991,7 @@ impl Case<'_> {
         }
         let returns = self.exp.end != reference::End::Cancelled || self.program.cleanup.is_some();
         checks::replay(
-            &*self.b.store,
+            &self.b.store,
             &self.reg,
             self.run_id(),
             &self.exp,

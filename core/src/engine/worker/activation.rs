@@ -192,20 +192,20 @@ impl Inner {
         }
         // Page by page up to the end the claim's record names (no round trip to find the
         // end), one page read ahead for what the body must get back at the call (webhook
-        // tokens) and the one after it being read while this one is delivered; events past
+        // tokens) and the pages after it being read while this one is delivered; events past
         // that end arrive in the live part like any delivery.
         exec.prescan(&page);
         exec.journal_ends_at(rec.next_seq);
-        let read_after = |page: &[StoredEvent]| match page.last() {
-            Some(last) if last.seq + 1 < rec.next_seq => {
-                PageRead::start(&self.store, run, last.seq + 1, self.config.store_retries)
-            }
-            _ => PageRead::none(),
-        };
-        let mut reading = read_after(&page);
+        let after = page.last().map_or(rec.next_seq, |e| e.seq + 1);
+        let mut pages = ReadAhead::start(
+            &self.store,
+            run,
+            after,
+            rec.next_seq,
+            self.config.store_retries,
+        );
         loop {
-            let ahead = reading.page().await?;
-            reading = read_after(&ahead);
+            let ahead = pages.next_page().await?;
             exec.prescan(&ahead);
             for ev in &page {
                 if let Err(stop) = exec.deliver(ev) {

@@ -38,7 +38,7 @@ use activation::{Appendix, Sticky};
 pub use identity::default_worker_id;
 pub(crate) use identity::host_name;
 use identity::{take_ordinal, Ordinal};
-use pages::PageRead;
+use pages::ReadAhead;
 
 /// Worker tunables.
 #[derive(Clone, Debug)]
@@ -347,11 +347,12 @@ impl Worker {
     }
 
     /// Replays a run from cold without writing anything: reads its journal page by page
-    /// ([`READ_PAGE`] events, one page read ahead for the webhook tokens and patch markers the
-    /// body gets back at the call, and the page after it read and decoded on a task of its own
-    /// while the current one is delivered), decodes it and re-executes the body against it (no
-    /// step runs). Holds at most three pages of events at a time, so its memory is the body's
-    /// command table, not the journal. For benchmarks and diagnostics.
+    /// up to the journal's length when the replay starts ([`READ_PAGE`] events, one page read
+    /// ahead for the webhook tokens and patch markers the body gets back at the call, and the
+    /// next two read and decoded by tasks of their own while the current one is delivered) and
+    /// re-executes the body against it (no step runs). Holds at most four pages of events at a
+    /// time, so its memory is the body's command table, not the journal. For benchmarks and
+    /// diagnostics.
     ///
     /// # Errors
     /// The store's error; `InvalidInput` when the run's workflow is not in `registry`, or
@@ -368,15 +369,10 @@ impl Worker {
             return Err(StoreError::InvalidInput(format!("run {run} has no events")));
         }
         let mut replay = PagedReplay::new(registry, run, &page, end).map_err(invalid)?;
-        // Only an empty page ends the journal (a backend may return short pages).
-        let read_after = |page: &[StoredEvent]| match page.last() {
-            Some(last) => PageRead::start(store, run, last.seq + 1, 0),
-            None => PageRead::none(),
-        };
-        let mut reading = read_after(&page);
+        let after = page.last().map_or(end, |e| e.seq + 1);
+        let mut pages = ReadAhead::start(store, run, after, end, 0);
         loop {
-            let ahead = reading.page().await?;
-            reading = read_after(&ahead);
+            let ahead = pages.next_page().await?;
             replay.prescan(&ahead);
             replay.deliver(&page).map_err(invalid)?;
             if ahead.is_empty() {
