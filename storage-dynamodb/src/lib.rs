@@ -123,7 +123,10 @@
 //!   (strongly consistent): the time its work is due, and for an orphaned run the earlier of
 //!   that and its `updated_at`; runs a valid lease holds have none. It takes them in claim-key
 //!   order (ties by creation time, then run id), each with a `Put` conditioned on `ver`:
-//!   * runs with work due: the due part of `g1` (one query per wake shard);
+//!   * runs with work due: the head of the due part of `g1`, merged across the wake shards
+//!     earliest first and read lazily (a page of about twice the claim's size over the shards
+//!     from each, more only from the shard whose next entry is the earliest), until twice the
+//!     runs wanted are found: a claim costs the same with 10 or 10,000 runs queued;
 //!   * **orphaned runs**, whose owner's lease is no longer valid, with or without work. Expiry
 //!     happens without a write, so every worker item carries a *lapse entry* in `gsi4`
 //!     (`LAPSE#{deployment}`) sorted by its lease's expiry; one range query up to `now` returns

@@ -64,9 +64,12 @@
 //!   two committed round trips (the delivery's statement and the step's append) and two reads
 //!   (the delivery's lookup and the worker's read of the new event).
 //! - `eve_append(run, append_id, expected_seq, worker, epoch, …)` is one worker append: it locks
-//!   the run row, then reads what the checks need with fresh snapshots (each statement of a
-//!   function takes one), runs the checks in `MemoryStore`'s order and writes through
-//!   `eve_write`. A failed check writes nothing and comes back as an outcome row, not an error.
+//!   and reads the run row in one statement (a single-table `SELECT … FOR UPDATE` that waited
+//!   for the lock returns the row as its holder left it), then reads the landed-append lookup
+//!   and the worker's lease in one more (a fresh snapshot: each statement of a function takes
+//!   one), runs the checks in `MemoryStore`'s order and writes through `eve_write`, which runs
+//!   a statement only for the effects an append has (migration 8). A failed check writes
+//!   nothing and comes back as an outcome row, not an error.
 //!
 //! Worker appends go through a **group commit**: [`PostgresOptions::writers`] writer tasks each
 //! take every append queued (up to [`PostgresOptions::max_batch`]), sort them by run id (so

@@ -621,6 +621,189 @@ END
 $fn$;
 "#,
     ),
+    (
+        8,
+        "fewer statements per worker append: lock and read the run at once, the dedupe and lease checks in one read, loops only when there is something to loop over",
+        r#"
+-- As version 7's, with the attribute and request loops run only when p_fx has some (each
+-- loop is a query, run at every append before).
+CREATE OR REPLACE FUNCTION {s}.eve_write(
+    p_run text, p_session text, p_call text, p_background boolean, p_first bigint,
+    p_now bigint, p_version smallint, p_body bytea, p_append_id text, p_fx jsonb,
+    p_channel text)
+RETURNS text LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_count    integer := (p_fx->>'count')::integer;
+    v_next     bigint  := p_first + (p_fx->>'count')::bigint;
+    v_ended    boolean := (p_fx->>'ended')::boolean;
+    v_worker   boolean := p_append_id IS NOT NULL;
+    v_inserted text[];
+    v_taken    text;
+    v_req      jsonb;
+    v_session  jsonb;
+    v_status   text;
+    v_processed bigint;
+    v_deployment text;
+    v_n        bigint;
+    v_end      bigint;
+    v_attr     jsonb;
+BEGIN
+    IF jsonb_array_length(p_fx->'hooks') > 0 THEN
+        WITH want AS (
+            SELECT h->>0 AS token, (h->>1)::bigint AS cmd, (h->>2)::boolean AS webhook, i
+            FROM jsonb_array_elements(p_fx->'hooks') WITH ORDINALITY AS u(h, i)),
+        ins AS (
+            INSERT INTO {s}.hooks (token, run_id, cmd, webhook)
+            SELECT token, p_run, cmd, webhook FROM want
+            ON CONFLICT (token) DO NOTHING RETURNING token)
+        SELECT (SELECT array_agg(ins.token) FROM ins),
+               (SELECT want.token FROM want
+                WHERE NOT EXISTS (SELECT 1 FROM ins WHERE ins.token = want.token)
+                ORDER BY want.i LIMIT 1)
+        INTO v_inserted, v_taken;
+        IF v_taken IS NOT NULL THEN
+            DELETE FROM {s}.hooks WHERE token = ANY(v_inserted);
+            RETURN v_taken;
+        END IF;
+    END IF;
+    INSERT INTO {s}.events (run_id, first_seq, count, at, version, body, append_id)
+    VALUES (p_run, p_first, v_count, p_now, p_version, p_body, p_append_id);
+    UPDATE {s}.runs SET next_seq = v_next, updated_at = p_now,
+        status = coalesce(p_fx->>'status', status),
+        cancel_requested = cancel_requested OR (p_fx->>'cancel')::boolean,
+        owner_worker = CASE WHEN v_ended THEN NULL ELSE owner_worker END,
+        owner_epoch = CASE WHEN v_ended THEN NULL ELSE owner_epoch END,
+        processed_seq = CASE WHEN v_worker THEN v_next ELSE processed_seq END,
+        activations = CASE WHEN v_worker THEN 0 ELSE activations END,
+        pending_at = CASE WHEN v_worker THEN NULL
+                          WHEN processed_seq < p_first THEN pending_at ELSE p_now END
+    WHERE run_id = p_run
+    RETURNING status, processed_seq, deployment_id INTO v_status, v_processed, v_deployment;
+    -- Attribute changes, one per key (the last of the append): [key, value] sets (value is
+    -- eve_core::search::index_value), [key, null] removes.
+    IF jsonb_array_length(coalesce(p_fx->'attributes', '[]'::jsonb)) > 0 THEN
+    FOR v_attr IN SELECT a FROM jsonb_array_elements(p_fx->'attributes') AS u(a) LOOP
+        IF jsonb_typeof(v_attr->1) = 'null' THEN
+            DELETE FROM {s}.run_attributes WHERE run_id = p_run AND key = v_attr->>0;
+        ELSE
+            INSERT INTO {s}.run_attributes (run_id, key, value)
+            VALUES (p_run, v_attr->>0, v_attr->>1)
+            ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value;
+        END IF;
+    END LOOP;
+    END IF;
+    IF v_ended THEN
+        DELETE FROM {s}.timers WHERE run_id = p_run;
+    ELSE
+        -- Sets first (p_fx holds one per cmd), then clears, as MemoryStore applies them.
+        IF jsonb_array_length(p_fx->'timers_set') > 0 THEN
+            INSERT INTO {s}.timers (run_id, cmd, due)
+            SELECT p_run, (t->>0)::bigint, (t->>1)::bigint
+            FROM jsonb_array_elements(p_fx->'timers_set') AS u(t)
+            ON CONFLICT (run_id, cmd) DO UPDATE SET due = excluded.due;
+        END IF;
+        IF jsonb_array_length(p_fx->'timers_cleared') > 0 THEN
+            DELETE FROM {s}.timers WHERE run_id = p_run AND cmd IN
+                (SELECT c::bigint FROM jsonb_array_elements_text(p_fx->'timers_cleared') AS u(c));
+        END IF;
+    END IF;
+    IF jsonb_array_length(p_fx->'requests_opened') > 0 THEN
+    FOR v_req IN SELECT r FROM jsonb_array_elements(p_fx->'requests_opened') AS u(r) LOOP
+        INSERT INTO {s}.requests (request_id, run_id, session_id, cmd, request, requested_at, state)
+        VALUES (v_req->>0, p_run, p_session, (v_req->>1)::bigint, convert_to(v_req->>2, 'UTF8'),
+                p_now, 'pending')
+        ON CONFLICT (request_id) DO UPDATE SET run_id = excluded.run_id,
+            session_id = excluded.session_id, cmd = excluded.cmd, request = excluded.request,
+            requested_at = excluded.requested_at, state = 'pending', response = NULL,
+            answer_seq = NULL;
+    END LOOP;
+    END IF;
+    IF jsonb_array_length(p_fx->'requests_closed') > 0 THEN
+        UPDATE {s}.requests SET state = 'withdrawn'
+        WHERE request_id IN (SELECT jsonb_array_elements_text(p_fx->'requests_closed'))
+          AND state = 'pending';
+    END IF;
+    IF v_ended THEN
+        UPDATE {s}.requests SET state = 'withdrawn' WHERE run_id = p_run AND state = 'pending';
+        DELETE FROM {s}.hooks WHERE run_id = p_run;
+    END IF;
+    v_session := CASE WHEN p_background AND p_fx ? 'session_background'
+                      THEN p_fx->'session_background' ELSE p_fx->'session' END;
+    v_n := jsonb_array_length(v_session);
+    IF v_n > 0 THEN
+        INSERT INTO {s}.session_heads (session_id, next_seq) VALUES (p_session, v_n)
+        ON CONFLICT (session_id) DO UPDATE SET next_seq = {s}.session_heads.next_seq + v_n
+        RETURNING next_seq INTO v_end;
+        INSERT INTO {s}.session_log (session_id, seq, at, run_id, call_id, body)
+        SELECT p_session, v_end - v_n + i - 1, p_now, p_run, p_call, convert_to(b, 'UTF8')
+        FROM jsonb_array_elements_text(v_session) WITH ORDINALITY AS u(b, i);
+        PERFORM pg_notify(p_channel, {s}.eve_payload('s:' || p_session));
+    END IF;
+    IF NOT v_worker THEN
+        PERFORM pg_notify(p_channel, {s}.eve_payload('r:' || p_run));
+        IF v_status = 'running' AND v_processed >= p_first THEN
+            PERFORM pg_notify(p_channel, {s}.eve_payload('d:' || v_deployment));
+        END IF;
+    END IF;
+    RETURN NULL;
+END
+$fn$;
+
+-- As version 5's eve_append, in fewer statements: the run row is locked and read by one
+-- statement (a single-table SELECT … FOR UPDATE that waited for the lock returns the row as the
+-- lock holder left it), and the landed-append lookup and the worker's lease are read together
+-- by the next (a fresh snapshot, after the lock). Checks in MemoryStore's order, as before.
+CREATE OR REPLACE FUNCTION {s}.eve_append(
+    p_run text, p_append_id text, p_expected bigint, p_worker text, p_epoch bigint,
+    p_now bigint, p_version smallint, p_body bytea, p_fx jsonb, p_channel text,
+    OUT outcome text, OUT o_first bigint, OUT o_next bigint, OUT o_detail text)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    r {s}.runs%ROWTYPE;
+    v_live boolean;
+BEGIN
+    SELECT * INTO r FROM {s}.runs WHERE run_id = p_run FOR UPDATE;
+    IF r.run_id IS NULL THEN
+        outcome := 'not_found';
+        RETURN;
+    END IF;
+    SELECT e.first_seq, e.first_seq + e.count,
+           EXISTS (SELECT 1 FROM {s}.workers w
+                   WHERE w.worker_id = p_worker AND w.epoch = p_epoch AND NOT w.retired)
+    INTO o_first, o_next, v_live
+    FROM (SELECT 1) AS one
+    LEFT JOIN {s}.events e ON e.run_id = p_run AND e.append_id = p_append_id;
+    IF o_first IS NOT NULL THEN
+        outcome := 'duplicate';
+        RETURN;
+    END IF;
+    IF r.status IN ('completed', 'failed', 'cancelled') THEN
+        outcome := 'ended';
+        RETURN;
+    END IF;
+    IF r.owner_worker IS DISTINCT FROM p_worker OR r.owner_epoch IS DISTINCT FROM p_epoch
+       OR NOT v_live THEN
+        outcome := 'fenced';
+        RETURN;
+    END IF;
+    IF r.next_seq <> p_expected THEN
+        outcome := 'conflict';
+        o_next := r.next_seq;
+        RETURN;
+    END IF;
+    o_detail := {s}.eve_write(p_run, r.session_id, r.call_id, r.execution = 'background',
+        r.next_seq, p_now, p_version, p_body, p_append_id, p_fx, p_channel);
+    IF o_detail IS NOT NULL THEN
+        outcome := 'token_taken';
+        RETURN;
+    END IF;
+    outcome := 'ok';
+    o_first := r.next_seq;
+    o_next := r.next_seq + (p_fx->>'count')::bigint;
+END
+$fn$;
+"#,
+    ),
 ];
 
 /// The schema version this build writes.
