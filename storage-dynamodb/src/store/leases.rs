@@ -334,48 +334,16 @@ impl DynamoStore {
         want: usize,
         workers: &mut HashMap<String, Option<WorkerInfo>>,
     ) -> Result<Vec<Header>, StoreError> {
-        /// One shard's read position: the entries read and not yet taken, in key order, and
-        /// where its next page starts (`None` once it is read to its end).
-        struct Shard {
-            partition: String,
-            buf: VecDeque<(String, Header)>,
-            next: Option<Option<Item>>,
-        }
         let page = (want.div_ceil(self.shards.max(1) as usize) + 4).clamp(8, 1000) as i32;
         let hi = format!("{}$", enc_time(now.millis()));
-        let fill = |shard: &mut Shard| {
-            let start = shard.next.take().flatten();
-            let partition = shard.partition.clone();
-            let hi = hi.clone();
-            async move {
-                let (items, next) = self
-                    .query_page(
-                        Some("gsi1"),
-                        "#p = :p AND #s < :hi",
-                        &[("#p", "g1pk"), ("#s", "g1sk")],
-                        vec![(":p", s(partition)), (":hi", s(hi))],
-                        page,
-                        start,
-                    )
-                    .await?;
-                let mut read = Vec::with_capacity(items.len());
-                for it in &items {
-                    let sk = get_s(it, "g1sk").unwrap_or_default().to_owned();
-                    read.push((sk, Header::from_item(it)?));
-                }
-                Ok::<_, StoreError>((read, next))
-            }
-        };
         let mut shards = Vec::new();
         for shard in 0..self.shards {
-            let mut cur = Shard {
+            let mut cur = WakeShard {
                 partition: format!("WAKE#{deployment}#{shard}"),
                 buf: VecDeque::new(),
                 next: Some(None),
             };
-            let (read, next) = fill(&mut cur).await?;
-            cur.buf.extend(read);
-            cur.next = next.map(Some);
+            self.read_wake_page(&mut cur, page, &hi).await?;
             shards.push(cur);
         }
         let mut out = Vec::new();
@@ -391,10 +359,8 @@ impl DynamoStore {
             };
             let cur = &mut shards[at];
             let (_, h) = cur.buf.pop_front().expect("the shard's head was just seen");
-            if cur.buf.is_empty() && cur.next.is_some() {
-                let (read, next) = fill(cur).await?;
-                cur.buf.extend(read);
-                cur.next = next.map(Some);
+            if cur.buf.is_empty() {
+                self.read_wake_page(cur, page, &hi).await?;
             }
             if self
                 .claim_key(&h, now, workers)
@@ -406,6 +372,42 @@ impl DynamoStore {
         }
         Ok(out)
     }
+
+    /// Reads the next page of `limit` due entries (`g1sk` below `hi`) of `shard`, if it has one.
+    async fn read_wake_page(
+        &self,
+        shard: &mut WakeShard,
+        limit: i32,
+        hi: &str,
+    ) -> Result<(), StoreError> {
+        let Some(start) = shard.next.take() else {
+            return Ok(());
+        };
+        let (items, next) = self
+            .query_page(
+                Some("gsi1"),
+                "#p = :p AND #s < :hi",
+                &[("#p", "g1pk"), ("#s", "g1sk")],
+                vec![(":p", s(shard.partition.as_str())), (":hi", s(hi))],
+                limit,
+                start,
+            )
+            .await?;
+        for it in &items {
+            let sk = get_s(it, "g1sk").unwrap_or_default().to_owned();
+            shard.buf.push_back((sk, Header::from_item(it)?));
+        }
+        shard.next = next.map(Some);
+        Ok(())
+    }
+}
+
+/// One wake shard's read position in a claim: the due entries read and not yet taken, in key
+/// order, and where its next page starts (`Some(None)`: at the start; `None`: read to its end).
+struct WakeShard {
+    partition: String,
+    buf: VecDeque<(String, Header)>,
+    next: Option<Option<Item>>,
 }
 
 /// [`JournalStore::register_worker`](eve_core::JournalStore::register_worker).
