@@ -11,6 +11,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// A memory figure of this process in KiB from Linux's `/proc/self/status`: `field` is e.g.
+/// `"VmRSS"` (resident now) or `"VmHWM"` (peak resident). `None` where the platform does not
+/// report it. For the benches' memory figures.
+pub fn proc_status_kib(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| {
+        l.strip_prefix(field)
+            .is_some_and(|rest| rest.starts_with(':'))
+    })?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// What a [`FaultyStore`] does to the calls it wraps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Fault {

@@ -138,10 +138,7 @@ async fn open(target: &str, create: bool) -> Arc<dyn JournalStore> {
 
 /// Peak resident memory of this process in MiB (`VmHWM`), if the platform reports it.
 fn peak_rss_mib() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024.0)
+    eve_core::testing::proc_status_kib("VmHWM").map(|kib| kib as f64 / 1024.0)
 }
 
 /// The child process: a cold replay of `run` and this process's peak memory.

@@ -629,15 +629,7 @@ pub(crate) async fn webhook(
 
 /// This process's resident set size in KiB (Linux `/proc/self/status`; 0 elsewhere).
 pub(crate) fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned))
-        })
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    eve_core::testing::proc_status_kib("VmRSS").unwrap_or(0)
 }
 
 /// Worker memory per parked run, measured in a fresh `eve bench-child --parked` process on

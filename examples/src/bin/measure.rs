@@ -73,15 +73,7 @@ async fn steps(store: Arc<dyn JournalStore>, label: &str, runs: u32, per_run: u3
 }
 
 fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned))
-        })
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    eve_core::testing::proc_status_kib("VmRSS").unwrap_or(0)
 }
 
 /// 10,000 runs parked on a 1 h sleep: the worker's RSS before and after they park. The store is
