@@ -604,21 +604,30 @@ impl Inner {
         .await
     }
 
-    /// Retries `op` on transient errors.
-    async fn retrying<T, F, Fut>(&self, mut op: F) -> Result<T, StoreError>
+    /// Retries `op` on transient errors, up to the configured `store_retries`.
+    async fn retrying<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, StoreError>>,
     {
-        let mut tries = 0;
-        loop {
-            match op().await {
-                Err(e) if e.is_retryable() && tries < self.config.store_retries => {
-                    tries += 1;
-                    tokio::time::sleep(Duration::from_millis(10 << tries.min(6))).await;
-                }
-                other => return other,
+        retrying(self.config.store_retries, op).await
+    }
+}
+
+/// Runs `op`, and again on a transient error (with a growing pause) up to `retries` times.
+async fn retrying<T, F, Fut>(retries: u32, mut op: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let mut tries = 0;
+    loop {
+        match op().await {
+            Err(e) if e.is_retryable() && tries < retries => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(10 << tries.min(6))).await;
             }
+            other => return other,
         }
     }
 }

@@ -8,7 +8,6 @@ use crate::ids::RunId;
 use crate::store::{JournalStore, READ_PAGE};
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::task::JoinHandle;
 
 /// A read of one page under way, by the seq it starts at.
@@ -89,16 +88,7 @@ impl ReadAhead {
                 self.retries,
             );
             let read = tokio::spawn(async move {
-                let mut tries = 0;
-                loop {
-                    match store.read(&run, from, READ_PAGE).await {
-                        Err(e) if e.is_retryable() && tries < retries => {
-                            tries += 1;
-                            tokio::time::sleep(Duration::from_millis(10 << tries.min(6))).await;
-                        }
-                        other => return other,
-                    }
-                }
+                super::retrying(retries, || store.read(&run, from, READ_PAGE)).await
             });
             self.reads.push_back((from, read));
             self.next = from.saturating_add(READ_PAGE as u64);
