@@ -192,7 +192,7 @@ impl Db {
     ) -> Result<(u64, u64), StoreError> {
         let first = run.next_seq;
         let next = first + events.len() as u64;
-        let fx = effects_json(&events)?;
+        let (fx, _) = effects_json(&events)?;
         let taken: Option<String> = sqlx::query_scalar(
             self.sql("SELECT {s}.eve_write($1, $2, $3, $4, $5, $6, $7, $8, NULL, $9::jsonb, $10)"),
         )
@@ -216,8 +216,8 @@ impl Db {
     }
 
     /// Applies a batch of worker appends (sorted by run id, so writers lock rows in one order
-    /// and never deadlock on each other) in one statement, hence one transaction: each is one
-    /// call of `eve_append`, whose failed checks write nothing. If the statement fails (a
+    /// and never deadlock on each other) in one statement, hence one transaction: one call of
+    /// `eve_append_batch`, whose failed checks write nothing. If the statement fails (a
     /// deadlock with a delivery, a lost connection), each append is retried alone, so one
     /// append's failure never fails another; an append that did land is then answered as a
     /// duplicate by its append id.
@@ -241,7 +241,7 @@ impl Db {
         }
     }
 
-    /// One statement calling `eve_append` for each append in order; the error is the
+    /// One statement calling `eve_append_batch` for the appends in order; the error is the
     /// statement's (every append of it rolled back, or its outcome unknown if the connection
     /// was lost while it committed).
     async fn append_all(
@@ -257,6 +257,7 @@ impl Db {
         let mut nows = Vec::with_capacity(n);
         let mut bodies = Vec::with_capacity(n);
         let mut fxs = Vec::with_capacity(n);
+        let mut plain = Vec::with_capacity(n);
         // An append refused before any SQL (a repeated hook token, a value too large) answers
         // on its own.
         let mut refused: Vec<Option<StoreError>> = Vec::with_capacity(n);
@@ -270,7 +271,7 @@ impl Db {
                 ))
             })();
             match prepared {
-                Ok((fx, body, expected_seq, epoch)) => {
+                Ok(((fx, is_plain), body, expected_seq, epoch)) => {
                     refused.push(None);
                     runs.push(a.run.as_str());
                     ids.push(a.append_id.as_str());
@@ -280,21 +281,25 @@ impl Db {
                     nows.push(a.now.0);
                     bodies.push(body);
                     fxs.push(fx);
+                    plain.push(is_plain);
                 }
                 Err(e) => refused.push(Some(e)),
+            }
+        }
+        // Set-based writes need one append per run: a run's later appends depend on its
+        // earlier ones, so every append of a run that repeats goes through eve_append in order.
+        for i in 0..runs.len() {
+            if runs.iter().filter(|r| **r == runs[i]).nth(1).is_some() {
+                plain[i] = false;
             }
         }
         let rows: Vec<OutcomeRow> = if runs.is_empty() {
             Vec::new()
         } else {
             sqlx::query_as(self.sql(
-                "SELECT f.outcome, f.o_first, f.o_next, f.o_detail \
-                 FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::bigint[], \
-                             $6::bigint[], $7::bytea[], $8::text[]) \
-                      WITH ORDINALITY AS q(run, append_id, expected, worker, epoch, now, body, fx, i) \
-                 CROSS JOIN LATERAL {s}.eve_append(q.run, q.append_id, q.expected, q.worker, \
-                      q.epoch, q.now, $9::smallint, q.body, q.fx::jsonb, $10) f \
-                 ORDER BY q.i",
+                "SELECT outcome, o_first, o_next, o_detail FROM {s}.eve_append_batch( \
+                 $1::text[], $2::text[], $3::bigint[], $4::text[], $5::bigint[], $6::bigint[], \
+                 $7::smallint, $8::bytea[], $9::text[]::jsonb[], $10::boolean[], $11)",
             ))
             .bind(&runs)
             .bind(&ids)
@@ -302,9 +307,10 @@ impl Db {
             .bind(&workers)
             .bind(&epochs)
             .bind(&nows)
+            .bind(FORMAT_VERSION as i16)
             .bind(&bodies)
             .bind(&fxs)
-            .bind(FORMAT_VERSION as i16)
+            .bind(&plain)
             .bind(&self.channel)
             .fetch_all(&self.pool)
             .await
@@ -365,12 +371,14 @@ fn append_outcome(
 
 /// The effects of `events` as `eve_write`'s `p_fx` argument: the counts and flags, hooks,
 /// timers (one set per cmd, the last), requests and session events (with `session_background`
-/// only where a background run's differ).
+/// only where a background run's differ); and whether they are plain (no hooks, requests,
+/// session events or attributes, and the run does not end), which `eve_append_batch` applies
+/// set-based.
 ///
 /// # Errors
 /// `AlreadyExists` when two events of the append create one hook token; `InvalidInput` for a
 /// command id above `i64::MAX`.
-pub(crate) fn effects_json(events: &[Event]) -> Result<String, StoreError> {
+pub(crate) fn effects_json(events: &[Event]) -> Result<(String, bool), StoreError> {
     let fx = Effects::of(Execution::Default, events);
     for (i, (token, _, _)) in fx.hooks_created.iter().enumerate() {
         if fx.hooks_created[..i].iter().any(|(t, _, _)| t == token) {
@@ -428,7 +436,14 @@ pub(crate) fn effects_json(events: &[Event]) -> Result<String, StoreError> {
     if background != fx.session_events {
         json["session_background"] = session(&background)?.into();
     }
-    Ok(json.to_string())
+    let plain = fx.hooks_created.is_empty()
+        && fx.requests_opened.is_empty()
+        && fx.requests_closed.is_empty()
+        && fx.session_events.is_empty()
+        && background.is_empty()
+        && attributes.is_empty()
+        && !fx.ends_run();
+    Ok((json.to_string(), plain))
 }
 
 fn token_taken(token: &str) -> StoreError {
@@ -461,4 +476,160 @@ pub(crate) async fn submit(jobs: &mpsc::Sender<Job>, a: Append) -> Result<Append
                 .into(),
         )
     })?
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{PostgresOptions, PostgresStore};
+    use eve_conformance::fixtures::{
+        append, completed, hook, journal, must_append, new_run, sleep, started, step, unique,
+    };
+    use eve_core::{Append, Appended, JournalStore, RunId, StoreError, Timestamp};
+
+    /// One batch, deterministically (`append_all` called directly), holding every outcome of
+    /// the set-based path next to appends that go through `eve_append` one by one.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_batch_mixes_set_based_and_single_appends() {
+        let Some(url) = std::env::var("EVE_TEST_POSTGRES_URL")
+            .ok()
+            .filter(|u| !u.is_empty())
+        else {
+            println!("skipped: EVE_TEST_POSTGRES_URL is unset");
+            return;
+        };
+        let schema = format!("eve_t_{}", uuid::Uuid::new_v4().simple());
+        let options = PostgresOptions {
+            schema: schema.clone(),
+            ..PostgresOptions::default()
+        };
+        let store = PostgresStore::connect_with(&url, options)
+            .await
+            .expect("store");
+        let t = Timestamp;
+        let mut runs = Vec::new();
+        for tag in [
+            "ok", "dup", "conflict", "fenced", "ended", "twice", "hook", "set", "clear",
+        ] {
+            runs.push(started(&store, new_run(tag), t(0)).await);
+        }
+        let run = |i: usize| &runs[i].0.run_id;
+        let lease = |i: usize| &runs[i].1;
+        // Before the batch: an append that landed (resent in it), an ended run, a timer.
+        let landed = append(run(1), 1, lease(1), vec![step(1, "1")], t(1));
+        must_append(&store, landed.clone()).await;
+        must_append(
+            &store,
+            append(run(4), 1, lease(4), vec![completed("0")], t(1)),
+        )
+        .await;
+        must_append(
+            &store,
+            append(run(8), 1, lease(8), vec![sleep(1, t(40))], t(1)),
+        )
+        .await;
+        let token = unique("token");
+        let batch: Vec<Append> = vec![
+            append(run(0), 1, lease(0), vec![step(1, "1")], t(2)),
+            landed,
+            append(run(2), 5, lease(2), vec![step(1, "1")], t(2)),
+            append(run(3), 1, lease(0), vec![step(1, "1")], t(2)),
+            append(run(4), 2, lease(4), vec![step(1, "1")], t(2)),
+            append(run(5), 1, lease(5), vec![step(1, "1")], t(2)),
+            append(run(5), 2, lease(5), vec![step(2, "2")], t(2)),
+            append(run(6), 1, lease(6), vec![hook(1, &token)], t(2)),
+            append(run(7), 1, lease(7), vec![sleep(2, t(50))], t(2)),
+            append(
+                &RunId::new(unique("missing")),
+                1,
+                lease(0),
+                vec![step(1, "1")],
+                t(2),
+            ),
+            append(run(8), 2, lease(8), vec![step(1, "1")], t(2)),
+        ];
+        let refs: Vec<&Append> = batch.iter().collect();
+        let out = store.inner.db.append_all(&refs).await.expect("batch");
+        let seqs = |r: &Result<Appended, StoreError>| match r {
+            Ok(a) => Some((a.first_seq, a.next_seq, a.duplicate)),
+            Err(_) => None,
+        };
+        assert_eq!(seqs(&out[0]), Some((1, 2, false)), "plain: {:?}", out[0]);
+        assert_eq!(seqs(&out[1]), Some((1, 2, true)), "resent: {:?}", out[1]);
+        assert!(
+            matches!(
+                out[2],
+                Err(StoreError::Conflict {
+                    expected: 5,
+                    actual: 1,
+                    ..
+                })
+            ),
+            "{:?}",
+            out[2]
+        );
+        assert!(
+            matches!(out[3], Err(StoreError::Fenced { .. })),
+            "{:?}",
+            out[3]
+        );
+        assert!(
+            matches!(out[4], Err(StoreError::RunEnded { .. })),
+            "{:?}",
+            out[4]
+        );
+        assert_eq!(seqs(&out[5]), Some((1, 2, false)), "{:?}", out[5]);
+        assert_eq!(seqs(&out[6]), Some((2, 3, false)), "{:?}", out[6]);
+        assert_eq!(seqs(&out[7]), Some((1, 2, false)), "hook: {:?}", out[7]);
+        assert_eq!(seqs(&out[8]), Some((1, 2, false)), "timer: {:?}", out[8]);
+        assert!(
+            matches!(out[9], Err(StoreError::NotFound { .. })),
+            "{:?}",
+            out[9]
+        );
+        assert_eq!(seqs(&out[10]), Some((2, 3, false)), "{:?}", out[10]);
+        // What landed: journals, run rows, timers.
+        let lens = [2, 2, 1, 1, 2, 3, 2, 2, 3];
+        for (i, want) in lens.into_iter().enumerate() {
+            assert_eq!(
+                journal(&store, run(i)).await.len(),
+                want,
+                "journal of run {i}"
+            );
+            let rec = store.get_run(run(i)).await.expect("run");
+            assert_eq!(rec.next_seq, want as u64, "next seq of run {i}");
+            if ![2, 3, 4].contains(&i) {
+                assert_eq!(rec.processed_seq, want as u64, "processed seq of run {i}");
+            }
+        }
+        let timers: Vec<(String, i64, i64)> =
+            sqlx::query_as(store.inner.db.sql(
+                "SELECT run_id, cmd, due FROM {s}.timers WHERE run_id = ANY($1) ORDER BY run_id",
+            ))
+            .bind([run(7).as_str(), run(8).as_str()])
+            .fetch_all(&store.inner.db.pool)
+            .await
+            .expect("timers");
+        assert_eq!(
+            timers,
+            vec![(run(7).to_string(), 2, 50)],
+            "set, and cleared"
+        );
+        let held: Option<String> = sqlx::query_scalar(
+            store
+                .inner
+                .db
+                .sql("SELECT run_id FROM {s}.hooks WHERE token = $1"),
+        )
+        .bind(&token)
+        .fetch_optional(&store.inner.db.pool)
+        .await
+        .expect("hooks");
+        assert_eq!(held.as_deref(), Some(run(6).as_str()));
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP SCHEMA \"{schema}\" CASCADE"
+        )))
+        .execute(&store.inner.db.pool)
+        .await
+        .expect("drop schema");
+    }
 }

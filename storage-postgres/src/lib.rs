@@ -74,8 +74,15 @@
 //! Worker appends go through a **group commit**: [`PostgresOptions::writers`] writer tasks each
 //! take every append queued (up to [`PostgresOptions::max_batch`]), sort them by run id (so
 //! writers lock rows in one order and never deadlock on each other) and apply them in **one
-//! statement** that calls `eve_append` once per append: one round trip and one commit for the
-//! whole batch, with no `BEGIN`/`COMMIT` of its own. A run's start is likewise one statement
+//! statement**: one round trip and one commit for the whole batch, with no `BEGIN`/`COMMIT` of
+//! its own. That statement calls `eve_append_batch`
+//! (migration 9), which locks the batch's runs in run id order and applies its **plain**
+//! appends set-based: one append per run, effects limited to the count, status, cancel and
+//! timers (the common step result) — one read checks them all in `eve_append`'s order and one
+//! statement per table writes them. The other appends (hooks, requests, session events,
+//! attributes, a run's end, a run appearing twice) go through `eve_append`, in order. A step
+//! thus costs the server a share of a handful of statements instead of about five of its own.
+//! A run's start is likewise one statement
 //! (session row, run row, eager claim, journal row, wake-up). If a batch's statement fails (a
 //! deadlock with a delivery, a lost connection), each of its appends is retried alone, so one
 //! append's failure never fails another, and an append that had landed after all is answered as

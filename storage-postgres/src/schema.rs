@@ -804,6 +804,103 @@ END
 $fn$;
 "#,
     ),
+    (
+        9,
+        "a group-commit batch as one function call, its plain appends applied set-based",
+        r#"
+-- A writer's batch of worker appends in one call: every run of the batch is locked in run id
+-- order, then the appends marked plain in p_plain (commit.rs: distinct runs, effects limited to
+-- the count, status, cancel and timers) are checked by one read and written by one statement per
+-- table; the others go through eve_append one by one, in order. Outcomes as eve_append's, one
+-- row per append in input order. Checks and writes are those of eve_append and eve_write.
+CREATE FUNCTION {s}.eve_append_batch(
+    p_runs text[], p_ids text[], p_expected bigint[], p_workers text[], p_epochs bigint[],
+    p_nows bigint[], p_version smallint, p_bodies bytea[], p_fxs jsonb[], p_plain boolean[],
+    p_channel text)
+RETURNS TABLE (outcome text, o_first bigint, o_next bigint, o_detail text)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_n       integer := cardinality(p_runs);
+    v_outcome text[];
+    v_first   bigint[];
+    v_next    bigint[];
+    v_detail  text[] := array_fill(NULL::text, ARRAY[cardinality(p_runs)]);
+    v_timers  boolean;
+    v_ok      boolean;
+    o         record;
+BEGIN
+    PERFORM 1 FROM {s}.runs WHERE run_id = ANY(p_runs) ORDER BY run_id FOR UPDATE;
+    -- After the locks, a fresh snapshot: MemoryStore's order of checks, for the plain appends.
+    SELECT array_agg(c.outcome ORDER BY c.i),
+           array_agg(CASE c.outcome WHEN 'ok' THEN c.at WHEN 'duplicate' THEN c.dup_first END
+                     ORDER BY c.i),
+           array_agg(CASE c.outcome WHEN 'ok' THEN c.at + (c.fx->>'count')::bigint
+                                    WHEN 'duplicate' THEN c.dup_next
+                                    WHEN 'conflict' THEN c.at END ORDER BY c.i),
+           coalesce(bool_or(c.outcome = 'ok'), false),
+           coalesce(bool_or(c.outcome = 'ok' AND (jsonb_array_length(c.fx->'timers_set') > 0
+                            OR jsonb_array_length(c.fx->'timers_cleared') > 0)), false)
+    INTO v_outcome, v_first, v_next, v_ok, v_timers
+    FROM (
+        SELECT q.i, q.fx,
+               CASE WHEN NOT q.plain THEN NULL
+                    WHEN r.run_id IS NULL THEN 'not_found'
+                    WHEN e.first_seq IS NOT NULL THEN 'duplicate'
+                    WHEN r.status IN ('completed', 'failed', 'cancelled') THEN 'ended'
+                    WHEN r.owner_worker IS DISTINCT FROM q.worker
+                         OR r.owner_epoch IS DISTINCT FROM q.epoch
+                         OR NOT EXISTS (SELECT 1 FROM {s}.workers w WHERE w.worker_id = q.worker
+                                        AND w.epoch = q.epoch AND NOT w.retired) THEN 'fenced'
+                    WHEN r.next_seq <> q.expected THEN 'conflict'
+                    ELSE 'ok' END AS outcome,
+               r.next_seq AS at, e.first_seq AS dup_first, e.first_seq + e.count AS dup_next
+        FROM unnest(p_runs, p_ids, p_expected, p_workers, p_epochs, p_fxs, p_plain)
+             WITH ORDINALITY AS q(run, id, expected, worker, epoch, fx, plain, i)
+        LEFT JOIN {s}.runs r ON r.run_id = q.run
+        LEFT JOIN {s}.events e ON q.plain AND e.run_id = q.run AND e.append_id = q.id
+    ) c;
+    IF v_ok THEN
+        INSERT INTO {s}.events (run_id, first_seq, count, at, version, body, append_id)
+        SELECT q.run, q.seq, (q.fx->>'count')::integer, q.at, p_version, q.body, q.id
+        FROM unnest(p_runs, p_ids, v_first, p_nows, p_bodies, p_fxs, v_outcome)
+             AS q(run, id, seq, at, body, fx, outcome)
+        WHERE q.outcome = 'ok';
+        UPDATE {s}.runs r SET next_seq = q.seq, updated_at = q.at,
+            status = coalesce(q.fx->>'status', r.status),
+            cancel_requested = r.cancel_requested OR (q.fx->>'cancel')::boolean,
+            processed_seq = q.seq, activations = 0, pending_at = NULL
+        FROM unnest(p_runs, v_next, p_nows, p_fxs, v_outcome) AS q(run, seq, at, fx, outcome)
+        WHERE q.outcome = 'ok' AND r.run_id = q.run;
+    END IF;
+    IF v_timers THEN
+        -- Sets first (one per cmd), then clears, as MemoryStore applies them.
+        INSERT INTO {s}.timers (run_id, cmd, due)
+        SELECT q.run, (t->>0)::bigint, (t->>1)::bigint
+        FROM unnest(p_runs, p_fxs, v_outcome) AS q(run, fx, outcome),
+             jsonb_array_elements(q.fx->'timers_set') AS u(t)
+        WHERE q.outcome = 'ok'
+        ON CONFLICT (run_id, cmd) DO UPDATE SET due = excluded.due;
+        DELETE FROM {s}.timers t
+        USING unnest(p_runs, p_fxs, v_outcome) AS q(run, fx, outcome),
+              jsonb_array_elements_text(q.fx->'timers_cleared') AS u(c)
+        WHERE q.outcome = 'ok' AND t.run_id = q.run AND t.cmd = u.c::bigint;
+    END IF;
+    FOR i IN 1..v_n LOOP
+        IF NOT p_plain[i] THEN
+            SELECT * INTO o FROM {s}.eve_append(p_runs[i], p_ids[i], p_expected[i],
+                p_workers[i], p_epochs[i], p_nows[i], p_version, p_bodies[i], p_fxs[i],
+                p_channel);
+            v_outcome[i] := o.outcome;
+            v_first[i] := o.o_first;
+            v_next[i] := o.o_next;
+            v_detail[i] := o.o_detail;
+        END IF;
+    END LOOP;
+    RETURN QUERY SELECT * FROM unnest(v_outcome, v_first, v_next, v_detail);
+END
+$fn$;
+"#,
+    ),
 ];
 
 /// The schema version this build writes.
