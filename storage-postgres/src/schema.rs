@@ -856,8 +856,11 @@ BEGIN
                r.next_seq AS at, e.first_seq AS dup_first, e.first_seq + e.count AS dup_next
         FROM unnest(p_runs, p_ids, p_expected, p_workers, p_epochs, p_fxs, p_plain)
              WITH ORDINALITY AS q(run, id, expected, worker, epoch, fx, plain, i)
-        LEFT JOIN {s}.runs r ON r.run_id = q.run
-        LEFT JOIN {s}.events e ON q.plain AND e.run_id = q.run AND e.append_id = q.id
+        -- LIMIT 1 keeps the lookups index probes per append (joined, the planner may scan).
+        LEFT JOIN LATERAL (SELECT * FROM {s}.runs WHERE run_id = q.run LIMIT 1) r ON true
+        LEFT JOIN LATERAL (SELECT first_seq, count FROM {s}.events
+                           WHERE q.plain AND run_id = q.run AND append_id = q.id LIMIT 1) e
+               ON true
     ) c;
     IF v_ok THEN
         INSERT INTO {s}.events (run_id, first_seq, count, at, version, body, append_id)
