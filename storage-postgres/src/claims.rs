@@ -30,6 +30,42 @@ macro_rules! held {
     };
 }
 
+/// Ids of the runs whose owner no longer holds them at `$2` (retired, expired, or a later
+/// epoch), driven from the few workers rows through `runs_owner`, so the runs live workers hold
+/// are not read. Every owner has a workers row (claims need one; rows are never deleted).
+macro_rules! orphan_ids {
+    () => {
+        "SELECT o.run_id FROM {s}.workers ow CROSS JOIN LATERAL ( \
+           SELECT run_id FROM {s}.runs WHERE owner_worker = ow.worker_id OFFSET 0) o \
+         WHERE ow.retired OR ow.expires_at <= $2 \
+         UNION ALL SELECT o.run_id FROM {s}.workers ow CROSS JOIN LATERAL ( \
+           SELECT run_id FROM {s}.runs WHERE owner_worker = ow.worker_id \
+             AND owner_epoch < ow.epoch OFFSET 0) o \
+         UNION ALL SELECT o.run_id FROM {s}.workers ow CROSS JOIN LATERAL ( \
+           SELECT run_id FROM {s}.runs WHERE owner_worker = ow.worker_id \
+             AND owner_epoch > ow.epoch OFFSET 0) o"
+    };
+}
+
+/// Ids of the runs of deployment `$1` that may be claimable at `$2`, found through indexes
+/// (migration 10), so a claim costs the same beside ten or a million parked runs: an event
+/// not processed since `pending_at` (`runs_pending`), a timer due (`timers_due`), or an
+/// orphan ([`orphan_ids!`]). A superset: [`CLAIMABLE`] decides.
+macro_rules! due_ids {
+    () => {
+        concat!(
+            "SELECT run_id FROM {s}.runs WHERE deployment_id = $1 AND status = 'running' \
+               AND pending_at <= $2 \
+             UNION ALL SELECT run_id FROM {s}.timers WHERE due <= $2 \
+             UNION ALL ",
+            orphan_ids!()
+        )
+    };
+}
+
+/// See [`due_ids!`].
+const DUE_IDS: &str = due_ids!();
+
 /// A run of deployment `$1` that is claimable at `$2` (`r` the run, `w` its owner's worker):
 /// running, held by no valid lease, and its claim key is due.
 ///
@@ -143,12 +179,12 @@ impl Db {
              cand AS ( \
                SELECT r.run_id FROM {{s}}.runs r \
                  LEFT JOIN {{s}}.workers w ON w.worker_id = r.owner_worker \
-               WHERE {CLAIMABLE} AND EXISTS (SELECT 1 FROM me) \
+               WHERE r.run_id IN ({DUE_IDS}) AND {CLAIMABLE} AND EXISTS (SELECT 1 FROM me) \
                ORDER BY {CLAIM_KEY}, r.ord LIMIT $3), \
              c AS ( \
                SELECT r.run_id, r.ord, {CLAIM_KEY} AS claim_key FROM {{s}}.runs r \
                  LEFT JOIN {{s}}.workers w ON w.worker_id = r.owner_worker \
-               WHERE {CLAIMABLE} AND EXISTS (SELECT 1 FROM me) \
+               WHERE r.run_id IN ({DUE_IDS}) AND {CLAIMABLE} AND EXISTS (SELECT 1 FROM me) \
                ORDER BY claim_key, r.ord LIMIT $3 FOR UPDATE OF r SKIP LOCKED), \
              upd AS ( \
                UPDATE {{s}}.runs r SET owner_worker = $4, owner_epoch = $5, \
@@ -285,12 +321,26 @@ impl Db {
         deployment: &DeploymentId,
         now: Timestamp,
     ) -> Result<Option<Timestamp>, StoreError> {
+        // The least claim key of the deployment's unheld runs (see `claim_key!`), as the least
+        // of its three parts, each read through an index in key order: the first pending run,
+        // the first timer of an unheld run, the oldest orphan.
         let at: Option<i64> = sqlx::query_scalar(self.sql(concat!(
-            "SELECT min(",
-            claim_key!(),
-            ") FROM {s}.runs r LEFT JOIN {s}.workers w ON w.worker_id = r.owner_worker \
-             WHERE r.deployment_id = $1 AND r.status = 'running' AND NOT ",
-            held!()
+            "SELECT LEAST( \
+               (SELECT r.pending_at FROM {s}.runs r \
+                  LEFT JOIN {s}.workers w ON w.worker_id = r.owner_worker \
+                WHERE r.deployment_id = $1 AND r.status = 'running' \
+                  AND r.pending_at IS NOT NULL AND NOT ",
+            held!(),
+            "   ORDER BY r.pending_at LIMIT 1), \
+               (SELECT t.due FROM {s}.timers t JOIN {s}.runs r ON r.run_id = t.run_id \
+                  LEFT JOIN {s}.workers w ON w.worker_id = r.owner_worker \
+                WHERE r.deployment_id = $1 AND r.status = 'running' AND NOT ",
+            held!(),
+            "   ORDER BY t.due LIMIT 1), \
+               (SELECT min(r.updated_at) FROM {s}.runs r \
+                WHERE r.deployment_id = $1 AND r.status = 'running' AND r.run_id IN (",
+            orphan_ids!(),
+            ")))"
         )))
         .bind(deployment.as_str())
         .bind(now.0)

@@ -100,7 +100,9 @@
 //! only marks the worker retired, and a re-registration only bumps the epoch: the runs they held
 //! keep their owner and are orphaned. Claims take runs in claim key order, ties by creation
 //! order (`ord`); [`JournalStore::next_wake`] is the smallest claim key of the deployment's
-//! running runs that no valid lease holds.
+//! running runs that no valid lease holds. Neither reads every running run: the candidates come
+//! through indexes (migration 10) — runs with an event pending, due timers, and the runs of
+//! workers whose lease is gone — so their cost does not grow with the runs parked on a wait.
 //!
 //! A claim is one statement in the common case: it checks the lease (locking the worker row `FOR
 //! SHARE`, so a re-registration or retirement waits for it), locks candidate runs with `FOR

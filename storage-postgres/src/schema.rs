@@ -904,6 +904,18 @@ END
 $fn$;
 "#,
     ),
+    (
+        10,
+        "claims and next_wake find due runs through indexes, not by reading every running run",
+        r#"
+-- A claim reads the runs with an event pending and the due timers through these (claims.rs
+-- `due_ids!`), so its cost does not grow with the runs parked on a wait. A worker's append
+-- leaves pending_at NULL and status 'running', so its run update stays HOT.
+CREATE INDEX runs_pending ON {s}.runs (deployment_id, pending_at)
+    WHERE status = 'running' AND pending_at IS NOT NULL;
+CREATE INDEX timers_due ON {s}.timers (due);
+"#,
+    ),
 ];
 
 /// The schema version this build writes.
