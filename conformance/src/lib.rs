@@ -528,6 +528,7 @@ macro_rules! __store_cases {
             deliveries::answer_racing_cancel_kept_or_withdrawn,
             hooks::hook_token_unique_and_released,
             hooks::concurrent_hook_registration_one_winner,
+            hooks::token_repeated_in_one_append,
             leases::two_claimers_one_holder,
             leases::expired_lease_is_fenced_and_forks_nothing,
             leases::reregister_bumps_epoch_and_fences,

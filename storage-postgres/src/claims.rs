@@ -30,35 +30,40 @@ macro_rules! held {
     };
 }
 
-/// Ids of the runs whose owner no longer holds them at `$2` (retired, expired, or a later
-/// epoch), driven from the few workers rows through `runs_owner`, so the runs live workers hold
-/// are not read. Every owner has a workers row (claims need one; rows are never deleted).
-macro_rules! orphan_ids {
+/// The runs whose owner no longer holds them at `$2` (retired, expired, or at another epoch),
+/// as `(run_id, updated_at, deployment_id, status)`: driven from the few workers rows through
+/// `runs_owner` (each lateral is fenced with `OFFSET 0`, so the planner cannot turn it around),
+/// the runs live workers hold are not read. Every owner has a workers row: claims need one, and
+/// rows are never deleted (retirement marks them).
+macro_rules! orphans {
     () => {
-        "SELECT o.run_id FROM {s}.workers ow CROSS JOIN LATERAL ( \
-           SELECT run_id FROM {s}.runs WHERE owner_worker = ow.worker_id OFFSET 0) o \
+        "SELECT o.* FROM {s}.workers ow CROSS JOIN LATERAL ( \
+           SELECT run_id, updated_at, deployment_id, status FROM {s}.runs \
+           WHERE owner_worker = ow.worker_id OFFSET 0) o \
          WHERE ow.retired OR ow.expires_at <= $2 \
-         UNION ALL SELECT o.run_id FROM {s}.workers ow CROSS JOIN LATERAL ( \
-           SELECT run_id FROM {s}.runs WHERE owner_worker = ow.worker_id \
-             AND owner_epoch < ow.epoch OFFSET 0) o \
-         UNION ALL SELECT o.run_id FROM {s}.workers ow CROSS JOIN LATERAL ( \
-           SELECT run_id FROM {s}.runs WHERE owner_worker = ow.worker_id \
-             AND owner_epoch > ow.epoch OFFSET 0) o"
+         UNION ALL SELECT o.* FROM {s}.workers ow CROSS JOIN LATERAL ( \
+           SELECT run_id, updated_at, deployment_id, status FROM {s}.runs \
+           WHERE owner_worker = ow.worker_id AND owner_epoch < ow.epoch OFFSET 0) o \
+         UNION ALL SELECT o.* FROM {s}.workers ow CROSS JOIN LATERAL ( \
+           SELECT run_id, updated_at, deployment_id, status FROM {s}.runs \
+           WHERE owner_worker = ow.worker_id AND owner_epoch > ow.epoch OFFSET 0) o"
     };
 }
 
-/// Ids of the runs of deployment `$1` that may be claimable at `$2`, found through indexes
-/// (migration 10), so a claim costs the same beside ten or a million parked runs: an event
-/// not processed since `pending_at` (`runs_pending`), a timer due (`timers_due`), or an
-/// orphan ([`orphan_ids!`]). A superset: [`CLAIMABLE`] decides.
+/// The ids of the runs of deployment `$1` that may be claimable at `$2`, as one array computed
+/// once (so `r.run_id = ANY(…)` is a primary-key probe per candidate), found through indexes
+/// (migration 10): an event not processed since `pending_at` (`runs_pending`), a timer due
+/// (`timers_due`), or an orphan ([`orphans!`]). A claim's cost thus does not grow with the runs
+/// parked on a wait. A superset: [`CLAIMABLE`] decides.
 macro_rules! due_ids {
     () => {
         concat!(
-            "SELECT run_id FROM {s}.runs WHERE deployment_id = $1 AND status = 'running' \
+            "ARRAY(SELECT run_id FROM {s}.runs WHERE deployment_id = $1 AND status = 'running' \
                AND pending_at <= $2 \
              UNION ALL SELECT run_id FROM {s}.timers WHERE due <= $2 \
-             UNION ALL ",
-            orphan_ids!()
+             UNION ALL SELECT run_id FROM (",
+            orphans!(),
+            ") o)"
         )
     };
 }
@@ -72,8 +77,11 @@ const DUE_IDS: &str = due_ids!();
 /// `r.owner_worker IS NOT DISTINCT FROM w.worker_id` guards the re-check Postgres makes when a
 /// row changed under a locking statement: it re-reads `r` but keeps the joined `w` of the old
 /// snapshot, so a run claimed meanwhile by another worker must not pass as unowned or orphaned.
+/// The deployment and status tests are wrapped in `IS TRUE` (the same, on NOT NULL columns) so
+/// the planner reaches the candidates by primary key, not through `runs_deployment_status`,
+/// even before the table has statistics.
 const CLAIMABLE: &str = concat!(
-    "r.deployment_id = $1 AND r.status = 'running' \
+    "(r.deployment_id = $1) IS TRUE AND (r.status = 'running') IS TRUE \
      AND r.owner_worker IS NOT DISTINCT FROM w.worker_id AND NOT ",
     held!(),
     " AND ",
@@ -176,15 +184,16 @@ impl Db {
             "WITH me AS ( \
                SELECT 1 FROM {{s}}.workers WHERE worker_id = $4 AND epoch = $5 AND NOT retired \
                  AND expires_at > $2 FOR SHARE), \
+             due AS MATERIALIZED (SELECT {DUE_IDS} AS ids), \
              cand AS ( \
                SELECT r.run_id FROM {{s}}.runs r \
                  LEFT JOIN {{s}}.workers w ON w.worker_id = r.owner_worker \
-               WHERE r.run_id IN ({DUE_IDS}) AND {CLAIMABLE} AND EXISTS (SELECT 1 FROM me) \
+               WHERE r.run_id = ANY((SELECT ids FROM due)::text[]) AND {CLAIMABLE} AND EXISTS (SELECT 1 FROM me) \
                ORDER BY {CLAIM_KEY}, r.ord LIMIT $3), \
              c AS ( \
                SELECT r.run_id, r.ord, {CLAIM_KEY} AS claim_key FROM {{s}}.runs r \
                  LEFT JOIN {{s}}.workers w ON w.worker_id = r.owner_worker \
-               WHERE r.run_id IN ({DUE_IDS}) AND {CLAIMABLE} AND EXISTS (SELECT 1 FROM me) \
+               WHERE r.run_id = ANY((SELECT ids FROM due)::text[]) AND {CLAIMABLE} AND EXISTS (SELECT 1 FROM me) \
                ORDER BY claim_key, r.ord LIMIT $3 FOR UPDATE OF r SKIP LOCKED), \
              upd AS ( \
                UPDATE {{s}}.runs r SET owner_worker = $4, owner_epoch = $5, \
@@ -322,8 +331,8 @@ impl Db {
         now: Timestamp,
     ) -> Result<Option<Timestamp>, StoreError> {
         // The least claim key of the deployment's unheld runs (see `claim_key!`), as the least
-        // of its three parts, each read through an index in key order: the first pending run,
-        // the first timer of an unheld run, the oldest orphan.
+        // of its three parts, each read through an index: the first pending run, the first
+        // timer (in due order, each checked against its run), the oldest orphan.
         let at: Option<i64> = sqlx::query_scalar(self.sql(concat!(
             "SELECT LEAST( \
                (SELECT r.pending_at FROM {s}.runs r \
@@ -332,15 +341,15 @@ impl Db {
                   AND r.pending_at IS NOT NULL AND NOT ",
             held!(),
             "   ORDER BY r.pending_at LIMIT 1), \
-               (SELECT t.due FROM {s}.timers t JOIN {s}.runs r ON r.run_id = t.run_id \
-                  LEFT JOIN {s}.workers w ON w.worker_id = r.owner_worker \
-                WHERE r.deployment_id = $1 AND r.status = 'running' AND NOT ",
+               (SELECT t.due FROM {s}.timers t CROSS JOIN LATERAL ( \
+                  SELECT 1 FROM {s}.runs r LEFT JOIN {s}.workers w ON w.worker_id = r.owner_worker \
+                  WHERE r.run_id = t.run_id AND r.deployment_id = $1 AND r.status = 'running' \
+                    AND NOT ",
             held!(),
-            "   ORDER BY t.due LIMIT 1), \
-               (SELECT min(r.updated_at) FROM {s}.runs r \
-                WHERE r.deployment_id = $1 AND r.status = 'running' AND r.run_id IN (",
-            orphan_ids!(),
-            ")))"
+            "     OFFSET 0) x ORDER BY t.due LIMIT 1), \
+               (SELECT min(o.updated_at) FROM (",
+            orphans!(),
+            ") o WHERE o.deployment_id = $1 AND o.status = 'running'))"
         )))
         .bind(deployment.as_str())
         .bind(now.0)

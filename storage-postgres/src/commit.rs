@@ -192,7 +192,12 @@ impl Db {
     ) -> Result<(u64, u64), StoreError> {
         let first = run.next_seq;
         let next = first + events.len() as u64;
-        let (fx, _) = effects_json(&events)?;
+        let fx = effects_json(&events)?;
+        // The caller checked the run: a repeated token is refused at once.
+        if let Some(token) = fx.repeated_token {
+            return Err(token_taken(&token));
+        }
+        let fx = fx.json;
         let taken: Option<String> = sqlx::query_scalar(
             self.sql("SELECT {s}.eve_write($1, $2, $3, $4, $5, $6, $7, $8, NULL, $9::jsonb, $10)"),
         )
@@ -258,6 +263,7 @@ impl Db {
         let mut bodies = Vec::with_capacity(n);
         let mut fxs = Vec::with_capacity(n);
         let mut plain = Vec::with_capacity(n);
+        let mut repeated = Vec::with_capacity(n);
         // An append refused before any SQL (a repeated hook token, a value too large) answers
         // on its own.
         let mut refused: Vec<Option<StoreError>> = Vec::with_capacity(n);
@@ -271,7 +277,7 @@ impl Db {
                 ))
             })();
             match prepared {
-                Ok(((fx, is_plain), body, expected_seq, epoch)) => {
+                Ok((fx, body, expected_seq, epoch)) => {
                     refused.push(None);
                     runs.push(a.run.as_str());
                     ids.push(a.append_id.as_str());
@@ -280,8 +286,9 @@ impl Db {
                     epochs.push(epoch);
                     nows.push(a.now.0);
                     bodies.push(body);
-                    fxs.push(fx);
-                    plain.push(is_plain);
+                    fxs.push(fx.json);
+                    plain.push(fx.plain);
+                    repeated.push(fx.repeated_token);
                 }
                 Err(e) => refused.push(Some(e)),
             }
@@ -299,7 +306,8 @@ impl Db {
             sqlx::query_as(self.sql(
                 "SELECT outcome, o_first, o_next, o_detail FROM {s}.eve_append_batch( \
                  $1::text[], $2::text[], $3::bigint[], $4::text[], $5::bigint[], $6::bigint[], \
-                 $7::smallint, $8::bytea[], $9::text[]::jsonb[], $10::boolean[], $11)",
+                 $7::smallint, $8::bytea[], $9::text[]::jsonb[], $10::boolean[], $11, \
+                 $12::text[])",
             ))
             .bind(&runs)
             .bind(&ids)
@@ -312,6 +320,7 @@ impl Db {
             .bind(&fxs)
             .bind(&plain)
             .bind(&self.channel)
+            .bind(&repeated)
             .fetch_all(&self.pool)
             .await
             .map_err(map_err)?
@@ -378,13 +387,20 @@ fn append_outcome(
 /// # Errors
 /// `AlreadyExists` when two events of the append create one hook token; `InvalidInput` for a
 /// command id above `i64::MAX`.
-pub(crate) fn effects_json(events: &[Event]) -> Result<(String, bool), StoreError> {
-    let fx = Effects::of(Execution::Default, events);
-    for (i, (token, _, _)) in fx.hooks_created.iter().enumerate() {
-        if fx.hooks_created[..i].iter().any(|(t, _, _)| t == token) {
-            return Err(token_taken(token));
-        }
-    }
+pub(crate) fn effects_json(events: &[Event]) -> Result<EncodedEffects, StoreError> {
+    let mut fx = Effects::of(Execution::Default, events);
+    // A token created twice: the SQL would insert it once and see no conflict, so the hooks
+    // from the repeat on are left out and the caller refuses the append once the run's own
+    // checks pass (MemoryStore's order).
+    let repeat = (0..fx.hooks_created.len()).find(|&i| {
+        let token = &fx.hooks_created[i].0;
+        fx.hooks_created[..i].iter().any(|(t, _, _)| t == token)
+    });
+    let repeated_token = repeat.map(|i| {
+        let token = fx.hooks_created[i].0.clone();
+        fx.hooks_created.truncate(i);
+        token
+    });
     // Commands are stored as BIGINT: refuse what would not fit before any SQL runs.
     let cmds = fx.hooks_created.iter().map(|h| h.1);
     let cmds = cmds.chain(fx.timers_set.iter().map(|t| t.0));
@@ -443,7 +459,22 @@ pub(crate) fn effects_json(events: &[Event]) -> Result<(String, bool), StoreErro
         && background.is_empty()
         && attributes.is_empty()
         && !fx.ends_run();
-    Ok((json.to_string(), plain))
+    Ok(EncodedEffects {
+        json: json.to_string(),
+        plain,
+        repeated_token,
+    })
+}
+
+/// [`effects_json`]'s answer.
+pub(crate) struct EncodedEffects {
+    /// The `p_fx` argument.
+    pub(crate) json: String,
+    /// Whether `eve_append_batch` may apply the append set-based.
+    pub(crate) plain: bool,
+    /// A hook token the append creates twice: the append must be refused with it
+    /// (`AlreadyExists`) once the run's checks pass; `json` holds the hooks before the repeat.
+    pub(crate) repeated_token: Option<String>,
 }
 
 fn token_taken(token: &str) -> StoreError {

@@ -90,7 +90,7 @@ impl Db {
             .bind(now.0)
             .bind(FORMAT_VERSION as i16)
             .bind(encode_batch(events)?)
-            .bind(effects_json(events)?.0)
+            .bind(effects_json(events)?.json)
             .bind(&self.channel)
             .fetch_one(&self.pool)
             .await

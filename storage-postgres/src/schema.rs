@@ -816,7 +816,7 @@ $fn$;
 CREATE FUNCTION {s}.eve_append_batch(
     p_runs text[], p_ids text[], p_expected bigint[], p_workers text[], p_epochs bigint[],
     p_nows bigint[], p_version smallint, p_bodies bytea[], p_fxs jsonb[], p_plain boolean[],
-    p_channel text)
+    p_channel text, p_repeated text[])
 RETURNS TABLE (outcome text, o_first bigint, o_next bigint, o_detail text)
 LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -890,9 +890,29 @@ BEGIN
     END IF;
     FOR i IN 1..v_n LOOP
         IF NOT p_plain[i] THEN
-            SELECT * INTO o FROM {s}.eve_append(p_runs[i], p_ids[i], p_expected[i],
-                p_workers[i], p_epochs[i], p_nows[i], p_version, p_bodies[i], p_fxs[i],
-                p_channel);
+            IF p_repeated[i] IS NULL THEN
+                SELECT * INTO o FROM {s}.eve_append(p_runs[i], p_ids[i], p_expected[i],
+                    p_workers[i], p_epochs[i], p_nows[i], p_version, p_bodies[i], p_fxs[i],
+                    p_channel);
+            ELSE
+                -- An append creating a hook token twice (p_fxs holds its hooks before the
+                -- repeat): the run's checks and the earlier tokens decide as usual, and if
+                -- they all pass, its writes are undone and the repeated token refused.
+                BEGIN
+                    SELECT * INTO o FROM {s}.eve_append(p_runs[i], p_ids[i], p_expected[i],
+                        p_workers[i], p_epochs[i], p_nows[i], p_version, p_bodies[i],
+                        p_fxs[i], p_channel);
+                    IF o.outcome = 'ok' THEN
+                        RAISE EXCEPTION 'undo' USING ERRCODE = 'EV001';
+                    END IF;
+                EXCEPTION WHEN SQLSTATE 'EV001' THEN
+                    -- o holds eve_append's 'ok' row (variables are not rolled back).
+                    o.outcome := 'token_taken';
+                    o.o_first := NULL;
+                    o.o_next := NULL;
+                    o.o_detail := p_repeated[i];
+                END;
+            END IF;
             v_outcome[i] := o.outcome;
             v_first[i] := o.o_first;
             v_next[i] := o.o_next;

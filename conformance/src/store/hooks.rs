@@ -2,7 +2,7 @@
 
 use crate::fixtures::*;
 use crate::{assert_err, StoreFactory};
-use eve_core::{Event, StoreError};
+use eve_core::{Event, RunId, StoreError};
 use std::sync::Arc;
 
 /// A live token cannot be registered by another run; it is released at run end and reusable
@@ -71,6 +71,44 @@ pub async fn hook_token_unique_and_released(factory: &dyn StoreFactory) {
             payload: json("\"to b\"")
         }
     );
+}
+
+/// An append that creates one token twice is refused with `AlreadyExists` naming it and writes
+/// nothing (its first hook is not left live), but only once the run's own checks pass: on an
+/// unknown run it is `NotFound`, at a stale seq a `Conflict`, as any append.
+pub async fn token_repeated_in_one_append(factory: &dyn StoreFactory) {
+    let s = fresh(factory).await;
+    let token = unique("token");
+    let (a, la) = started(&*s.store, new_run("a"), at(0)).await;
+    let twice = |run: &RunId, seq| {
+        let events = vec![hook(1, &token), step(2, "2"), hook(3, &token)];
+        append(run, seq, &la, events, at(1))
+    };
+    let missing = RunId::new(unique("missing"));
+    assert_err!(
+        s.store.append(twice(&missing, 1)).await,
+        StoreError::NotFound { .. },
+        "an unknown run comes before the repeated token"
+    );
+    assert_err!(
+        s.store.append(twice(&a.run_id, 5)).await,
+        StoreError::Conflict { .. },
+        "a stale seq comes before the repeated token"
+    );
+    match s.store.append(twice(&a.run_id, 1)).await {
+        Err(StoreError::AlreadyExists { id, .. }) => assert_eq!(id, token),
+        other => panic!("the repeated token: expected AlreadyExists, got {other:?}"),
+    }
+    assert_eq!(
+        journal(&*s.store, &a.run_id).await.len(),
+        1,
+        "nothing written"
+    );
+    must_append(
+        &*s.store,
+        append(&a.run_id, 1, &la, vec![hook(1, &token)], at(2)),
+    )
+    .await;
 }
 
 /// Runs racing to register one token: exactly one append wins.
