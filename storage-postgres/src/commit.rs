@@ -264,7 +264,7 @@ impl Db {
         let mut fxs = Vec::with_capacity(n);
         let mut plain = Vec::with_capacity(n);
         let mut repeated = Vec::with_capacity(n);
-        // An append refused before any SQL (a repeated hook token, a value too large) answers
+        // An append refused before any SQL (a command id or a value too large) answers
         // on its own.
         let mut refused: Vec<Option<StoreError>> = Vec::with_capacity(n);
         for a in appends {

@@ -80,7 +80,9 @@
 //! appends set-based: one append per run, effects limited to the count, status, cancel and
 //! timers (the common step result) — one read checks them all in `eve_append`'s order and one
 //! statement per table writes them. The other appends (hooks, requests, session events,
-//! attributes, a run's end, a run appearing twice) go through `eve_append`, in order. A step
+//! attributes, a run's end, a run appearing twice) go through `eve_append`, in order; one that
+//! creates a hook token twice does too, in a subtransaction undone when its checks pass, and is
+//! refused with that token (`AlreadyExists`), so its other refusals come first. A step
 //! thus costs the server a share of a handful of statements instead of about five of its own.
 //! A run's start is likewise one statement
 //! (session row, run row, eager claim, journal row, wake-up). If a batch's statement fails (a
