@@ -33,8 +33,10 @@ macro_rules! held {
 /// The runs whose owner no longer holds them at `$2` (retired, expired, or at another epoch),
 /// as `(run_id, updated_at, deployment_id, status)`: driven from the few workers rows through
 /// `runs_owner` (each lateral is fenced with `OFFSET 0`, so the planner cannot turn it around),
-/// the runs live workers hold are not read. Every owner has a workers row: claims need one, and
-/// rows are never deleted (retirement marks them).
+/// the runs live workers hold are not read. The epoch test is two branches, `<` and `>`, so each
+/// is a range on `runs_owner (owner_worker, owner_epoch)`; with `<>` (or the retired/expired
+/// test in the same branch) every run the worker holds would be read. Every owner has a workers
+/// row: claims need one, and rows are never deleted (retirement marks them).
 macro_rules! orphans {
     () => {
         "SELECT o.* FROM {s}.workers ow CROSS JOIN LATERAL ( \

@@ -385,8 +385,8 @@ fn append_outcome(
 /// set-based.
 ///
 /// # Errors
-/// `AlreadyExists` when two events of the append create one hook token; `InvalidInput` for a
-/// command id above `i64::MAX`.
+/// `InvalidInput` for a command id above `i64::MAX`. (A hook token created twice is not an
+/// error here: see [`EncodedEffects::repeated_token`].)
 pub(crate) fn effects_json(events: &[Event]) -> Result<EncodedEffects, StoreError> {
     let mut fx = Effects::of(Execution::Default, events);
     // A token created twice: the SQL would insert it once and see no conflict, so the hooks
