@@ -123,6 +123,7 @@
 mod error;
 mod keys;
 mod lock;
+mod pages;
 mod retention;
 mod rows;
 mod schema;
@@ -131,9 +132,8 @@ mod watch;
 mod writer;
 
 use crate::error::{map_sqlx, writer_gone, BACKEND};
-use crate::rows::{opt_i64, run_cols, run_record, text, u64_col};
+use crate::rows::{run_cols, run_record, text, u64_col};
 use async_trait::async_trait;
-use eve_core::codec::decode_batch;
 use eve_core::{
     check_limits, ApiKey, Append, Appended, CancelOutcome, CreatedRun, Delivered, DeploymentId,
     Event, InputRequest, InputResponse, JournalStore, Lease, NewRun, Payload, PendingRequest,
@@ -214,6 +214,8 @@ impl Default for SqliteOptions {
 pub struct SqliteStore {
     writer: mpsc::Sender<Op>,
     reads: SqlitePool,
+    /// Journal pages ([`JournalStore::read`]), on rusqlite connections of their own.
+    pages: Arc<pages::PageReads>,
     /// Wakes this process's idle workers after a delivery through any clone of this handle
     /// (other processes' writes are seen by the data-version watch).
     wake: eve_core::WakeSignal,
@@ -338,11 +340,17 @@ impl SqliteStore {
             busy_timeout: options.busy_timeout,
             max_page_count,
         };
+        let pages = Arc::new(pages::PageReads::new(
+            writer.filename.clone(),
+            options.busy_timeout,
+            options.read_connections as usize,
+        ));
         writer::spawn(&writer, rx, max_batch, hub.clone(), commits)?;
         let _ = sqlx::Connection::close(conn).await;
         Ok(Self {
             writer: tx,
             reads,
+            pages,
             wake,
             hub,
             id: id.into(),
@@ -365,92 +373,6 @@ impl SqliteStore {
     fn located(&self, e: StoreError) -> StoreError {
         error::locate(e, &self.path)
     }
-}
-
-/// An `events` row's header.
-#[derive(Clone, Copy)]
-struct Head {
-    first: u64,
-    count: u64,
-    at: i64,
-    version: i64,
-}
-
-/// Parses `first:count:at:version,…`; `None` if malformed.
-fn parse_heads(s: &str) -> Option<Vec<Head>> {
-    s.split(',')
-        .map(|h| {
-            let mut it = h.split(':');
-            let head = Head {
-                first: it.next()?.parse().ok()?,
-                count: it.next()?.parse().ok()?,
-                at: it.next()?.parse().ok()?,
-                version: it.next()?.parse().ok()?,
-            };
-            it.next().is_none().then_some(head)
-        })
-        .collect()
-}
-
-/// Decodes the rows covering `[from_seq, window_end)` of a journal whose next seq is `next`,
-/// checking they are contiguous and complete.
-fn assemble<'a>(
-    run: &RunId,
-    from_seq: u64,
-    window_end: u64,
-    next: u64,
-    rows: impl Iterator<Item = Result<(Head, &'a [u8]), StoreError>>,
-) -> Result<Vec<StoredEvent>, StoreError> {
-    let end = window_end.min(next);
-    let mut out = Vec::with_capacity(usize::try_from(end - from_seq.min(end)).unwrap_or(0));
-    let mut expect: Option<u64> = None;
-    for row in rows {
-        let (head, body) = row?;
-        if let Some(want) = expect {
-            if head.first != want {
-                return Err(StoreError::Corrupt {
-                    run: run.clone(),
-                    seq: want,
-                    reason: format!(
-                        "events {want}..{} are missing (no row holds them)",
-                        head.first
-                    ),
-                });
-            }
-        }
-        expect = Some(head.first + head.count);
-        let version = u16::try_from(head.version).unwrap_or(u16::MAX);
-        let events = decode_batch(run, head.first, version, body, head.count as usize)?;
-        for (i, event) in events.into_iter().enumerate() {
-            let seq = head.first + i as u64;
-            if seq >= from_seq && seq < end {
-                out.push(StoredEvent {
-                    seq,
-                    at: Timestamp(head.at),
-                    event,
-                });
-            }
-        }
-    }
-    let got = out.first().map(|e| e.seq);
-    if from_seq < end && (got != Some(from_seq) || out.len() as u64 != end - from_seq) {
-        let seq = out.last().map_or(from_seq, |e| e.seq + 1);
-        return Err(StoreError::Corrupt {
-            run: run.clone(),
-            seq,
-            reason: format!(
-                "the journal's next seq is {next} but its rows hold events only up to {}",
-                expect.unwrap_or(0)
-            ),
-        });
-    }
-    Ok(out)
-}
-
-fn past_end(run: &RunId, from_seq: u64, next: u64) -> StoreError {
-    StoreError::InvalidInput(format!(
-        "read from seq {from_seq} is past the end of run {run} (next seq {next})"
-    ))
 }
 
 fn seq_arg(v: u64) -> i64 {
@@ -585,97 +507,7 @@ impl JournalStore for SqliteStore {
         if max == 0 {
             return Err(StoreError::InvalidInput("read needs max > 0".into()));
         }
-        let window_end = from_seq.saturating_add(max as u64);
-        let mut conn = self.reads.acquire().await.map_err(map_sqlx)?;
-        // Fast path: one result row holding the run's next seq, the row headers and the row
-        // bodies joined by 0x01 (a byte JSON text never holds raw), so a page costs one
-        // statement step and one row transfer, not one per append. The two aggregates see the
-        // rows in the same order (one pass), so the n-th header goes with the n-th body; that
-        // order is the primary key's in practice, and the pairs are sorted by seq below when
-        // not. (An `ORDER BY` inside the aggregates would copy every body into a sorter first:
-        // it cost more than the rest of the read.)
-        let fast = sqlx::query(
-            "SELECT r.next_seq, \
-                    group_concat(e.first_seq || ':' || e.count || ':' || e.at || ':' || e.version, \
-                                 ','), \
-                    CAST(group_concat(e.body, char(1)) AS BLOB) \
-             FROM runs r \
-             LEFT JOIN events e ON e.run_id = r.run_id \
-               AND e.first_seq >= (SELECT max(first_seq) FROM events \
-                                   WHERE run_id = ?1 AND first_seq <= ?2) \
-               AND e.first_seq < ?3 \
-             WHERE r.run_id = ?1 GROUP BY r.run_id",
-        )
-        .bind(run.as_str())
-        .bind(seq_arg(from_seq))
-        .bind(seq_arg(window_end))
-        .fetch_optional(&mut *conn)
-        .await;
-        match fast {
-            Ok(None) => return Err(StoreError::not_found("run", run)),
-            Ok(Some(row)) => {
-                let next = u64_col(&row, 0)?;
-                if from_seq > next {
-                    return Err(past_end(run, from_seq, next));
-                }
-                let heads: Option<String> = row.try_get(1).map_err(map_sqlx)?;
-                let bodies: Option<&[u8]> = row.try_get(2).map_err(map_sqlx)?;
-                let (Some(heads), Some(bodies)) = (heads, bodies) else {
-                    return assemble(run, from_seq, window_end, next, std::iter::empty());
-                };
-                let pieces: Vec<&[u8]> = bodies.split(|b| *b == 1).collect();
-                if let Some(heads) = parse_heads(&heads).filter(|h| h.len() == pieces.len()) {
-                    let mut rows: Vec<(Head, &[u8])> = heads.into_iter().zip(pieces).collect();
-                    if !rows.is_sorted_by_key(|(h, _)| h.first) {
-                        rows.sort_unstable_by_key(|(h, _)| h.first);
-                    }
-                    return assemble(run, from_seq, window_end, next, rows.into_iter().map(Ok));
-                }
-                // A corrupt body holding 0x01: find the culprit row by row below.
-            }
-            // Past SQLite's 1 GB string limit (huge payloads): read row by row below.
-            Err(sqlx::Error::Database(db))
-                if db.code().and_then(|c| c.parse::<i32>().ok()) == Some(18) => {}
-            Err(e) => return Err(map_sqlx(e)),
-        }
-        let rows = sqlx::query(
-            "SELECT r.next_seq, e.first_seq, e.count, e.at, e.version, e.body FROM runs r \
-             LEFT JOIN events e ON e.run_id = r.run_id \
-               AND e.first_seq >= (SELECT max(first_seq) FROM events \
-                                   WHERE run_id = ?1 AND first_seq <= ?2) \
-               AND e.first_seq < ?3 \
-             WHERE r.run_id = ?1 \
-             ORDER BY e.first_seq",
-        )
-        .bind(run.as_str())
-        .bind(seq_arg(from_seq))
-        .bind(seq_arg(window_end))
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(map_sqlx)?;
-        drop(conn);
-        let next = match rows.first() {
-            Some(row) => u64_col(row, 0)?,
-            None => return Err(StoreError::not_found("run", run)),
-        };
-        if from_seq > next {
-            return Err(past_end(run, from_seq, next));
-        }
-        let rows = rows.iter().filter_map(|row| match opt_i64(row, 1) {
-            Ok(None) => None,
-            Ok(Some(first)) => Some((|| {
-                let head = Head {
-                    first: first as u64,
-                    count: u64_col(row, 2)?,
-                    at: row.try_get(3).map_err(map_sqlx)?,
-                    version: row.try_get(4).map_err(map_sqlx)?,
-                };
-                let body: &[u8] = row.try_get(5).map_err(map_sqlx)?;
-                Ok((head, body))
-            })()),
-            Err(e) => Some(Err(e)),
-        });
-        assemble(run, from_seq, window_end, next, rows)
+        self.pages.read(run, from_seq, max).await
     }
 
     async fn get_run(&self, run: &RunId) -> Result<RunRecord, StoreError> {
