@@ -47,11 +47,39 @@ pub fn decode_batch(
     bytes: &[u8],
     expected_count: usize,
 ) -> Result<Vec<Event>, StoreError> {
-    let corrupt = |reason: String| StoreError::Corrupt {
+    check_version(run, first_seq, version)?;
+    let mut events = Vec::new();
+    decode_each(run, first_seq, bytes, expected_count, |e| events.push(e))?;
+    Ok(events)
+}
+
+/// [`decode_batch`] without its vector: each event is handed to `each` as it is decoded, so a
+/// reader builds its own page without moving every event once more. On an error, `each` may
+/// have been handed some of the row's events already: the caller drops what it built.
+///
+/// # Errors
+/// As [`decode_batch`].
+pub fn decode_batch_each(
+    run: &RunId,
+    first_seq: u64,
+    version: u16,
+    bytes: &[u8],
+    expected_count: usize,
+    each: impl FnMut(Event),
+) -> Result<(), StoreError> {
+    check_version(run, first_seq, version)?;
+    decode_each(run, first_seq, bytes, expected_count, each)
+}
+
+fn corrupt(run: &RunId, seq: u64, reason: String) -> StoreError {
+    StoreError::Corrupt {
         run: run.clone(),
-        seq: first_seq,
+        seq,
         reason,
-    };
+    }
+}
+
+fn check_version(run: &RunId, first_seq: u64, version: u16) -> Result<(), StoreError> {
     if version > FORMAT_VERSION {
         return Err(StoreError::FormatTooNew {
             run: run.clone(),
@@ -61,19 +89,65 @@ pub fn decode_batch(
         });
     }
     if version < OLDEST_FORMAT_VERSION {
-        return Err(corrupt(format!(
+        return Err(corrupt(run, first_seq, format!(
             "unknown event format version {version}: no eve writes it (this build reads versions {OLDEST_FORMAT_VERSION} to {FORMAT_VERSION})"
         )));
     }
-    let events: Vec<Event> =
-        serde_json::from_slice(bytes).map_err(|e| corrupt(format!("undecodable events: {e}")))?;
-    if events.len() != expected_count {
-        return Err(corrupt(format!(
-            "row holds {} events, its header says {expected_count}",
-            events.len()
-        )));
+    Ok(())
+}
+
+fn decode_each(
+    run: &RunId,
+    first_seq: u64,
+    bytes: &[u8],
+    expected_count: usize,
+    each: impl FnMut(Event),
+) -> Result<(), StoreError> {
+    let undecodable =
+        |e: serde_json::Error| corrupt(run, first_seq, format!("undecodable events: {e}"));
+    // One UTF-8 check of the whole row, not one per string: a `str` reader takes it as given.
+    let text = std::str::from_utf8(bytes)
+        .map_err(|e| corrupt(run, first_seq, format!("undecodable events: {e}")))?;
+    let mut de = serde_json::Deserializer::from_str(text);
+    let count =
+        serde::de::DeserializeSeed::deserialize(Each(each), &mut de).map_err(undecodable)?;
+    de.end().map_err(undecodable)?;
+    if count != expected_count {
+        return Err(corrupt(
+            run,
+            first_seq,
+            format!("row holds {count} events, its header says {expected_count}"),
+        ));
     }
-    Ok(events)
+    Ok(())
+}
+
+/// Deserializes a JSON array of events, handing each to the closure; its value is their count.
+struct Each<F>(F);
+
+impl<'de, F: FnMut(Event)> serde::de::DeserializeSeed<'de> for Each<F> {
+    type Value = usize;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<usize, D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de, F: FnMut(Event)> serde::de::Visitor<'de> for Each<F> {
+    type Value = usize;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON array of events")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(mut self, mut seq: A) -> Result<usize, A::Error> {
+        let mut count = 0;
+        while let Some(event) = seq.next_element::<Event>()? {
+            (self.0)(event);
+            count += 1;
+        }
+        Ok(count)
+    }
 }
 
 #[cfg(test)]

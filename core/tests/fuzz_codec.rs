@@ -295,7 +295,17 @@ proptest! {
 /// where a payload is made and where a row is decoded.
 #[test]
 fn out_of_range_numbers_and_lone_surrogates_are_refused() {
-    for bad in ["1e999", "[-1e400]", r#""\ud800""#, r#"{"a": "x\udfff"}"#] {
+    // Decoding skips the second parse of a payload with no escape, no exponent and no run of
+    // 300 digits: each kind of refusal must still reach it.
+    let digits = "9".repeat(400);
+    for bad in [
+        "1e999",
+        "[-1e400]",
+        "2.5E+999",
+        r#""\ud800""#,
+        r#"{"a": "x\udfff"}"#,
+        &digits,
+    ] {
         assert!(
             Payload::from_json(bad).is_err(),
             "Payload::from_json({bad}) must refuse it"
@@ -313,5 +323,26 @@ fn out_of_range_numbers_and_lone_surrogates_are_refused() {
         "123456789012345678901234567890",
     ] {
         Payload::from_json(good).unwrap_or_else(|e| panic!("{good} is a payload: {e}"));
+    }
+    // What the scan lets through decodes and parses: exponents only ever follow digits, and an
+    // `e` inside a string or a keyword is none.
+    for good in [
+        "true",
+        "[false, 1.5, -2]",
+        r#"{"e": "1e999", "E9": 7}"#,
+        r#""ude800""#,
+        "1e300",
+        &"9".repeat(299),
+    ] {
+        let row = format!(r#"[{{"Progress":{{"cmd":1,"value":{good}}}}}]"#);
+        let events = decode_batch(&RunId::new("r"), 0, FORMAT_VERSION, row.as_bytes(), 1)
+            .unwrap_or_else(|e| panic!("a row holding {good} decodes: {e}"));
+        let Event::Progress { value, .. } = &events[0] else {
+            panic!("a Progress event")
+        };
+        assert_eq!(value.get(), good);
+        value
+            .to_value::<serde_json::Value>()
+            .unwrap_or_else(|e| panic!("{good} parses: {e}"));
     }
 }

@@ -5,7 +5,7 @@
 
 use crate::error::{map_rusqlite, other};
 use crate::seq_arg;
-use eve_core::codec::decode_batch;
+use eve_core::codec::decode_batch_each;
 use eve_core::{RunId, StoreError, StoredEvent, Timestamp};
 use rusqlite::Connection;
 use std::sync::{Arc, Mutex};
@@ -57,7 +57,10 @@ impl PageReads {
             let page = read_page(&conn, &run, from_seq, max);
             // A connection whose statement failed for a backend reason is not kept: the next
             // read opens a fresh one.
-            if !matches!(page, Err(StoreError::Unavailable { .. } | StoreError::Other { .. })) {
+            if !matches!(
+                page,
+                Err(StoreError::Unavailable { .. } | StoreError::Other { .. })
+            ) {
                 this.put(conn);
             }
             page
@@ -75,8 +78,7 @@ impl PageReads {
         // where its `-shm` cannot be written.
         let flags = F::SQLITE_OPEN_READ_WRITE | F::SQLITE_OPEN_URI | F::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(&self.filename, flags).map_err(map_rusqlite)?;
-        conn.busy_timeout(self.busy_timeout)
-            .map_err(map_rusqlite)?;
+        conn.busy_timeout(self.busy_timeout).map_err(map_rusqlite)?;
         conn.execute_batch("PRAGMA query_only = ON;")
             .map_err(map_rusqlite)?;
         Ok(conn)
@@ -187,16 +189,22 @@ impl<'a> Page<'a> {
         }
         self.expect = Some(head.first + head.count);
         let version = u16::try_from(head.version).unwrap_or(u16::MAX);
-        let events = decode_batch(self.run, head.first, version, body, head.count as usize)?;
-        for (event, seq) in events.into_iter().zip(head.first..) {
-            if seq >= self.from_seq && seq < self.end {
-                self.out.push(StoredEvent {
-                    seq,
-                    at: Timestamp(head.at),
-                    event,
-                });
-            }
-        }
+        let (from, end, at) = (self.from_seq, self.end, Timestamp(head.at));
+        let mut seq = head.first;
+        let out = &mut self.out;
+        decode_batch_each(
+            self.run,
+            head.first,
+            version,
+            body,
+            head.count as usize,
+            |event| {
+                if seq >= from && seq < end {
+                    out.push(StoredEvent { seq, at, event });
+                }
+                seq += 1;
+            },
+        )?;
         Ok(())
     }
 
