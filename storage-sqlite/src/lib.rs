@@ -1,5 +1,6 @@
 //! eve-storage-sqlite: [`SqliteStore`], the embedded [`JournalStore`] on one SQLite file (WAL;
-//! writes on one rusqlite connection in a thread of its own, reads on a sqlx pool).
+//! writes on one rusqlite connection in a thread of its own, journal pages on rusqlite
+//! connections of their own, other reads on a sqlx pool).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), eve_core::StoreError> {
@@ -39,18 +40,16 @@
 //! and its owner cleared, in the same transaction. No foreign keys: every write goes through
 //! the writer, which keeps the tables consistent, and a key check per insert would cost time.
 //!
-//! A page read is one statement: SQL aggregates the covering rows into one result row (their
-//! headers, and their bodies joined by a 0x01 byte, which JSON text never holds raw), so a page
-//! pays one row transfer, not one per append; a body that breaks that framing, or a page past
-//! SQLite's 1 GB string limit, is read row by row instead. Reading from a seq inside a row
-//! decodes the row and skips the events before it. A row that
+//! A page read is one statement on a rusqlite connection, run on tokio's blocking threads: its
+//! rows are stepped through one by one and each body is decoded where SQLite holds it, straight
+//! into the page ([`eve_core::codec::decode_batch_each`]), with no copy of the page as a whole.
+//! Reading from a seq inside a row decodes the row and skips the events before it. A row that
 //! does not decode (unknown codec version, bytes that are not the events its header counts) or
 //! a gap between rows is [`StoreError::Corrupt`] naming the run and seq; nothing is changed.
 //!
 //! # Commit protocol
 //!
-//! Each handle runs one **writer thread** owning one connection (rusqlite; the reads below use
-//! sqlx). Every write (create_run, append, answer, deliver_hook, request_cancel,
+//! Each handle runs one **writer thread** owning one connection (rusqlite). Every write (create_run, append, answer, deliver_hook, request_cancel,
 //! resolve_blocked, register/heartbeat/retire, claim, release) is sent to it over a channel. The
 //! writer takes everything queued (up to [`SqliteOptions::max_batch`] ops), opens one
 //! `BEGIN IMMEDIATE` transaction, and runs the ops in arrival order, in place: no channel hop per
@@ -66,8 +65,10 @@
 //! one statement up front (an append's row is re-read when an earlier op of the batch may have
 //! changed it), so a batched append costs its two or three write statements.
 //!
-//! Reads (read, get_run, list_runs, pending_requests, read_session, next_wake) go to a separate
-//! pool and see the last committed state (WAL readers do not block the writer).
+//! Reads (read, get_run, list_runs, pending_requests, read_session, next_wake) go to separate
+//! connections and see the last committed state (WAL readers do not block the writer): journal
+//! pages to up to [`SqliteOptions::read_connections`] kept rusqlite connections, the rest to a
+//! sqlx pool of that size.
 //!
 //! Several handles on one file — in one process or several — are safe: `BEGIN IMMEDIATE` takes
 //! the file's write lock, so their batches serialize, and every precondition (expected seq,
@@ -91,11 +92,12 @@
 //!
 //! # Limits and figures
 //!
-//! Measured on a 2-core machine (other builds running), release build, with
-//! `cargo run --release -p eve-storage-sqlite --example throughput`: 16 runs appending
-//! batches of 16 events concurrently, about 75,000–100,000 events/s under NORMAL and
-//! 58,000–66,000 under FULL; a 10,000-event journal read and decoded from a fresh handle at
-//! about 1,100,000–1,300,000 events/s (the machine was shared with other builds, load 5–7).
+//! Measured with `cargo run --release -p eve-storage-sqlite --example throughput` on a 2-core
+//! machine: 16 runs appending batches of 16 events concurrently, about 75,000–100,000 events/s
+//! under NORMAL and 58,000–66,000 under FULL, and a 10,000-event journal read and decoded from a
+//! fresh handle at about 1,100,000–1,300,000 events/s, with other builds running (load 5–7); on
+//! the same machine idle, one run gave 452,000 and 307,000 events/s and reads at 3,000,000
+//! events/s (row-by-row page reads, December 2026).
 //!
 //! The contract's limits (≤ 100 events and ≤ 4 MiB of payload per append, 4 MiB per payload),
 //! checked before anything is queued. One writer per handle: write throughput is bounded by one
@@ -180,7 +182,8 @@ pub struct SqliteOptions {
     /// How long a write waits for another handle's lock before failing `Unavailable`
     /// (default 5 s).
     pub busy_timeout: Duration,
-    /// Connections in the read pool (default 4).
+    /// Connections for reads (default 4): the sqlx pool's size, and how many journal-page
+    /// connections are kept open between reads.
     pub read_connections: u32,
     /// Most write ops folded into one transaction (default 256).
     pub max_batch: usize,
