@@ -149,7 +149,7 @@ pub async fn backends() -> Vec<Backend> {
     }
     if let Ok(url) = std::env::var("EVE_TEST_POSTGRES_URL") {
         let options = eve_storage_postgres::PostgresOptions {
-            schema: format!("bench_{}", &uuid_like()[..12]),
+            schema: created_schema(format!("bench_{}", &uuid_like()[..12])),
             ..Default::default()
         };
         let store = eve_storage_postgres::PostgresStore::connect_with(&url, options)
@@ -168,12 +168,67 @@ pub async fn backends() -> Vec<Backend> {
         .await
         .expect("DynamoDB at EVE_TEST_DYNAMODB_ENDPOINT");
         store.create_table().await.expect("bench table");
+        let store = Arc::new(store);
+        created().push(Created::Table(store.clone()));
         out.push(Backend {
             name: "dynamodb".into(),
-            store: Arc::new(store),
+            store,
         });
     }
     out
+}
+
+/// What this process made on a server for its measurements, removed by [`drop_created`].
+enum Created {
+    Schema(String),
+    Table(Arc<eve_storage_dynamodb::DynamoStore>),
+}
+
+fn created() -> std::sync::MutexGuard<'static, Vec<Created>> {
+    static CREATED: std::sync::Mutex<Vec<Created>> = std::sync::Mutex::new(Vec::new());
+    CREATED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Records `schema` as made by this process (for [`drop_created`]) and returns it.
+pub fn created_schema(schema: String) -> String {
+    created().push(Created::Schema(schema.clone()));
+    schema
+}
+
+/// Drops the Postgres schemas ([`backends`], [`created_schema`]) and deletes the DynamoDB
+/// tables ([`backends`]) this process made, so repeated bench runs leave nothing behind on the
+/// server. Call it once the measurements are out: a failure is printed, not fatal.
+pub async fn drop_created() {
+    use sqlx::Connection;
+    let made = std::mem::take(&mut *created());
+    let mut pg: Option<sqlx::PgConnection> = None;
+    for m in made {
+        let result = match m {
+            Created::Schema(schema) => {
+                if pg.is_none() {
+                    pg = sqlx::PgConnection::connect(&postgres_url()).await.ok();
+                }
+                match pg.as_mut() {
+                    // The name was made here from hex digits: quoting is enough.
+                    Some(conn) => sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                        "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+                    )))
+                    .execute(&mut *conn)
+                    .await
+                    .map(drop)
+                    .map_err(|e| format!("drop schema {schema}: {e}")),
+                    None => Err(format!("drop schema {schema}: Postgres does not answer")),
+                }
+            }
+            Created::Table(store) => store
+                .delete_table()
+                .await
+                .map_err(|e| format!("delete the bench table: {e}")),
+        };
+        if let Err(e) = result {
+            eprintln!("cleanup: {e}");
+        }
+    }
 }
 
 /// `EVE_TEST_POSTGRES_URL`, else the local server.

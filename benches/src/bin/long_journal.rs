@@ -178,7 +178,10 @@ async fn bench(backend: &str, steps: u64, window: u64, keep: Option<std::path::P
     let tag = RunId::random().as_str()[4..16].to_owned();
     let target = match backend {
         "sqlite-full" => format!("sqlite-full:{}", dir.join("long.db").display()),
-        "postgres" => format!("postgres:lj_{tag}"),
+        "postgres" => format!(
+            "postgres:{}",
+            eve_benches::created_schema(format!("lj_{tag}"))
+        ),
         "dynamodb" => format!("dynamodb:lj_{tag}"),
         other => panic!("unknown backend {other}; use sqlite-full, postgres or dynamodb"),
     };
@@ -306,5 +309,6 @@ fn main() {
             1_000_000
         });
         bench(&cli.backend, steps, cli.window.max(2), cli.dir).await;
+        eve_benches::drop_created().await;
     });
 }

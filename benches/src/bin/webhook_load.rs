@@ -230,4 +230,5 @@ async fn main() {
             r.rate
         );
     }
+    eve_benches::drop_created().await;
 }

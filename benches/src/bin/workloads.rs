@@ -265,7 +265,10 @@ fn fresh_target(backend: &str, dir: &std::path::Path) -> String {
         "sqlite-full" | "sqlite-normal" => {
             format!("{backend}:{}", dir.join(format!("{tag}.db")).display())
         }
-        "postgres" => format!("postgres:wl_{tag}"),
+        "postgres" => format!(
+            "postgres:{}",
+            eve_benches::created_schema(format!("wl_{tag}"))
+        ),
         other => panic!("unknown backend {other}; use sqlite-full, sqlite-normal or postgres"),
     }
 }
@@ -751,5 +754,7 @@ fn main() {
                 recover(proc, run, started).await
             }
         }
+        // The fresh schemas of the measurements above (children and recoveries make none).
+        eve_benches::drop_created().await;
     });
 }
