@@ -104,14 +104,13 @@ fn decode_each(
     each: impl FnMut(Event),
 ) -> Result<(), StoreError> {
     let undecodable =
-        |e: serde_json::Error| corrupt(run, first_seq, format!("undecodable events: {e}"));
+        |e: &dyn std::fmt::Display| corrupt(run, first_seq, format!("undecodable events: {e}"));
     // One UTF-8 check of the whole row, not one per string: a `str` reader takes it as given.
-    let text = std::str::from_utf8(bytes)
-        .map_err(|e| corrupt(run, first_seq, format!("undecodable events: {e}")))?;
+    let text = std::str::from_utf8(bytes).map_err(|e| undecodable(&e))?;
     let mut de = serde_json::Deserializer::from_str(text);
-    let count =
-        serde::de::DeserializeSeed::deserialize(Each(each), &mut de).map_err(undecodable)?;
-    de.end().map_err(undecodable)?;
+    let count = serde::de::DeserializeSeed::deserialize(Each(each), &mut de)
+        .map_err(|e| undecodable(&e))?;
+    de.end().map_err(|e| undecodable(&e))?;
     if count != expected_count {
         return Err(corrupt(
             run,

@@ -187,7 +187,8 @@ impl<'a> Page<'a> {
                 });
             }
         }
-        self.expect = Some(head.first + head.count);
+        // Saturating: a corrupt header's count must fail the checks, not overflow.
+        self.expect = Some(head.first.saturating_add(head.count));
         let version = u16::try_from(head.version).unwrap_or(u16::MAX);
         let (from, end, at) = (self.from_seq, self.end, Timestamp(head.at));
         let mut seq = head.first;
@@ -202,7 +203,7 @@ impl<'a> Page<'a> {
                 if seq >= from && seq < end {
                     out.push(StoredEvent { seq, at, event });
                 }
-                seq += 1;
+                seq = seq.saturating_add(1);
             },
         )?;
         Ok(())
