@@ -67,8 +67,8 @@
 //!
 //! Reads (read, get_run, list_runs, pending_requests, read_session, next_wake) go to separate
 //! connections and see the last committed state (WAL readers do not block the writer): journal
-//! pages to up to [`SqliteOptions::read_connections`] kept rusqlite connections, the rest to a
-//! sqlx pool of that size.
+//! pages to at most [`SqliteOptions::read_connections`] kept rusqlite connections at once, the
+//! rest to a sqlx pool of that size.
 //!
 //! Several handles on one file — in one process or several — are safe: `BEGIN IMMEDIATE` takes
 //! the file's write lock, so their batches serialize, and every precondition (expected seq,
@@ -182,8 +182,8 @@ pub struct SqliteOptions {
     /// How long a write waits for another handle's lock before failing `Unavailable`
     /// (default 5 s).
     pub busy_timeout: Duration,
-    /// Connections for reads (default 4): the sqlx pool's size, and how many journal-page
-    /// connections are kept open between reads.
+    /// Connections for reads (default 4): the sqlx pool's size, and the journal-page reads
+    /// that run at once (each on a connection kept open between reads).
     pub read_connections: u32,
     /// Most write ops folded into one transaction (default 256).
     pub max_batch: usize,

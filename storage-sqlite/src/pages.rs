@@ -10,6 +10,7 @@ use eve_core::{RunId, StoreError, StoredEvent, Timestamp};
 use rusqlite::Connection;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::Semaphore;
 
 /// The run's next seq and the rows covering `[?2, ?3)`: one statement, so both come from one
 /// snapshot. The rows come in primary-key order (no sorter: the plan searches
@@ -22,23 +23,24 @@ const PAGE: &str = "SELECT r.next_seq, e.first_seq, e.count, e.at, e.version, e.
      WHERE r.run_id = ?1 \
      ORDER BY e.first_seq";
 
-/// A pool of read connections to one database file, opened on first use and kept for reuse.
+/// A pool of read connections to one database file, opened on first use and kept for reuse;
+/// at most `size` reads run at once (the others wait their turn), so a burst of activations
+/// neither opens a connection (three file descriptors) each nor takes a blocking thread each.
 #[derive(Debug)]
 pub(crate) struct PageReads {
     filename: String,
     busy_timeout: Duration,
     idle: Mutex<Vec<Connection>>,
-    /// Most idle connections kept; more are opened when more reads run at once.
-    keep: usize,
+    permits: Arc<Semaphore>,
 }
 
 impl PageReads {
-    pub(crate) fn new(filename: String, busy_timeout: Duration, keep: usize) -> Self {
+    pub(crate) fn new(filename: String, busy_timeout: Duration, size: usize) -> Self {
         Self {
             filename,
             busy_timeout,
             idle: Mutex::new(Vec::new()),
-            keep: keep.max(1),
+            permits: Arc::new(Semaphore::new(size.max(1))),
         }
     }
 
@@ -50,9 +52,17 @@ impl PageReads {
         from_seq: u64,
         max: usize,
     ) -> Result<Vec<StoredEvent>, StoreError> {
+        let permit = self
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| other(format!("the journal read pool is closed: {e}")))?;
         let this = self.clone();
         let run = run.clone();
         tokio::task::spawn_blocking(move || {
+            // Held until the read is done, even when the caller stops waiting for it.
+            let _permit = permit;
             let conn = this.take()?;
             let page = read_page(&conn, &run, from_seq, max);
             // A connection whose statement failed for a backend reason is not kept: the next
@@ -85,10 +95,11 @@ impl PageReads {
     }
 
     fn put(&self, conn: Connection) {
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        if idle.len() < self.keep {
-            idle.push(conn);
-        }
+        // At most one connection per permit is ever open, so every one is kept.
+        self.idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(conn);
     }
 }
 
@@ -230,4 +241,51 @@ impl<'a> Page<'a> {
 /// A seq or count column (never negative as written; a negative one fails the checks after).
 fn u64_of(v: i64) -> u64 {
     v as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A burst of reads runs at most `size` at a time, so it never opens more connections: the
+    /// pool's idle list is held while 32 reads start, so without the bound each would find it
+    /// empty and open a connection of its own.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    // Held on purpose: only the blocking read threads wait for it, never a runtime thread.
+    #[allow(clippy::await_holding_lock)]
+    async fn a_burst_of_reads_shares_size_connections() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("journal.db");
+        let _store = crate::SqliteStore::open(&path).await.expect("open");
+        let reads = Arc::new(PageReads::new(
+            path.to_string_lossy().into_owned(),
+            Duration::from_secs(5),
+            2,
+        ));
+        let held = reads.idle.lock().expect("idle");
+        let burst: Vec<_> = (0..32)
+            .map(|_| {
+                let reads = reads.clone();
+                tokio::spawn(async move { reads.read(&RunId::new("absent"), 0, 10).await })
+            })
+            .collect();
+        // Both permits taken: two reads wait for the idle list, thirty for a permit.
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while reads.permits.available_permits() > 0 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await
+        .expect("the reads take every permit");
+        drop(held);
+        for read in burst {
+            let answer = read.await.expect("read task");
+            assert!(
+                matches!(answer, Err(StoreError::NotFound { .. })),
+                "{answer:?}"
+            );
+        }
+        let open = reads.idle.lock().expect("idle").len();
+        assert!((1..=2).contains(&open), "{open} connections kept");
+    }
 }
