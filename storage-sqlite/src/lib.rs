@@ -49,8 +49,9 @@
 //!
 //! # Commit protocol
 //!
-//! Each handle runs one **writer thread** owning one connection (rusqlite). Every write (create_run, append, answer, deliver_hook, request_cancel,
-//! resolve_blocked, register/heartbeat/retire, claim, release) is sent to it over a channel. The
+//! Each handle runs one **writer thread** owning one connection (rusqlite). Every write
+//! (create_run, append, answer, deliver_hook, request_cancel, resolve_blocked,
+//! register/heartbeat/retire, claim, release) is sent to it over a channel. The
 //! writer takes everything queued (up to [`SqliteOptions::max_batch`] ops), opens one
 //! `BEGIN IMMEDIATE` transaction, and runs the ops in arrival order, in place: no channel hop per
 //! statement. Each op first checks all its preconditions with reads inside that transaction and
