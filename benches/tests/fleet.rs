@@ -3,8 +3,8 @@
 //! (`EVE_TEST_DYNAMODB_ENDPOINT`), each skipped with a printed reason when its variable is unset.
 //!
 //! 30 runs of 5 steps (100 ms each), 10 runs active per process (so each process claims its
-//! 10 at once and nothing stays queued), leases of 2 s; the process holding the most runs is
-//! killed once half of all steps were recorded. The survivors' own runs end before the lease
+//! 10 at once and nothing stays queued), leases of 2 s; the process holding the most runs (of
+//! those that recorded a step in them) is killed once half of all steps were recorded. The survivors' own runs end before the lease
 //! lapses, so they have free slots for the orphaned runs (claims take runs in claim-key order:
 //! with a queue of older runs, orphans would wait behind it; and a DynamoDB claim takes its
 //! runs one conditional write after another, so it is kept to 10). Checked here from the

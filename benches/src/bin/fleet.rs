@@ -6,7 +6,8 @@
 //! appends `run step worker ms` to its process's execution log, then returns the worker id, so the
 //! journal says who recorded each step and the logs say who executed it), tells the processes to
 //! go, optionally SIGKILLs (a real `kill -9`) the process holding the most runs once a fraction
-//! of all steps was recorded, waits until every run ended, and checks from the journals and the
+//! of all steps was recorded (among the processes that recorded a step in the runs they hold:
+//! one that started late and recorded nothing yet is not the one killed), waits until every run ended, and checks from the journals and the
 //! logs that:
 //!
 //! - every run completed, with exactly one `RunCompleted`, and each of its S steps recorded
@@ -436,16 +437,25 @@ async fn fleet(args: &FleetArgs) -> serde_json::Value {
                 .sum::<u64>();
         if let (Some(frac), None) = (args.kill_at, &kill) {
             if done as f64 >= frac * args.runs as f64 * f64::from(args.steps) {
-                // The process holding the most runs.
-                let mut held: HashMap<&str, usize> = HashMap::new();
+                // The process holding the most runs, among those that recorded a step in
+                // them: a process that started late (a slow first request) and recorded
+                // nothing yet would make a kill that tests no recorded work. None yet: wait.
+                let mut held: HashMap<&str, (u64, usize)> = HashMap::new();
                 for r in &left {
                     if let Some((w, _)) = &r.owner {
-                        *held.entry(w.as_str()).or_default() += 1;
+                        let h = held.entry(w.as_str()).or_default();
+                        h.0 += r.next_seq.saturating_sub(1);
+                        h.1 += 1;
                     }
                 }
-                let k = (0..procs.len())
-                    .max_by_key(|&k| held.get(procs[k].id.as_str()).copied().unwrap_or(0))
-                    .expect("a process");
+                let Some(k) = (0..procs.len())
+                    .filter_map(|k| held.get(procs[k].id.as_str()).map(|h| (k, *h)))
+                    .filter(|(_, (recorded, _))| *recorded > 0)
+                    .max_by_key(|(_, (_, runs))| *runs)
+                    .map(|(k, _)| k)
+                else {
+                    continue;
+                };
                 let p = &mut procs[k];
                 let cpu_s = cpu_of(p);
                 let at = Timestamp::now();
@@ -666,6 +676,9 @@ async fn check(
                 )),
             }
         }
+    }
+    if args.kill_at.is_some() && kill.is_none() {
+        bad.push("a kill was asked for, but no process held a run it had recorded steps in".into());
     }
     if kill.is_some_and(|k| k.orphaned.is_empty()) {
         bad.push("the killed process held no running run: nothing moved".into());
