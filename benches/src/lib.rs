@@ -199,35 +199,44 @@ pub fn created_schema(schema: String) -> String {
 /// tables ([`backends`]) this process made, so repeated bench runs leave nothing behind on the
 /// server. Call it once the measurements are out: a failure is printed, not fatal.
 pub async fn drop_created() {
-    use sqlx::Connection;
     let made = std::mem::take(&mut *created());
-    let mut pg: Option<sqlx::PgConnection> = None;
     for m in made {
         let result = match m {
             Created::Schema(schema) => {
-                if pg.is_none() {
-                    pg = sqlx::PgConnection::connect(&postgres_url()).await.ok();
-                }
-                match pg.as_mut() {
-                    // The name was made here from hex digits: quoting is enough.
-                    Some(conn) => sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                        "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
-                    )))
-                    .execute(&mut *conn)
-                    .await
-                    .map(drop)
-                    .map_err(|e| format!("drop schema {schema}: {e}")),
-                    None => Err(format!("drop schema {schema}: Postgres does not answer")),
-                }
+                eve_storage_postgres::drop_schema(&postgres_url(), &schema).await
             }
-            Created::Table(store) => store
-                .delete_table()
-                .await
-                .map_err(|e| format!("delete the bench table: {e}")),
+            Created::Table(store) => store.delete_table().await,
         };
         if let Err(e) = result {
             eprintln!("cleanup: {e}");
         }
+    }
+}
+
+/// Removes what `target` names on its server: the schema of `postgres:SCHEMA` (at
+/// `EVE_TEST_POSTGRES_URL`), the table of `dynamodb:TABLE` (at `EVE_TEST_DYNAMODB_ENDPOINT`);
+/// a SQLite file is left to its temp directory. For the tests and the `fleet` binary, which
+/// name their targets themselves and check the journals before removing them. A failure is
+/// printed, not fatal.
+pub async fn drop_target(target: &str) {
+    let result = match target.split_once(':') {
+        Some(("postgres", schema)) => {
+            eve_storage_postgres::drop_schema(&postgres_url(), schema).await
+        }
+        Some(("dynamodb", table)) => match std::env::var("EVE_TEST_DYNAMODB_ENDPOINT") {
+            Ok(endpoint) => {
+                let config = eve_storage_dynamodb::DynamoConfig::local(endpoint, table);
+                match eve_storage_dynamodb::DynamoStore::connect(config).await {
+                    Ok(store) => store.delete_table().await,
+                    Err(e) => Err(e),
+                }
+            }
+            Err(_) => Ok(()),
+        },
+        _ => Ok(()),
+    };
+    if let Err(e) = result {
+        eprintln!("cleanup of {target}: {e}");
     }
 }
 

@@ -56,7 +56,13 @@ async fn fleet_with_a_kill(backend: &str) {
         .args(["run", "--backend", backend, "--procs", "3"])
         .args(["--runs", &RUNS.to_string(), "--steps", &STEPS.to_string()])
         .args(["--delay-ms", "100", "--max-active", "10"])
-        .args(["--lease-ms", &LEASE_MS.to_string(), "--kill-at", "0.5"])
+        .args([
+            "--lease-ms",
+            &LEASE_MS.to_string(),
+            "--kill-at",
+            "0.5",
+            "--keep",
+        ])
         .arg("--dir")
         .arg(dir.path())
         .output()
@@ -113,7 +119,8 @@ async fn fleet_with_a_kill(backend: &str) {
         }
     }
 
-    let store = open(report["target"].as_str().expect("target")).await;
+    let target = report["target"].as_str().expect("target");
+    let store = open(target).await;
     let runs = store
         .list_runs(&eve_core::RunQuery::default())
         .await
@@ -205,6 +212,8 @@ async fn fleet_with_a_kill(backend: &str) {
         Some(reexecuted as u64),
         "{backend}: the driver counted the same re-executions"
     );
+    // Checked: the schema or table goes (a failed check above leaves it to look at).
+    eve_benches::drop_target(target).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -118,6 +118,7 @@ async fn sigkill_mid_run_then_restart_takes_the_run_back_at_once() {
             "{target}: the restarted process waited {took:?}: it must take the run back at once, \
              not when the dead process's 60 s lease expires"
         );
+        eve_benches::drop_target(&target).await;
     }
 }
 
@@ -164,5 +165,6 @@ async fn two_processes_with_one_worker_id_the_second_is_refused() {
             String::from_utf8_lossy(&a.stderr)
         );
         recorded_once(&*store, &run, 100).await;
+        eve_benches::drop_target(&target).await;
     }
 }

@@ -93,21 +93,11 @@ impl UrlFactory {
             StoreUrl::Sqlite { .. } => {}
             #[cfg(feature = "postgres")]
             StoreUrl::Postgres { url, .. } => {
-                use sqlx::Connection;
-                let mut conn = sqlx::PgConnection::connect(url)
-                    .await
-                    .map_err(|e| other("postgres", e))?;
                 for schema in made {
-                    // The name was generated here from hex digits: quoting is enough.
-                    let sql = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
-                    if let Err(e) = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-                        .execute(&mut conn)
-                        .await
-                    {
-                        first_err.get_or_insert(other("postgres", e));
+                    if let Err(e) = eve_storage_postgres::drop_schema(url, &schema).await {
+                        first_err.get_or_insert(e);
                     }
                 }
-                let _ = conn.close().await;
             }
             #[cfg(feature = "dynamodb")]
             StoreUrl::Dynamo { .. } => {

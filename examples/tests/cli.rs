@@ -934,6 +934,9 @@ async fn a_second_serve_with_the_same_worker_id_refuses_on_postgres() {
     let schema = format!("lock_{}", &RunId::random().as_str()[4..16]);
     let sep = if base.contains('?') { '&' } else { '?' };
     second_serve_refuses(dir.path(), &format!("{base}{sep}schema={schema}")).await;
+    eve_storage_postgres::drop_schema(&base, &schema)
+        .await
+        .expect("drop the test's schema");
 }
 
 /// A second `eve serve` on the store at `url` with the same (default) worker id refuses to

@@ -58,13 +58,7 @@ impl PostgresStore {
     /// answer within `connect_timeout`.
     pub async fn connect_with(url: &str, options: PostgresOptions) -> Result<Self, StoreError> {
         crate::schema::validate_schema(&options.schema)?;
-        let connect = PgConnectOptions::from_str(url)
-            .map_err(|e| {
-                StoreError::InvalidInput(format!(
-                    "PostgreSQL URL is malformed: {e}; expected postgres://user@host:port/database"
-                ))
-            })?
-            .application_name(&options.application_name);
+        let connect = parse_url(url)?.application_name(&options.application_name);
         let (host, port) = (connect.get_host().to_owned(), connect.get_port());
         let refused = |e: String| {
             StoreError::Unavailable {
@@ -158,6 +152,15 @@ fn store_id(o: &PgConnectOptions, schema: &str) -> String {
     // Without a database name Postgres uses the user's name.
     let database = o.get_database().unwrap_or(o.get_username());
     format!("postgres://{host}:{}/{database}#{schema}", o.get_port())
+}
+
+/// `url` as connect options, or `InvalidInput` saying what a URL looks like.
+pub(crate) fn parse_url(url: &str) -> Result<PgConnectOptions, StoreError> {
+    PgConnectOptions::from_str(url).map_err(|e| {
+        StoreError::InvalidInput(format!(
+            "PostgreSQL URL is malformed: {e}; expected postgres://user@host:port/database"
+        ))
+    })
 }
 
 #[cfg(test)]

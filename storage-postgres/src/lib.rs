@@ -209,7 +209,7 @@ mod worker_lock;
 use commit::Job;
 pub use config::PostgresOptions;
 use error::{map_err, BACKEND};
-pub use schema::SCHEMA_VERSION;
+pub use schema::{drop_schema, SCHEMA_VERSION};
 use wake::Listener;
 pub use wake::Wakeups;
 

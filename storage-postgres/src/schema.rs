@@ -28,6 +28,31 @@ pub(crate) fn validate_schema(schema: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Drops schema `schema` on the server at `url` with everything in it (`DROP SCHEMA IF EXISTS
+/// … CASCADE`), over a connection of its own: what a test or a benchmark that made a fresh
+/// schema calls so that it leaves nothing behind. A schema that does not exist is no error. A
+/// store still open on the schema fails its next statement.
+///
+/// # Errors
+/// `InvalidInput` for a malformed URL or a schema name a store would refuse; `Unavailable` when
+/// the server does not answer; the server's error for the statement.
+pub async fn drop_schema(url: &str, schema: &str) -> Result<(), StoreError> {
+    use sqlx::Connection;
+    validate_schema(schema)?;
+    let mut conn = sqlx::PgConnection::connect_with(&crate::config::parse_url(url)?)
+        .await
+        .map_err(map_err)?;
+    // Validated above: a plain lowercase identifier, so quoting it is enough.
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+    )))
+    .execute(&mut conn)
+    .await
+    .map_err(map_err)?;
+    let _ = conn.close().await;
+    Ok(())
+}
+
 /// The migrations, in order. `{s}` stands for the quoted schema. Never edit a released one:
 /// add a new version.
 const MIGRATIONS: &[(i32, &str, &str)] = &[

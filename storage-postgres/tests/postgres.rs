@@ -14,7 +14,7 @@ use eve_core::{
     DeploymentId, Event, InputResponse, JournalStore, Lease, RunId, SessionId, StoreError,
     Timestamp, WatchKey, WorkerId,
 };
-use eve_storage_postgres::{PostgresOptions, PostgresStore, SCHEMA_VERSION};
+use eve_storage_postgres::{drop_schema, PostgresOptions, PostgresStore, SCHEMA_VERSION};
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -170,6 +170,50 @@ async fn migrations_rerun_and_schema_names_are_checked() {
         }
     }
     match PostgresStore::connect("not a url").await {
+        Err(StoreError::InvalidInput(m)) => assert!(m.contains("URL"), "{m}"),
+        other => panic!("expected InvalidInput for a bad URL, got {other:?}"),
+    }
+}
+
+async fn schema_exists(conn: &mut PgConnection, schema: &str) -> bool {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
+        .bind(schema)
+        .fetch_one(conn)
+        .await
+        .expect("pg_namespace")
+}
+
+/// `drop_schema` removes a store's schema with its runs, is a no-op the second time, and
+/// refuses a name a store would refuse without touching the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_schema_removes_a_schema_and_everything_in_it() {
+    let Some(url) = url_or_skip("drop_schema_removes_a_schema_and_everything_in_it") else {
+        return;
+    };
+    let s = random_schema();
+    let store = PostgresStore::connect_with(&url, options(&s))
+        .await
+        .expect("connect");
+    store.create_run(new_run("d"), at(0)).await.expect("create");
+    let mut conn = raw(&url).await;
+    assert!(
+        schema_exists(&mut conn, &s).await,
+        "the store made its schema"
+    );
+    drop_schema(&url, &s).await.expect("drop");
+    assert!(!schema_exists(&mut conn, &s).await, "the schema is gone");
+    drop_schema(&url, &s)
+        .await
+        .expect("a second drop is a no-op");
+    match store.create_run(new_run("e"), at(1)).await {
+        Err(StoreError::Other { .. }) => {}
+        other => panic!("a store on a dropped schema must fail its next call, got {other:?}"),
+    }
+    match drop_schema(&url, "public; DROP TABLE x").await {
+        Err(StoreError::InvalidInput(m)) => assert!(m.contains("schema"), "{m}"),
+        other => panic!("expected InvalidInput for a bad name, got {other:?}"),
+    }
+    match drop_schema("not a url", &s).await {
         Err(StoreError::InvalidInput(m)) => assert!(m.contains("URL"), "{m}"),
         other => panic!("expected InvalidInput for a bad URL, got {other:?}"),
     }

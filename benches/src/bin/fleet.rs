@@ -143,6 +143,10 @@ struct FleetArgs {
     /// Where the execution logs go (default: a temp dir removed at the end).
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Leave the schema or table on the server (the fleet test reads the journals after the
+    /// run). Without it, it is removed at the end unless a check failed.
+    #[arg(long)]
+    keep: bool,
 }
 
 #[derive(Subcommand)]
@@ -520,6 +524,9 @@ async fn fleet(args: &FleetArgs) -> serde_json::Value {
     let steps = args.runs as f64 * f64::from(args.steps);
     let wall_s = wall.as_secs_f64();
     let machine_busy = (busy1 - busy0) / (total1 - total0).max(1e-9);
+    if !args.keep && violations.is_empty() {
+        eve_benches::drop_target(&target).await;
+    }
     serde_json::json!({
         "workload": "fleet", "backend": args.backend, "procs": args.procs, "runs": args.runs,
         "steps_per_run": args.steps, "lease_ms": args.lease_ms, "max_active": args.max_active,
@@ -811,6 +818,7 @@ fn main() {
                             delay_ms: 0,
                             kill_at: None,
                             dir: None,
+                            keep: false,
                         };
                         let report = fleet(&args).await;
                         println!("{report}");

@@ -129,16 +129,8 @@ impl Drop for PgFactory {
                 .build()
                 .expect("cleanup runtime");
             rt.block_on(async move {
-                use sqlx::Connection;
-                let Ok(mut conn) = sqlx::PgConnection::connect(&url).await else {
-                    return;
-                };
                 for s in schemas {
-                    let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                        "DROP SCHEMA IF EXISTS \"{s}\" CASCADE"
-                    )))
-                    .execute(&mut conn)
-                    .await;
+                    let _ = eve_storage_postgres::drop_schema(&url, &s).await;
                 }
             });
         })
