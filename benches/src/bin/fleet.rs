@@ -7,8 +7,8 @@
 //! journal says who recorded each step and the logs say who executed it), tells the processes to
 //! go, optionally SIGKILLs (a real `kill -9`) the process holding the most runs once a fraction
 //! of all steps was recorded (among the processes that recorded a step in the runs they hold:
-//! one that started late and recorded nothing yet is not the one killed), waits until every run ended, and checks from the journals and the
-//! logs that:
+//! one that started late and recorded nothing yet is not the one killed), waits until every run
+//! ended, and checks from the journals and the logs that:
 //!
 //! - every run completed, with exactly one `RunCompleted`, and each of its S steps recorded
 //!   exactly once;
