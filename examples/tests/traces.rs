@@ -314,14 +314,26 @@ async fn one_trace_across_a_kill_and_restart() {
     }
     assert_eq!(root.start_time_unix_nano, nanos(journal[0].at));
     assert_eq!(root.end_time_unix_nano, nanos(journal.last().unwrap().at));
-    // The retried attempt says so, with its delay.
+    // The retried attempt says so, with its delay: from the failure's record to the retry's
+    // due time, as journaled. The engine sets `retry_at` to 200 ms after the attempt ended and
+    // the append stamps the event a moment later, so it is at most 200 ms.
     let failed = all
         .iter()
         .find(|s| s.name == "step push_image" && attr(s, "eve.step.retry_delay_ms").is_some())
         .expect("the failed attempt");
+    let journaled = journal
+        .iter()
+        .find_map(|e| match &e.event {
+            Event::StepFailed {
+                retry_at: Some(r), ..
+            } => Some(r.millis() - e.at.millis()),
+            _ => None,
+        })
+        .expect("the failed attempt in the journal");
+    assert!(0 < journaled && journaled <= 200, "{journaled} ms");
     assert_eq!(
         attr(failed, "eve.step.retry_delay_ms"),
-        Some(&AnyValue::IntValue(200))
+        Some(&AnyValue::IntValue(journaled))
     );
     assert_eq!(
         attr(failed, "eve.step.outcome"),
