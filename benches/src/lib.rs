@@ -160,13 +160,11 @@ pub async fn backends() -> Vec<Backend> {
             store: Arc::new(store),
         });
     }
-    if let Ok(endpoint) = std::env::var("EVE_TEST_DYNAMODB_ENDPOINT") {
+    if std::env::var("EVE_TEST_DYNAMODB_ENDPOINT").is_ok() {
         let table = format!("bench_{}", &uuid_like()[..12]);
-        let store = eve_storage_dynamodb::DynamoStore::connect(
-            eve_storage_dynamodb::DynamoConfig::local(endpoint, table),
-        )
-        .await
-        .expect("DynamoDB at EVE_TEST_DYNAMODB_ENDPOINT");
+        let store = dynamodb_local(&table)
+            .await
+            .expect("DynamoDB at EVE_TEST_DYNAMODB_ENDPOINT");
         store.create_table().await.expect("bench table");
         let store = Arc::new(store);
         created().push(Created::Table(store.clone()));
@@ -223,15 +221,9 @@ pub async fn drop_target(target: &str) {
         Some(("postgres", schema)) => {
             eve_storage_postgres::drop_schema(&postgres_url(), schema).await
         }
-        Some(("dynamodb", table)) => match std::env::var("EVE_TEST_DYNAMODB_ENDPOINT") {
-            Ok(endpoint) => {
-                let config = eve_storage_dynamodb::DynamoConfig::local(endpoint, table);
-                match eve_storage_dynamodb::DynamoStore::connect(config).await {
-                    Ok(store) => store.delete_table().await,
-                    Err(e) => Err(e),
-                }
-            }
-            Err(_) => Ok(()),
+        Some(("dynamodb", table)) => match dynamodb_local(table).await {
+            Ok(store) => store.delete_table().await,
+            Err(e) => Err(e),
         },
         _ => Ok(()),
     };
@@ -246,9 +238,46 @@ fn postgres_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
-/// Opens a store named `sqlite-full:PATH`, `sqlite-normal:PATH` or `postgres:SCHEMA` (at
-/// `EVE_TEST_POSTGRES_URL`, by default the local server): the targets of the `workloads`
-/// binary's processes and of the restart tests.
+/// Table `table` on DynamoDB Local at `EVE_TEST_DYNAMODB_ENDPOINT` (not created here).
+///
+/// # Errors
+/// `InvalidInput` when the variable is unset; what connecting returns.
+async fn dynamodb_local(
+    table: &str,
+) -> Result<eve_storage_dynamodb::DynamoStore, eve_core::StoreError> {
+    let endpoint = std::env::var("EVE_TEST_DYNAMODB_ENDPOINT").map_err(|_| {
+        eve_core::StoreError::InvalidInput(
+            "set EVE_TEST_DYNAMODB_ENDPOINT (e.g. http://127.0.0.1:8000) for DynamoDB".into(),
+        )
+    })?;
+    eve_storage_dynamodb::DynamoStore::connect(eve_storage_dynamodb::DynamoConfig::local(
+        endpoint, table,
+    ))
+    .await
+}
+
+/// Like [`open_target`], for a target that does not exist yet: a `dynamodb:TABLE` target's
+/// table is created (the other kinds create their file or schema on open).
+///
+/// # Panics
+/// As [`open_target`], and when the table cannot be created.
+pub async fn open_new_target(target: &str) -> Arc<dyn JournalStore> {
+    match target.split_once(':') {
+        Some(("dynamodb", table)) => {
+            let store = dynamodb_local(table)
+                .await
+                .expect("DynamoDB at EVE_TEST_DYNAMODB_ENDPOINT");
+            store.create_table().await.expect("create the table");
+            Arc::new(store)
+        }
+        _ => open_target(target).await,
+    }
+}
+
+/// Opens a store named `sqlite-full:PATH`, `sqlite-normal:PATH`, `postgres:SCHEMA` (at
+/// `EVE_TEST_POSTGRES_URL`, by default the local server) or `dynamodb:TABLE` (an existing table
+/// at `EVE_TEST_DYNAMODB_ENDPOINT`): the targets of the bench binaries' processes and of the
+/// restart and fleet tests.
 ///
 /// # Panics
 /// On an unknown kind, or when the store cannot be opened.
@@ -285,6 +314,11 @@ pub async fn open_target(target: &str) -> Arc<dyn JournalStore> {
                     .expect("Postgres at EVE_TEST_POSTGRES_URL"),
             )
         }
+        "dynamodb" => Arc::new(
+            dynamodb_local(rest)
+                .await
+                .expect("DynamoDB at EVE_TEST_DYNAMODB_ENDPOINT"),
+        ),
         other => panic!("unknown target kind {other}"),
     }
 }

@@ -4,12 +4,12 @@
 //!
 //! 30 runs of 5 steps (100 ms each), 10 runs active per process (so each process claims its
 //! 10 at once and nothing stays queued), leases of 2 s; the process holding the most runs (of
-//! those that recorded a step in them) is killed once half of all steps were recorded. The survivors' own runs end before the lease
-//! lapses, so they have free slots for the orphaned runs (claims take runs in claim-key order:
-//! with a queue of older runs, orphans would wait behind it; and a DynamoDB claim takes its
-//! runs one conditional write after another, so it is kept to 10). Checked here from the
-//! journals and the processes' execution logs (one line per step execution, written before the
-//! step's work):
+//! those that recorded a step in them) is killed once half of all steps were recorded. The
+//! survivors' own runs end before the lease lapses, so they have free slots for the orphaned
+//! runs (claims take runs in claim-key order: with a queue of older runs, orphans would wait
+//! behind it; and a DynamoDB claim takes its runs one conditional write after another, so it
+//! is kept to 10). Checked here from the journals and the processes' execution logs (one line
+//! per step execution, written before the step's work):
 //!
 //! - every run completed, with one `RunCompleted`, and each step recorded exactly once, by a
 //!   process that executed it;
@@ -20,10 +20,9 @@
 //! - every run the killed process held was moved: another process started executing its steps
 //!   within the lease + 1 s (3 s) of the kill.
 
-use eve_core::{Event, JournalStore, JournalStoreExt, RunId, RunStatus};
+use eve_core::{Event, JournalStoreExt, RunId, RunStatus};
 use std::collections::HashMap;
 use std::process::Command;
-use std::sync::Arc;
 
 const EXE: &str = env!("CARGO_BIN_EXE_fleet");
 const RUNS: usize = 30;
@@ -32,22 +31,6 @@ const LEASE_MS: i64 = 2000;
 
 /// One fleet at a time: two at once on a small CI machine would starve each other's heartbeats.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-async fn open(target: &str) -> Arc<dyn JournalStore> {
-    match target.split_once(':') {
-        Some(("dynamodb", table)) => {
-            let endpoint = std::env::var("EVE_TEST_DYNAMODB_ENDPOINT").expect("endpoint");
-            Arc::new(
-                eve_storage_dynamodb::DynamoStore::connect(
-                    eve_storage_dynamodb::DynamoConfig::local(endpoint, table),
-                )
-                .await
-                .expect("DynamoDB Local"),
-            )
-        }
-        _ => eve_benches::open_target(target).await,
-    }
-}
 
 async fn fleet_with_a_kill(backend: &str) {
     let _one = ONE_AT_A_TIME.lock().await;
@@ -120,7 +103,7 @@ async fn fleet_with_a_kill(backend: &str) {
     }
 
     let target = report["target"].as_str().expect("target");
-    let store = open(target).await;
+    let store = eve_benches::open_target(target).await;
     let runs = store
         .list_runs(&eve_core::RunQuery::default())
         .await

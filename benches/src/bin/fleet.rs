@@ -189,27 +189,6 @@ enum Command {
     },
 }
 
-/// Opens `postgres:SCHEMA` (at `EVE_TEST_POSTGRES_URL`) or `dynamodb:TABLE` (at
-/// `EVE_TEST_DYNAMODB_ENDPOINT`); `fresh` creates the DynamoDB table.
-async fn open(target: &str, fresh: bool) -> Arc<dyn JournalStore> {
-    match target.split_once(':') {
-        Some(("dynamodb", table)) => {
-            let endpoint = std::env::var("EVE_TEST_DYNAMODB_ENDPOINT")
-                .expect("EVE_TEST_DYNAMODB_ENDPOINT (e.g. http://127.0.0.1:8000)");
-            let store = eve_storage_dynamodb::DynamoStore::connect(
-                eve_storage_dynamodb::DynamoConfig::local(endpoint, table),
-            )
-            .await
-            .expect("DynamoDB at EVE_TEST_DYNAMODB_ENDPOINT");
-            if fresh {
-                store.create_table().await.expect("create the fleet table");
-            }
-            Arc::new(store)
-        }
-        _ => eve_benches::open_target(target).await,
-    }
-}
-
 /// CPU seconds (user + system) of process `pid` so far; 0 when it is gone.
 fn proc_cpu(pid: &str) -> f64 {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
@@ -340,7 +319,7 @@ async fn fleet(args: &FleetArgs) -> serde_json::Value {
         "dynamodb" => (format!("dynamodb:fleet_{tag}"), "java"),
         other => panic!("unknown backend {other}; use postgres or dynamodb"),
     };
-    let store = open(&target, true).await;
+    let store = eve_benches::open_new_target(&target).await;
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = args.dir.clone().unwrap_or_else(|| tmp.path().to_owned());
     std::fs::create_dir_all(&dir).expect("log dir");
@@ -724,7 +703,7 @@ async fn worker_process(
         .expect("open the execution log");
     EXEC_LOG.set(log).expect("one log");
     WORKER.set(id.clone()).expect("one worker id");
-    let store = open(&target, false).await;
+    let store = eve_benches::open_target(&target).await;
     let config = WorkerConfig {
         id: Some(WorkerId::new(id)),
         lease_ttl: Duration::from_millis(lease_ms),

@@ -26,7 +26,7 @@ use eve_core::engine::{
     define_workflow_tool, resume_hook, tool_call_run, ActivationEnd, Clock, Registry, SystemClock,
     Worker, WorkerConfig, WorkflowCtx, WorkflowError, WorkflowTool,
 };
-use eve_core::{workflow, CallId, JournalStore, RunId, SessionId, WorkerId};
+use eve_core::{workflow, CallId, RunId, SessionId, WorkerId};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -115,27 +115,6 @@ struct Cli {
     run: Option<String>,
 }
 
-/// Opens `KIND:WHERE` (`sqlite-full:PATH`, `postgres:SCHEMA`, `dynamodb:TABLE`); `create`
-/// makes the DynamoDB table.
-async fn open(target: &str, create: bool) -> Arc<dyn JournalStore> {
-    match target.split_once(':') {
-        Some(("dynamodb", table)) => {
-            let endpoint = std::env::var("EVE_TEST_DYNAMODB_ENDPOINT")
-                .expect("set EVE_TEST_DYNAMODB_ENDPOINT for the dynamodb backend");
-            let store = eve_storage_dynamodb::DynamoStore::connect(
-                eve_storage_dynamodb::DynamoConfig::local(endpoint, table),
-            )
-            .await
-            .expect("DynamoDB at EVE_TEST_DYNAMODB_ENDPOINT");
-            if create {
-                store.create_table().await.expect("the bench table");
-            }
-            Arc::new(store)
-        }
-        _ => eve_benches::open_target(target).await,
-    }
-}
-
 /// Peak resident memory of this process in MiB (`VmHWM`), if the platform reports it.
 fn peak_rss_mib() -> Option<f64> {
     eve_core::testing::proc_status_kib("VmHWM").map(|kib| kib as f64 / 1024.0)
@@ -143,7 +122,7 @@ fn peak_rss_mib() -> Option<f64> {
 
 /// The child process: a cold replay of `run` and this process's peak memory.
 async fn replay_child(target: &str, run: &str) {
-    let store = open(target, false).await;
+    let store = eve_benches::open_target(target).await;
     let rss_before = peak_rss_mib();
     let t0 = Instant::now();
     let report = Worker::replay_cold(&store, &registry(), &RunId::new(run))
@@ -178,14 +157,11 @@ async fn bench(backend: &str, steps: u64, window: u64, keep: Option<std::path::P
     let tag = RunId::random().as_str()[4..16].to_owned();
     let target = match backend {
         "sqlite-full" => format!("sqlite-full:{}", dir.join("long.db").display()),
-        "postgres" => format!(
-            "postgres:{}",
-            eve_benches::created_schema(format!("lj_{tag}"))
-        ),
+        "postgres" => format!("postgres:lj_{tag}"),
         "dynamodb" => format!("dynamodb:lj_{tag}"),
         other => panic!("unknown backend {other}; use sqlite-full, postgres or dynamodb"),
     };
-    let store = open(&target, true).await;
+    let store = eve_benches::open_new_target(&target).await;
     let reg = registry();
     let sizes: Vec<u64> = SIZES.iter().copied().filter(|&n| n <= steps).collect();
     let token = format!("lj-{tag}");
@@ -289,6 +265,8 @@ async fn bench(backend: &str, steps: u64, window: u64, keep: Option<std::path::P
         replay["cold_replay_s"].as_f64().unwrap_or(f64::NAN),
         replay["peak_rss_mib"].as_f64().unwrap_or(f64::NAN)
     );
+    // The figures are out: the schema or table goes (a SQLite file goes with its temp dir).
+    eve_benches::drop_target(&target).await;
 }
 
 fn main() {
@@ -309,6 +287,5 @@ fn main() {
             1_000_000
         });
         bench(&cli.backend, steps, cli.window.max(2), cli.dir).await;
-        eve_benches::drop_created().await;
     });
 }
