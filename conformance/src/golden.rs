@@ -252,6 +252,8 @@ pub async fn populate(store: Arc<dyn JournalStore>) {
                 created_at: clock.now(),
                 revoked_at: None,
                 expires_at: Some(Timestamp(MADE_AT.0 + 365 * 86_400_000)),
+                sessions: None,
+                request: None,
             })
             .await
             .expect("create_key");

@@ -571,6 +571,7 @@ macro_rules! __store_cases {
             keys::keys_create_find_list,
             keys::keys_revoke_once_and_persist,
             keys::keys_keep_their_expiry,
+            keys::keys_keep_their_limits,
             retention::purge_removes_only_runs_ended_before_cutoff,
             retention::purge_is_bounded_and_idempotent,
             retention::concurrent_purges_count_each_run_once,

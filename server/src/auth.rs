@@ -18,7 +18,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use eve_core::{ApiKey, JournalStore, KeyScope, StoreError, Timestamp};
+use eve_core::{ApiKey, JournalStore, KeyScope, SessionId, StoreError, Timestamp};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -94,6 +94,24 @@ pub async fn create_key_expiring(
     expires_at: Option<Timestamp>,
     now: Timestamp,
 ) -> Result<NewKey, StoreError> {
+    create_key_limited(store, name, scope, None, expires_at, now).await
+}
+
+/// Mints a key as [`create_key_expiring`] does, limited to `sessions` when given (`None`:
+/// every session): the server lets it act only on runs, requests and tasks of those sessions,
+/// within its scope (see the crate docs, "Session-limited keys").
+///
+/// # Errors
+/// `InvalidInput` for an empty name, an empty session list, a session id that breaks
+/// [`eve_core::check_client_id`]'s limits or an expiry not after `now`; the store's errors.
+pub async fn create_key_limited(
+    store: &dyn JournalStore,
+    name: &str,
+    scope: KeyScope,
+    sessions: Option<Vec<SessionId>>,
+    expires_at: Option<Timestamp>,
+    now: Timestamp,
+) -> Result<NewKey, StoreError> {
     eve_core::check_client_id("key name", name)?;
     let id = random_hex(6)?;
     let text = format!("{KEY_PREFIX}{id}_{}", random_hex(32)?);
@@ -105,6 +123,8 @@ pub async fn create_key_expiring(
         created_at: now,
         revoked_at: None,
         expires_at,
+        sessions,
+        request: None,
     };
     store.create_key(record.clone()).await?;
     Ok(NewKey { text, record })

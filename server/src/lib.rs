@@ -118,7 +118,9 @@ mod session;
 mod turns;
 mod webhook;
 
-pub use auth::{create_key, create_key_expiring, key_hash, NewKey, COOKIE, KEY_PREFIX};
+pub use auth::{
+    create_key, create_key_expiring, create_key_limited, key_hash, NewKey, COOKIE, KEY_PREFIX,
+};
 pub use calls::MAX_WAIT;
 pub use error::ApiError;
 pub use metrics::{Metrics, SpanMetrics};

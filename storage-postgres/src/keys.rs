@@ -2,11 +2,11 @@
 
 use crate::error::{bad_row, map_err};
 use crate::Db;
-use eve_core::{ApiKey, KeyScope, StoreError, Timestamp};
+use eve_core::{ApiKey, KeyScope, RequestId, SessionId, StoreError, Timestamp};
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 
-const COLS: &str = "id, name, scope, hash, created_at, revoked_at, expires_at";
+const COLS: &str = "id, name, scope, hash, created_at, revoked_at, expires_at, sessions, request";
 
 fn key(row: &PgRow) -> Result<ApiKey, StoreError> {
     let scope: String = row.try_get("scope").map_err(map_err)?;
@@ -24,6 +24,14 @@ fn key(row: &PgRow) -> Result<ApiKey, StoreError> {
             .try_get::<Option<i64>, _>("expires_at")
             .map_err(map_err)?
             .map(Timestamp),
+        sessions: row
+            .try_get::<Option<Vec<String>>, _>("sessions")
+            .map_err(map_err)?
+            .map(|s| s.into_iter().map(SessionId::new).collect()),
+        request: row
+            .try_get::<Option<String>, _>("request")
+            .map_err(map_err)?
+            .map(RequestId::new),
     })
 }
 
@@ -31,8 +39,9 @@ impl Db {
     pub(crate) async fn create_key(&self, k: ApiKey) -> Result<(), StoreError> {
         k.validate()?;
         let done = sqlx::query(self.sql(
-            "INSERT INTO {s}.api_keys (id, name, scope, hash, created_at, expires_at) \
-             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+            "INSERT INTO {s}.api_keys \
+             (id, name, scope, hash, created_at, expires_at, sessions, request) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
         ))
         .bind(&k.id)
         .bind(&k.name)
@@ -40,6 +49,12 @@ impl Db {
         .bind(&k.hash)
         .bind(k.created_at.0)
         .bind(k.expires_at.map(|t| t.0))
+        .bind(
+            k.sessions
+                .as_ref()
+                .map(|s| s.iter().map(|s| s.as_str().to_owned()).collect::<Vec<_>>()),
+        )
+        .bind(k.request.as_ref().map(|r| r.as_str().to_owned()))
         .execute(&self.pool)
         .await
         .map_err(map_err)?;

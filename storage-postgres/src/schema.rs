@@ -961,6 +961,13 @@ CREATE INDEX runs_pending ON {s}.runs (deployment_id, pending_at)
 CREATE INDEX timers_due ON {s}.timers (due);
 "#,
     ),
+    (
+        11,
+        "API keys may be limited to sessions, and answer links to one request; existing keys are unlimited",
+        r#"
+ALTER TABLE {s}.api_keys ADD COLUMN sessions TEXT[], ADD COLUMN request TEXT;
+"#,
+    ),
 ];
 
 /// The schema version this build writes.

@@ -4,11 +4,11 @@
 
 use crate::error::map_sqlx;
 use crate::rows::{opt_i64, text};
-use eve_core::{ApiKey, KeyScope, StoreError, Timestamp};
+use eve_core::{ApiKey, KeyScope, RequestId, StoreError, Timestamp};
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, SqlitePool};
 
-const COLS: &str = "id, name, scope, hash, created_at, revoked_at, expires_at";
+const COLS: &str = "id, name, scope, hash, created_at, revoked_at, expires_at, sessions, request";
 
 fn key(row: &SqliteRow) -> Result<ApiKey, StoreError> {
     let scope = text(row, 2)?;
@@ -22,14 +22,38 @@ fn key(row: &SqliteRow) -> Result<ApiKey, StoreError> {
         created_at: Timestamp(row.try_get(4).map_err(map_sqlx)?),
         revoked_at: opt_i64(row, 5)?.map(Timestamp),
         expires_at: opt_i64(row, 6)?.map(Timestamp),
+        sessions: row
+            .try_get::<Option<String>, _>(7)
+            .map_err(map_sqlx)?
+            .map(|s| {
+                serde_json::from_str(&s).map_err(|e| {
+                    crate::error::other(format!("api_keys row has unreadable sessions {s:?}: {e}"))
+                })
+            })
+            .transpose()?,
+        request: row
+            .try_get::<Option<String>, _>(8)
+            .map_err(map_sqlx)?
+            .map(RequestId::new),
     })
+}
+
+/// The stored form of [`ApiKey::sessions`]: a JSON array of session ids, or NULL.
+fn sessions_json(k: &ApiKey) -> Result<Option<String>, StoreError> {
+    k.sessions
+        .as_ref()
+        .map(|s| {
+            serde_json::to_string(s)
+                .map_err(|e| crate::error::other(format!("cannot encode a key's sessions: {e}")))
+        })
+        .transpose()
 }
 
 pub(crate) async fn create(pool: &SqlitePool, k: ApiKey) -> Result<(), StoreError> {
     k.validate()?;
     let done = sqlx::query(
-        "INSERT INTO api_keys (id, name, scope, hash, created_at, expires_at) \
-         VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        "INSERT INTO api_keys (id, name, scope, hash, created_at, expires_at, sessions, request) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
     )
     .bind(&k.id)
     .bind(&k.name)
@@ -37,6 +61,8 @@ pub(crate) async fn create(pool: &SqlitePool, k: ApiKey) -> Result<(), StoreErro
     .bind(&k.hash)
     .bind(k.created_at.0)
     .bind(k.expires_at.map(|t| t.0))
+    .bind(sessions_json(&k)?)
+    .bind(k.request.as_ref().map(|r| r.as_str().to_owned()))
     .execute(pool)
     .await
     .map_err(map_sqlx)?;

@@ -5,7 +5,7 @@ use eve_core::StoreError;
 use sqlx::{Row, SqliteConnection};
 
 /// The schema version this build writes and reads.
-pub(crate) const SCHEMA_VERSION: i64 = 7;
+pub(crate) const SCHEMA_VERSION: i64 = 8;
 
 /// Migrations in order; entry `i` brings the schema from version `i` to `i + 1`.
 const MIGRATIONS: &[&str] = &[
@@ -161,6 +161,12 @@ CREATE TABLE run_attributes (
     PRIMARY KEY (run_id, key)
 ) WITHOUT ROWID;
 CREATE INDEX run_attributes_key_value ON run_attributes (key, value);
+"#,
+    // Keys limited to sessions (a JSON array of session ids) and answer links (the one request
+    // a link answers); existing keys are unlimited API keys.
+    r#"
+ALTER TABLE api_keys ADD COLUMN sessions TEXT;
+ALTER TABLE api_keys ADD COLUMN request TEXT;
 "#,
 ];
 

@@ -1,9 +1,9 @@
 //! Guarantee 8: API keys — unique ids and hashes, lookup by hash, revocation once, listing,
-//! expiry, and persistence across handles.
+//! expiry, session limits and answer links, and persistence across handles.
 
 use crate::fixtures::*;
 use crate::{assert_err, StoreFactory};
-use eve_core::{ApiKey, KeyScope, StoreError, Timestamp};
+use eve_core::{ApiKey, KeyScope, RequestId, SessionId, StoreError, Timestamp};
 
 fn key(id: &str, scope: KeyScope, created: Timestamp) -> ApiKey {
     ApiKey {
@@ -14,6 +14,8 @@ fn key(id: &str, scope: KeyScope, created: Timestamp) -> ApiKey {
         created_at: created,
         revoked_at: None,
         expires_at: None,
+        sessions: None,
+        request: None,
     }
 }
 
@@ -216,5 +218,93 @@ pub async fn keys_keep_their_expiry(factory: &dyn StoreFactory) {
         reopened.list_keys().await.expect("list_keys after reopen"),
         vec![revoked, forever],
         "expiries survive a reopen"
+    );
+}
+
+/// A key's session limit and an answer link's request are stored and returned as given
+/// (lookup, listing, revocation, a reopen); a key without them is unlimited. An empty session
+/// list, and a link of another scope than answer, are `InvalidInput`.
+pub async fn keys_keep_their_limits(factory: &dyn StoreFactory) {
+    let s = fresh(factory).await;
+    let store = &*s.store;
+    let limited = ApiKey {
+        sessions: Some(vec![SessionId::new("sess-a"), SessionId::new("sess b:2")]),
+        ..key(&unique("kl"), KeyScope::Operate, at(10))
+    };
+    let link = ApiKey {
+        sessions: Some(vec![SessionId::new("sess-a")]),
+        request: Some(RequestId::new("run-1:3")),
+        expires_at: Some(at(5_000)),
+        ..key(&unique("kq"), KeyScope::Answer, at(20))
+    };
+    let open = key(&unique("ko"), KeyScope::Answer, at(30));
+    for k in [&limited, &link, &open] {
+        store.create_key(k.clone()).await.expect("create_key");
+    }
+    let found = store
+        .key_by_hash(&limited.hash)
+        .await
+        .expect("key_by_hash")
+        .expect("the key is found");
+    assert_eq!(
+        found, limited,
+        "a key is found with its sessions, as stored"
+    );
+    assert!(found.allows_session(&SessionId::new("sess b:2")));
+    assert!(!found.allows_session(&SessionId::new("sess-c")));
+    let found = store
+        .key_by_hash(&link.hash)
+        .await
+        .expect("key_by_hash")
+        .expect("the link is found");
+    assert_eq!(found, link, "a link is found with its request, as stored");
+    let found = store
+        .key_by_hash(&open.hash)
+        .await
+        .expect("key_by_hash")
+        .expect("the key is found");
+    assert_eq!((found.sessions, found.request), (None, None), "unlimited");
+    let revoked = store
+        .revoke_key(&link.id, at(50))
+        .await
+        .expect("revoke_key");
+    assert_eq!(
+        (&revoked.sessions, &revoked.request),
+        (&link.sessions, &link.request),
+        "revocation keeps the limits"
+    );
+    for bad in [
+        ApiKey {
+            sessions: Some(Vec::new()),
+            ..key(&unique("km"), KeyScope::Read, at(0))
+        },
+        ApiKey {
+            request: Some(RequestId::new("run-1:3")),
+            ..key(&unique("kp"), KeyScope::Operate, at(0))
+        },
+    ] {
+        assert_err!(
+            store.create_key(bad.clone()).await,
+            StoreError::InvalidInput(_),
+            "an invalid new key {bad:?}"
+        );
+    }
+    let listed = vec![limited, revoked, open];
+    assert_eq!(
+        store.list_keys().await.expect("list_keys"),
+        listed,
+        "listed with their limits"
+    );
+    let Some(reopened) = factory.open(&s.location).await.expect("open") else {
+        crate::__private::skipped(
+            "keys::keys_keep_their_limits (reopen)",
+            "the backend is not persistent",
+        );
+        return;
+    };
+    assert_eq!(
+        reopened.list_keys().await.expect("list_keys after reopen"),
+        listed,
+        "limits survive a reopen"
     );
 }

@@ -6,8 +6,8 @@ use super::tx::{names, values, Role, Tx};
 use super::DynamoStore;
 use crate::client::{CallError, BACKEND};
 use crate::item::*;
-use aws_sdk_dynamodb::types::ReturnValue;
-use eve_core::{ApiKey, KeyScope, StoreError, Timestamp};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+use eve_core::{ApiKey, KeyScope, RequestId, SessionId, StoreError, Timestamp};
 
 const KEYS_PK: &str = "APIKEYS";
 
@@ -34,6 +34,17 @@ fn from_item(it: &Item) -> Result<ApiKey, StoreError> {
         created_at: Timestamp(get_n(it, "cat").ok_or_else(|| bad("cat"))?),
         revoked_at: get_n(it, "rat").map(Timestamp),
         expires_at: get_n(it, "eat").map(Timestamp),
+        sessions: match it.get("ses") {
+            None => None,
+            Some(AttributeValue::L(list)) => Some(
+                list.iter()
+                    .map(|v| v.as_s().map(|s| SessionId::new(s.as_str())))
+                    .collect::<Result<_, _>>()
+                    .map_err(|_| bad("ses"))?,
+            ),
+            Some(_) => return Err(bad("ses")),
+        },
+        request: get_s(it, "req").map(RequestId::new),
     })
 }
 
@@ -48,6 +59,14 @@ impl DynamoStore {
         item.insert("cat".into(), n(k.created_at.0));
         if let Some(t) = k.expires_at {
             item.insert("eat".into(), n(t.0));
+        }
+        if let Some(sessions) = &k.sessions {
+            // A list of strings, in the order given.
+            let list = sessions.iter().map(|v| s(v.as_str())).collect();
+            item.insert("ses".into(), AttributeValue::L(list));
+        }
+        if let Some(r) = &k.request {
+            item.insert("req".into(), s(r.as_str()));
         }
         let mut by_hash = key(hash_pk(&k.hash), ONE);
         by_hash.insert("id".into(), s(&k.id));
