@@ -117,7 +117,11 @@ pub async fn run(
         .with_registry(registry.clone())
         .with_mcp(eve_mcp::router_for(
             eve_mcp::McpServer::new(store.clone(), Arc::new(registry.clone()))
-                .with_worker(local_worker.clone()),
+                .with_worker(local_worker.clone())
+                .with_config(eve_mcp::McpConfig {
+                    page_url: Some(format!("{base}/requests")),
+                    ..eve_mcp::McpConfig::default()
+                }),
             &base,
         ));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

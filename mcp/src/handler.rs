@@ -22,7 +22,7 @@ use rmcp::{ErrorData, ServerHandler};
 use serde_json::{json, Value};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// The handler of one MCP connection; its calls' runs belong to `session`.
 #[derive(Clone, Debug)]
@@ -31,6 +31,13 @@ pub(crate) struct Connection {
     pub(crate) session: SessionId,
     /// Set by the connection's `initialize`: a second one is refused.
     pub(crate) initialized: Arc<AtomicBool>,
+    /// The eve session `initialize` named ([`crate::META_SESSION`]), if it did.
+    pub(crate) named: Arc<OnceLock<SessionId>>,
+}
+
+/// Whether `id` may name a session: 1 to 128 printable ASCII characters.
+pub(crate) fn session_id_ok(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_graphic())
 }
 
 /// The reason written in `CancelRequested` by `tasks/cancel`.
@@ -111,20 +118,35 @@ impl Connection {
         ))
     }
 
-    /// The eve session of a request: `mcp_<Mcp-Session-Id>` over streamable HTTP with sessions,
-    /// else the connection's own.
-    fn session(&self, ctx: &RequestContext<RoleServer>) -> SessionId {
+    /// The `Mcp-Session-Id` of a request over streamable HTTP with sessions.
+    fn mcp_session(ctx: &RequestContext<RoleServer>) -> Option<&str> {
         ctx.extensions
             .get::<axum::http::request::Parts>()
             .and_then(|p| p.headers.get("mcp-session-id"))
             .and_then(|v| v.to_str().ok())
-            .filter(|id| {
-                !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_graphic())
-            })
-            .map_or_else(
-                || self.session.clone(),
-                |id| SessionId::new(format!("mcp_{id}")),
-            )
+            .filter(|id| session_id_ok(id))
+    }
+
+    /// The eve session of a request: the one `initialize` named, else `mcp_<Mcp-Session-Id>`
+    /// over streamable HTTP with sessions, else the connection's own.
+    fn session(&self, ctx: &RequestContext<RoleServer>) -> SessionId {
+        let mcp = Self::mcp_session(ctx);
+        if let Some(named) = self.named.get() {
+            if let Some(id) = mcp {
+                self.server.host.name(id, named.clone());
+            }
+            return named.clone();
+        }
+        mcp.map_or_else(
+            || self.session.clone(),
+            |id| SessionId::new(format!("mcp_{id}")),
+        )
+    }
+
+    /// What names this request's transport in [`crate::host::HostState`]'s stops: the
+    /// `Mcp-Session-Id` over HTTP, else the connection's own session id.
+    fn transport_key(&self, ctx: &RequestContext<RoleServer>) -> String {
+        Self::mcp_session(ctx).map_or_else(|| self.session.as_str().to_owned(), str::to_owned)
     }
 
     /// Creates (or finds, for a repeated identity) the run of a call.
@@ -213,6 +235,14 @@ impl Connection {
     /// Waits until `run` settles, sending progress notifications and asking the client for
     /// pending input as it can. Returns the tool result, or an `input_required` result for a
     /// 2026-07-28 client (which retries with `requestState` = the run id).
+    ///
+    /// Never silent: a request the client cannot be asked (no elicitation), or that the person
+    /// declined with nothing to choose for them, is announced to the host — what it waits for
+    /// and where it can be answered ([`crate::host::notice`]) — as a progress notification
+    /// (repeated every [`crate::McpConfig::notice_interval`], so client timeouts that reset on
+    /// progress never fire) when the call sent a progress token, and once as a
+    /// `notifications/message`. The host's stop (`notifications/cancelled` of this request)
+    /// cancels the run; a closed connection leaves it going.
     async fn settle(
         &self,
         run: &RunRecord,
@@ -237,7 +267,12 @@ impl Connection {
         let mut view = RunView::default();
         let mut progress = 0u32;
         let mut elicited: HashSet<RequestId> = HashSet::new();
-        let mut asking: tokio::task::JoinSet<Result<(), ErrorData>> = tokio::task::JoinSet::new();
+        // Requests the host was told about (not asked, or declined), and the notice repeated.
+        let mut announced: HashSet<RequestId> = HashSet::new();
+        let mut unasked: Vec<RequestId> = Vec::new();
+        let mut beat = tokio::time::Instant::now() + self.server.config.notice_interval;
+        let mut asking: tokio::task::JoinSet<Result<Option<RequestId>, ErrorData>> =
+            tokio::task::JoinSet::new();
         loop {
             let before = view.progress.clone();
             view.refresh(store, &run.run_id).await?;
@@ -253,16 +288,25 @@ impl Connection {
                     task::End::Denied(reason) => task::denied(reason),
                 }));
             }
-            if let (Some(token), Some(value)) = (&progress_token, &view.progress) {
+            let mut notify = |message: String| {
+                progress += 1;
+                let token = progress_token.clone();
+                let peer = ctx.peer.clone();
+                let n = progress;
+                async move {
+                    if let Some(token) = token {
+                        let _ = peer
+                            .notify_progress(
+                                ProgressNotificationParam::new(token, f64::from(n))
+                                    .with_message(message),
+                            )
+                            .await;
+                    }
+                }
+            };
+            if let Some(value) = &view.progress {
                 if before.as_ref() != Some(value) {
-                    progress += 1;
-                    let _ = ctx
-                        .peer
-                        .notify_progress(
-                            ProgressNotificationParam::new(token.clone(), f64::from(progress))
-                                .with_message(task::render(value)),
-                        )
-                        .await;
+                    notify(task::render(value)).await;
                 }
             }
             // A subagent call goes to the client as sampling: one that cannot serve it is told
@@ -297,21 +341,61 @@ impl Connection {
                         ctx.peer.clone(),
                     );
                     if sampling {
-                        asking.spawn(this.sample(run, id, request, peer));
-                    } else {
                         asking.spawn(async move {
-                            this.elicit(run, id, request, peer).await;
-                            Ok(())
+                            this.sample(run, id, request, peer).await.map(|()| None)
                         });
+                    } else {
+                        asking.spawn(async move { Ok(this.elicit(run, id, request, peer).await) });
                     }
+                } else if !sampling && !elicit && !elicited.contains(id) {
+                    unasked.push(id.clone());
                 }
             }
+            // Tell the host about each request nobody is being asked in it.
+            for id in unasked.drain(..) {
+                let Some((_, request)) = view.pending.iter().find(|(r, _)| *r == id) else {
+                    continue;
+                };
+                if announced.insert(id.clone()) {
+                    let text = crate::host::notice(&self.server, &run.run_id, &id, request);
+                    crate::host::log(
+                        &ctx.peer,
+                        &text,
+                        json!({ "taskId": run.run_id.as_str(), "requestId": id.as_str(), "kind": "input.requested" }),
+                    )
+                    .await;
+                    notify(text).await;
+                }
+            }
+            announced.retain(|id| view.pending.iter().any(|(r, _)| r == id));
+            let heartbeat = progress_token.is_some() && !announced.is_empty();
             tokio::select! {
                 () = waiter.wait() => {}
-                Some(Ok(Err(e))) = asking.join_next(), if !asking.is_empty() => return Err(e),
+                () = tokio::time::sleep_until(beat), if heartbeat => {
+                    beat = tokio::time::Instant::now() + self.server.config.notice_interval;
+                    if let Some((id, request)) = view.pending.iter().find(|(r, _)| announced.contains(r)) {
+                        notify(crate::host::notice(&self.server, &run.run_id, id, request)).await;
+                    }
+                }
+                Some(joined) = asking.join_next(), if !asking.is_empty() => match joined {
+                    Ok(Err(e)) => return Err(e),
+                    Ok(Ok(Some(id))) => unasked.push(id),
+                    _ => {}
+                },
                 () = ctx.ct.cancelled() => {
+                    if self.server.host.take_stop(&self.transport_key(ctx), &ctx.id) {
+                        let outcome = store
+                            .request_cancel(&run.run_id, crate::REASON_STOP, self.server.clock.now())
+                            .await
+                            .map_err(from_store)?;
+                        tracing::info!(run = %run.run_id, ?outcome, "the host stopped the call: its run is cancelled");
+                        return Err(ErrorData::internal_error(
+                            format!("the host stopped the call: run {} is cancelled (its cleanup runs in the tool's grace period)", run.run_id),
+                            None,
+                        ));
+                    }
                     return Err(ErrorData::internal_error(
-                        format!("the request was cancelled; run {} goes on: call again with the same identity to wait for it", run.run_id),
+                        format!("the connection closed; run {} goes on: call again with the same identity to wait for it", run.run_id),
                         None,
                     ));
                 }
@@ -320,26 +404,28 @@ impl Connection {
     }
 
     /// Sends one pending request to the client as `elicitation/create` and stores its answer.
-    /// A request answered elsewhere meanwhile is left as it is.
+    /// A request answered elsewhere meanwhile is left as it is. Returns the request when it is
+    /// still pending because of the client: it declined with nothing to choose for the person,
+    /// or the elicitation failed; the caller tells the host where else it can be answered.
     async fn elicit(
         self,
         run: RunId,
         id: RequestId,
         request: InputRequest,
         peer: rmcp::Peer<RoleServer>,
-    ) {
+    ) -> Option<RequestId> {
         let params = match serde_json::from_value(task::form(&request)) {
             Ok(p) => p,
             Err(e) => {
                 tracing::error!(request = %id, error = %e, "an input request does not fit an elicitation form");
-                return;
+                return Some(id);
             }
         };
         let result = match peer.create_elicitation(params).await {
             Ok(r) => serde_json::to_value(r).unwrap_or_default(),
             Err(e) => {
                 tracing::info!(request = %id, error = %e, "elicitation failed; the request stays answerable elsewhere");
-                return;
+                return Some(id);
             }
         };
         let mut view = RunView::default();
@@ -348,8 +434,12 @@ impl Connection {
             Ok(()) => self.answer_all(&view, &run, &responses).await,
             Err(e) => Err(e),
         };
-        if let Err(e) = answered {
-            tracing::info!(request = %id, error = %e.message, "the elicitation's answer was not recorded");
+        match answered {
+            Ok(()) => None,
+            Err(e) => {
+                tracing::info!(request = %id, error = %e.message, "the elicitation's answer was not recorded");
+                Some(id)
+            }
         }
     }
 }
@@ -448,11 +538,13 @@ impl Connection {
 }
 
 impl ServerHandler for Connection {
+    #[allow(deprecated)] // logging: SEP-2577 deprecates it; eve's notices use it.
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tasks()
+                .enable_logging()
                 .build(),
         )
         .with_server_info(Implementation::new("eve", env!("CARGO_PKG_VERSION")))
@@ -474,8 +566,41 @@ impl ServerHandler for Connection {
                 None,
             ));
         }
+        let named = request
+            .meta
+            .as_ref()
+            .and_then(|m| m.get(crate::META_SESSION))
+            .or_else(|| context.meta.get(crate::META_SESSION));
+        match named {
+            None => {}
+            Some(Value::String(id)) if session_id_ok(id) => {
+                let _ = self.named.set(SessionId::new(id.as_str()));
+            }
+            Some(other) => {
+                self.initialized.store(false, Ordering::SeqCst);
+                return Err(invalid(
+                    "invalid_input",
+                    format!(
+                        "_meta[{:?}] must be a string of 1 to 128 printable ASCII characters naming the eve session to attach to, got {}",
+                        crate::META_SESSION,
+                        clip(&other.to_string())
+                    ),
+                ));
+            }
+        }
         context.peer.set_peer_info(request.clone());
         self.negotiate_initialize(&request)
+    }
+
+    /// Accepted; eve sends its notices (`notifications/message`, level notice) whatever the
+    /// level.
+    #[allow(deprecated)] // logging: SEP-2577 deprecates it; it is what hosts show today.
+    async fn set_level(
+        &self,
+        _request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        Ok(())
     }
 
     async fn list_tools(
@@ -555,12 +680,31 @@ impl ServerHandler for Connection {
                 self.start(&request, &context).await?
             }
         };
-        if context
+        let tasks = context
             .client_capabilities()
-            .is_some_and(|c| c.supports_tasks())
-        {
+            .is_some_and(|c| c.supports_tasks());
+        let background = self
+            .server
+            .registry
+            .by_name(&run.tool)
+            .is_some_and(|t| t.execution() == Execution::Background);
+        if tasks || (background && request.request_state.is_none()) {
+            // Pushed while it runs: status (task clients), progress, post_message, its end.
+            tokio::spawn(crate::host::follow(
+                self.server.clone(),
+                run.run_id.clone(),
+                run.session_id.clone(),
+                context.peer.clone(),
+                tasks,
+                context.meta.get_progress_token(),
+            ));
+        }
+        if tasks {
             let task = task::base_task(&run, self.server.config.task_poll_interval);
             return Ok(CallToolResponse::Task(CreateTaskResult::new(task)));
+        }
+        if background && request.request_state.is_none() {
+            return Ok(CallToolResponse::Complete(task::receipt(&run)));
         }
         self.settle(&run, &context).await
     }

@@ -71,12 +71,14 @@
 
 mod error;
 mod handler;
+mod host;
 mod sampling;
 mod stdio;
 mod task;
 mod wire;
 
 pub use error::McpServeError;
+pub use host::REASON_STOP;
 pub use sampling::{
     META_AGENT_ERROR, META_AGENT_ID, META_AGENT_KEY, META_MESSAGE, META_OUTPUT_SCHEMA,
     META_REQUEST, META_RUN, META_TARGET,
@@ -109,6 +111,12 @@ pub const META_NEEDS_APPROVAL: &str = "eve/needsApproval";
 /// The `_meta` key of a tool result (`isError: true`) whose call was denied by its approval
 /// policy or the person asked: `{"reason": ".."}`. The body never ran.
 pub const META_DENIED: &str = "eve/denied";
+/// The `_meta` key of `initialize` naming the eve session the connection's calls belong to (a
+/// string of 1 to 128 printable ASCII characters). A host that names its session keeps it past
+/// its own process: a stdio EOF does not end a named session, and the next connection that
+/// names it reattaches to its runs and task index. Without it the session is `mcp_<id>` and ends
+/// with the connection (`DELETE /mcp`, stdio EOF).
+pub const META_SESSION: &str = "eve/session";
 /// The `_meta` key of a listed tool saying how it executes: `"default"` or `"background"`.
 pub const META_EXECUTION: &str = "eve/execution";
 /// The property of an elicitation form that holds the chosen option id.
@@ -138,6 +146,14 @@ pub struct McpConfig {
     /// The `maxTokens` of the `sampling/createMessage` request that serves a subagent call
     /// (`ctx.agent`; default 4096).
     pub sampling_max_tokens: u32,
+    /// Where a person answers requests on a page (e.g. `http://127.0.0.1:8787/requests`),
+    /// named in the notice a waiting call sends the host (default: none, the notice names
+    /// `eve answer`).
+    pub page_url: Option<String>,
+    /// How often a blocking call that waits for a person repeats its notice as a progress
+    /// notification (when the call sent a progress token), so client timeouts that reset on
+    /// progress never fire while a person has yet to answer (default 15 s).
+    pub notice_interval: Duration,
 }
 
 impl Default for McpConfig {
@@ -148,6 +164,8 @@ impl Default for McpConfig {
             fallback_poll: Duration::from_secs(2),
             max_message_bytes: 4 * 1024 * 1024,
             sampling_max_tokens: 4096,
+            page_url: None,
+            notice_interval: Duration::from_secs(15),
         }
     }
 }
@@ -162,6 +180,7 @@ pub struct McpServer {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) worker: Option<Worker>,
     pub(crate) config: McpConfig,
+    pub(crate) host: Arc<host::HostState>,
 }
 
 impl fmt::Debug for McpServer {
@@ -185,6 +204,7 @@ impl McpServer {
             clock: Arc::new(SystemClock),
             worker: None,
             config: McpConfig::default(),
+            host: Arc::default(),
         }
     }
 
@@ -213,6 +233,7 @@ impl McpServer {
             server: self.clone(),
             session: SessionId::new(format!("mcp_{}", uuid::Uuid::new_v4().simple())),
             initialized: Default::default(),
+            named: Default::default(),
         }
     }
 }
@@ -241,6 +262,9 @@ pub async fn serve_stdio(server: McpServer) -> Result<(), McpServeError> {
 }
 
 /// Serves MCP over any rmcp transport (a pair of async streams, a socket) until it closes.
+/// The connection's end ends its eve session as `DELETE /mcp` does (new calls refused, its
+/// runs that had not ended cancelled), unless the host named its session at `initialize`
+/// ([`META_SESSION`]): a named session outlives the connection.
 ///
 /// # Errors
 /// The MCP handshake fails, or the transport breaks.
@@ -249,15 +273,25 @@ where
     T: rmcp::transport::IntoTransport<rmcp::RoleServer, E, A>,
     E: std::error::Error + Send + Sync + 'static,
 {
-    let running = server
-        .connection()
-        .serve(transport)
+    let connection = server.connection();
+    let watched = host::Watched {
+        inner: transport.into_transport(),
+        state: server.host.clone(),
+        key: connection.session.as_str().to_owned(),
+    };
+    let running = connection
+        .clone()
+        .serve(watched)
         .await
         .map_err(|e| McpServeError::Handshake(e.to_string()))?;
-    running
+    let served = running
         .waiting()
         .await
-        .map_err(|e| McpServeError::Transport(e.to_string()))?;
+        .map_err(|e| McpServeError::Transport(e.to_string()));
+    if connection.named.get().is_none() {
+        host::end_session(&server, &connection.session).await;
+    }
+    served?;
     Ok(())
 }
 
@@ -290,30 +324,39 @@ pub fn router_for(server: McpServer, base_url: &str) -> axum::Router {
 fn http_router(server: McpServer, mut config: StreamableHttpServerConfig) -> axum::Router {
     let limit = server.config.max_message_bytes;
     config.max_request_body_bytes = limit;
+    let connections = server.clone();
     let service = StreamableHttpService::new(
-        move || Ok(server.connection()),
+        move || Ok(connections.connection()),
         Arc::new(LocalSessionManager::default()),
         config,
     );
     axum::Router::new()
         .fallback_service(service)
         .layer(axum::middleware::from_fn(move |req, next| {
-            http_checks(limit, req, next)
+            http_checks(server.clone(), req, next)
         }))
 }
 
 /// In front of rmcp's HTTP transport: a JSON POST body is checked like a stdio line (invalid
 /// JSON: 400 with a -32700 body; an invalid request: 400 with -32600; params that do not fit a
 /// method eve serves: 200 with the -32602 error; a notification or response that does not parse:
-/// 400 with -32600; too long: 413 with -32600), and a session
-/// closed by `DELETE` answers 204 (rmcp answers 202, which clients log as a failure).
+/// 400 with -32600; too long: 413 with -32600); a `notifications/cancelled` is noted for the
+/// call it stops; and a session closed by `DELETE` answers 204 (rmcp answers 202, which clients
+/// log as a failure) and ends its eve session.
 async fn http_checks(
-    limit: usize,
+    server: McpServer,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::http::{header, Method, StatusCode};
     use axum::response::IntoResponse;
+    let limit = server.config.max_message_bytes;
+    let mcp_session = req
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|id| handler::session_id_ok(id))
+        .map(str::to_owned);
     let reply = |status: StatusCode, r: wire::Rejection| {
         tracing::info!(code = r.code.0, message = %r.message, "rejected an MCP message");
         (
@@ -359,6 +402,9 @@ async fn http_checks(
                 // rmcp gets the message as eve parsed it (as on stdio), so what eve accepted
                 // rmcp reads the same way (a duplicate key, for one, is resolved once, here).
                 wire::Checked::Message(m) => {
+                    if let Some(id) = &mcp_session {
+                        server.host.note(id, &m);
+                    }
                     let bytes = serde_json::to_vec(&m).map_or(bytes, Into::into);
                     next.run(axum::extract::Request::from_parts(parts, bytes.into()))
                         .await
@@ -369,6 +415,12 @@ async fn http_checks(
             let response = next.run(req).await;
             if response.status() != StatusCode::ACCEPTED {
                 return response;
+            }
+            if let Some(id) = &mcp_session {
+                // A session the host named outlives its connections (see META_SESSION).
+                if let Some(session) = server.host.session_of(id, true) {
+                    host::end_session(&server, &session).await;
+                }
             }
             let (mut parts, _) = response.into_parts();
             parts.status = StatusCode::NO_CONTENT;

@@ -4,9 +4,10 @@
 use crate::error::{from_store, invalid};
 use crate::wire::clip;
 use crate::{FIELD_OPTION, FIELD_TEXT};
+use eve_core::event::DENY;
 use eve_core::{
-    Event, InputOption, InputRequest, InputResponse, JournalStore, JournalStoreExt, Payload,
-    RequestId, RunId, RunRecord, RunStatus, Timestamp,
+    Event, InputRequest, InputResponse, JournalStore, JournalStoreExt, Payload, RequestId, RunId,
+    RunRecord, RunStatus, Timestamp,
 };
 use rmcp::model::{
     CallToolResult, ContentBlock, DetailedTask, InputRequests, JsonObject, Task, TaskPayload,
@@ -35,6 +36,8 @@ pub(crate) struct RunView {
     pub(crate) input: Option<Payload>,
     /// The last progress value.
     pub(crate) progress: Option<Payload>,
+    /// Every `post_message` of the run, in order.
+    pub(crate) messages: Vec<Payload>,
     /// How the run ended, if it did.
     pub(crate) end: Option<End>,
     /// Why it is blocked, if it is.
@@ -51,6 +54,27 @@ pub(crate) enum End {
     Cancelled,
     /// Denied by the tool's approval policy or the person asked; the body never ran.
     Denied(String),
+}
+
+impl End {
+    /// How it ended, as words after "task X".
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            End::Completed(output) => format!("completed: {}", render(output)),
+            End::Failed(error) => format!("failed: {error}"),
+            End::Cancelled => "was cancelled".to_owned(),
+            End::Denied(reason) => format!("was denied: {reason}"),
+        }
+    }
+
+    /// The session event name of this end (`task.completed`, …).
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            End::Completed(_) | End::Denied(_) => "task.completed",
+            End::Failed(_) => "task.failed",
+            End::Cancelled => "task.cancelled",
+        }
+    }
 }
 
 impl RunView {
@@ -80,6 +104,7 @@ impl RunView {
                     self.withdrawn.insert(request_id);
                 }
                 Event::Progress { value, .. } => self.progress = Some(value),
+                Event::MessagePosted { message, .. } => self.messages.push(message),
                 Event::RunCompleted { output } => self.end = Some(End::Completed(output)),
                 Event::RunFailed { error } => self.end = Some(End::Failed(error)),
                 Event::RunTerminated { reason, by } => {
@@ -174,6 +199,19 @@ pub(crate) fn base_task(run: &RunRecord, poll: Duration) -> Task {
 pub(crate) fn completed(output: &Payload) -> CallToolResult {
     let value: Value = output.to_value().unwrap_or(Value::Null);
     let mut result = CallToolResult::success(vec![ContentBlock::text(render(output))]);
+    result.structured_content = Some(value);
+    result
+}
+
+/// The receipt a blocking call of a background tool answers at once: `structuredContent`
+/// `{"status": "working", "taskId"}` (the HTTP API's receipt), and a text saying how the
+/// outcome arrives.
+pub(crate) fn receipt(run: &RunRecord) -> CallToolResult {
+    let value = json!({ "status": "working", "taskId": run.run_id.as_str() });
+    let mut result = CallToolResult::success(vec![ContentBlock::text(format!(
+        "started background task {}: it runs on its own; its messages and outcome arrive as notifications/message, and tasks/get or GET /v1/sessions/{}/tasks show it",
+        run.run_id, run.session_id
+    ))]);
     result.structured_content = Some(value);
     result
 }
@@ -328,8 +366,10 @@ pub(crate) fn input_requests(
 /// by request id) write to a run whose journal `view` shows, every one checked before any is
 /// written: a key that is not one of the run's requests, a malformed result, an option not
 /// offered, an output that does not satisfy the call's output schema, an answer to a request
-/// answered otherwise or withdrawn, each rejects the whole update. A declined form (no answer) and the
-/// same answer again (a retry) write nothing.
+/// answered otherwise or withdrawn, each rejects the whole update. The same answer again (a
+/// retry) writes nothing. A declined or cancelled form answers the request's deny/cancel option
+/// ([`response`]); one that offers neither rejects the update (`still_pending`): nothing is
+/// recorded, and `tasks/update` never acknowledges what it did not do.
 ///
 /// # Errors
 /// -32602 for the first bad entry, with the HTTP API's code.
@@ -356,9 +396,9 @@ pub(crate) fn plan(
                 agent: Some(crate::sampling::reply(call, result)?),
                 ..InputResponse::default()
             },
-            None => match self::response(&request.options, result)? {
+            None => match self::response(request, result)? {
                 Some(response) => response,
-                None => continue,
+                None => return Err(still_pending(run, &id, request)),
             },
         };
         if let Some(previous) = view.answered.get(&id) {
@@ -383,11 +423,13 @@ pub(crate) fn plan(
     Ok(answers)
 }
 
-/// An elicitation result (`{"action": "accept", "content": {...}}`) as an answer to a request
-/// offering `options`. `None`: the person declined or dismissed the form without choosing, and
-/// the request stays pending (a declined request that offers `cancel` chooses it).
+/// An elicitation result (`{"action": "accept", "content": {...}}`) as an answer to `request`.
+/// `decline` and `cancel` answer what the person chose: an approval's [`DENY`] (the call
+/// settles `denied`), otherwise the request's `deny` option for a decline and its `cancel`
+/// option for a cancel, each falling back to the other. `None`: the request offers neither, so
+/// nothing can be answered for the person and the request stays pending.
 pub(crate) fn response(
-    options: &[InputOption],
+    request: &InputRequest,
     result: &Value,
 ) -> Result<Option<InputResponse>, ErrorData> {
     let action = result.get("action").and_then(Value::as_str).unwrap_or("");
@@ -417,10 +459,27 @@ pub(crate) fn response(
                 agent: None,
             }))
         }
-        "decline" | "cancel" => Ok(options
-            .iter()
-            .any(|o| o.id == "cancel")
-            .then(|| InputResponse::option("cancel"))),
+        "decline" | "cancel" => {
+            let offers = |id: &str| request.options.iter().any(|o| o.id == id);
+            let order: [&str; 2] = if action == "decline" {
+                [DENY, "cancel"]
+            } else {
+                ["cancel", DENY]
+            };
+            let chosen = if request.approval.is_some() {
+                Some(DENY)
+            } else {
+                order.into_iter().find(|id| offers(id))
+            };
+            Ok(chosen.map(|id| {
+                let mut answer = InputResponse::option(id);
+                if request.approval.is_some() {
+                    // The call's `denied` reason says who denied it and how.
+                    answer.text = Some(format!("the person chose {action} in the agent host"));
+                }
+                answer
+            }))
+        }
         other => Err(invalid(
             "invalid_answer",
             format!("an input response is an elicitation result with action \"accept\", \"decline\" or \"cancel\", got {other:?}"),
@@ -428,9 +487,22 @@ pub(crate) fn response(
     }
 }
 
+/// The -32602 `still_pending` error of a decline or cancel that `request` cannot take: it
+/// offers no deny or cancel option, so nothing was recorded and it waits for an answer.
+pub(crate) fn still_pending(run: &RunId, id: &RequestId, request: &InputRequest) -> ErrorData {
+    let options: Vec<&str> = request.options.iter().map(|o| o.id.as_str()).collect();
+    invalid(
+        "still_pending",
+        format!(
+            "request {id} of task {run} offers no deny or cancel option (its options: {options:?}), so a decline or cancel records nothing: the request stays pending and the task keeps waiting. Answer it with action \"accept\", or on the page or with `eve answer {id} <option>`; to stop the task, tasks/cancel it"
+        ),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use eve_core::InputOption;
 
     #[test]
     fn free_text_is_a_required_string_and_select_with_freeform_adds_an_optional_one() {
@@ -471,35 +543,86 @@ mod tests {
 
     #[test]
     fn elicitation_results_become_answers() {
-        let options = InputRequest::confirmation("Go?").options;
+        let confirm = InputRequest::confirmation("Go?");
         let accept = json!({ "action": "accept", "content": { "option": "approve" } });
         assert_eq!(
-            response(&options, &accept).unwrap(),
+            response(&confirm, &accept).unwrap(),
             Some(InputResponse::option("approve"))
         );
         let text = json!({ "action": "accept", "content": { "text": "because" } });
+        let free = InputRequest::text("Why?");
         assert_eq!(
-            response(&[], &text).unwrap().unwrap().text.as_deref(),
+            response(&free, &text).unwrap().unwrap().text.as_deref(),
             Some("because")
         );
-        // Declining a confirmation chooses its cancel option; without one nothing is answered.
         let decline = json!({ "action": "decline" });
+        let cancel = json!({ "action": "cancel" });
+        // A confirmation offers cancel: both actions choose it.
+        for action in [&decline, &cancel] {
+            assert_eq!(
+                response(&confirm, action).unwrap(),
+                Some(InputResponse::option("cancel"))
+            );
+        }
+        // An approval is always denied, with a reason saying how.
+        let gate = InputRequest::approval("deploy", json!({ "service": "api" }));
+        for action in [&decline, &cancel] {
+            let answer = response(&gate, action).unwrap().unwrap();
+            assert_eq!(answer.option_id.as_deref(), Some(DENY));
+            assert!(answer.text.unwrap().contains("agent host"));
+        }
+        // A select offering both: decline denies, cancel cancels.
+        let both = InputRequest::select(
+            "Refund?",
+            vec![
+                InputOption::new("approve", "Approve"),
+                InputOption::new("deny", "Deny"),
+                InputOption::new("cancel", "Cancel"),
+            ],
+        );
         assert_eq!(
-            response(&options, &decline).unwrap(),
+            response(&both, &decline).unwrap(),
+            Some(InputResponse::option("deny"))
+        );
+        assert_eq!(
+            response(&both, &cancel).unwrap(),
             Some(InputResponse::option("cancel"))
         );
-        assert_eq!(response(&[], &decline).unwrap(), None);
+        // Neither offered: nothing is answered.
+        assert_eq!(response(&free, &decline).unwrap(), None);
         for bad in [
             json!({ "action": "accept", "content": {} }),
             json!({ "action": "accept", "content": { "option": 3 } }),
             json!({ "action": "shrug" }),
         ] {
             assert_eq!(
-                response(&options, &bad).unwrap_err().code,
+                response(&confirm, &bad).unwrap_err().code,
                 rmcp::model::ErrorCode::INVALID_PARAMS,
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn a_decline_nothing_can_take_rejects_the_update() {
+        let run = RunId::new("run_1");
+        let id = RequestId::new("run_1:1");
+        let mut view = RunView::default();
+        view.apply([(
+            1,
+            Event::InputRequested {
+                request_id: id.clone(),
+                request: InputRequest::text("Why?"),
+                cmd: 1,
+            },
+        )]);
+        let responses: rmcp::model::InputResponses =
+            [(id.as_str().to_owned(), json!({ "action": "decline" }))]
+                .into_iter()
+                .collect();
+        let e = plan(&view, &run, &responses).unwrap_err();
+        assert_eq!(e.data.unwrap()["code"], "still_pending");
+        assert!(e.message.contains("stays pending"), "{}", e.message);
     }
 
     #[test]

@@ -72,6 +72,7 @@ fn main() {
         println!("ok: stdio, rmcp client: a subagent call pending as sampling/createMessage (a blocking call's request; a task's inputRequests), SIGKILL, restart, the same call (same key) and the next tasks/get get the same request, one agent result recorded per run");
         python_sdk_over_stdio_and_http().await;
         python_sdk_serves_subagents_through_sampling().await;
+        python_sdk_host_declines_stops_and_closes().await;
     });
 }
 
@@ -302,6 +303,148 @@ async fn python_sdk_over_stdio_and_http() {
     drop(server.stdin.take());
     assert!(server.wait().await.unwrap().success());
     println!("ok: streamable HTTP, official Python SDK (mcp {version}) client: list, blocking call answered through elicitation, a call whose steps print (nothing but MCP on stdout), unknown tool");
+}
+
+/// The official Python SDK as a host whose person declines, cancels, presses stop and closes
+/// (tests/python/host.py), over stdio and streamable HTTP: afterwards the journal holds exactly
+/// what the person chose.
+async fn python_sdk_host_declines_stops_and_closes() {
+    let Ok(python) = std::env::var("EVE_TEST_MCP_PYTHON") else {
+        println!("SKIPPED: the official MCP Python SDK host test: EVE_TEST_MCP_PYTHON is not set");
+        return;
+    };
+    let version = python_sdk_version(&python).await;
+    let dir = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/host.py");
+    let stdio_db = dir.path().join("stdio.db");
+    let out = tokio::process::Command::new(&python)
+        .arg(&script)
+        .arg(std::env::current_exe().unwrap())
+        .env(SERVE_VAR, &stdio_db)
+        .stderr(Stdio::inherit())
+        .output()
+        .await
+        .expect("run the Python host");
+    assert_python_host(&out, &stdio_db).await;
+    println!("ok: stdio, official Python SDK (mcp {version}) host: decline denies an approval, cancel chooses cancel, stop cancels the run (cleanup ran), a background tool answers its receipt, EOF ends the session and cancels its runs");
+    let http_db = dir.path().join("http.db");
+    let mut server = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .env(SERVE_HTTP_VAR, &http_db)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut url = String::new();
+    {
+        use tokio::io::AsyncBufReadExt;
+        let mut lines = tokio::io::BufReader::new(server.stdout.take().unwrap());
+        lines.read_line(&mut url).await.unwrap();
+        tokio::spawn(async move { tokio::io::copy(&mut lines, &mut tokio::io::sink()).await });
+    }
+    let out = tokio::process::Command::new(&python)
+        .arg(&script)
+        .arg(url.trim())
+        .stderr(Stdio::inherit())
+        .output()
+        .await
+        .expect("run the Python host");
+    assert_python_host(&out, &http_db).await;
+    drop(server.stdin.take());
+    assert!(server.wait().await.unwrap().success());
+    println!("ok: streamable HTTP, official Python SDK (mcp {version}) host: decline, cancel, stop, receipt, DELETE /mcp ends the session and cancels its runs");
+}
+
+async fn assert_python_host(out: &std::process::Output, db: &Path) {
+    use eve_core::{Event, JournalStore, JournalStoreExt};
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "the Python host failed: {stdout}");
+    let steps = python_steps(out);
+    let declined = &steps["declined"];
+    assert_eq!(declined["is_error"], true, "{declined}");
+    assert!(
+        declined["meta"]["eve/denied"]["reason"].is_string(),
+        "{declined}"
+    );
+    let receipt = &steps["receipt"]["structured"];
+    assert_eq!(receipt["status"], "working", "{receipt}");
+    let store = eve_storage_sqlite::SqliteStore::open(db).await.unwrap();
+    let runs = store
+        .list_runs(&eve_core::RunQuery::default())
+        .await
+        .unwrap();
+    let run_of = |tool: &str| {
+        runs.iter()
+            .find(|r| r.tool == tool)
+            .unwrap_or_else(|| panic!("no {tool} run: {runs:?}"))
+            .clone()
+    };
+    let journal = |run: &eve_core::RunRecord| {
+        let id = run.run_id.clone();
+        let store = &store;
+        async move {
+            store
+                .read_all(&id, 0)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|e| e.event)
+                .collect::<Vec<_>>()
+        }
+    };
+    let transfer = journal(&run_of("transfer")).await;
+    assert!(
+        transfer
+            .iter()
+            .any(|e| matches!(e, Event::RunDenied { .. })),
+        "{transfer:?}"
+    );
+    assert!(
+        !transfer
+            .iter()
+            .any(|e| matches!(e, Event::StepCompleted { .. })),
+        "{transfer:?}"
+    );
+    let deploy = journal(&run_of("deploy_approval")).await;
+    assert!(
+        deploy.iter().any(|e| matches!(e, Event::InputAnswered { response, .. } if response.option_id.as_deref() == Some("cancel"))),
+        "{deploy:?}"
+    );
+    let nap = run_of("nap");
+    let reasons: Vec<String> = journal(&nap)
+        .await
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::CancelRequested { reason, .. } => Some(reason),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        reasons.first().map(String::as_str),
+        Some(eve_mcp::REASON_STOP),
+        "{reasons:?}"
+    );
+    // The session's end (EOF / DELETE /mcp) ended it and cancelled its background task.
+    let start = std::time::Instant::now();
+    loop {
+        let ended = store
+            .get_session(&nap.session_id)
+            .await
+            .unwrap()
+            .ended_at
+            .is_some();
+        let refund = store.get_run(&run_of("refund_order").run_id).await.unwrap();
+        if ended && refund.cancel_requested {
+            break;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(20),
+            "session {} not ended or refund_order not cancelled",
+            nap.session_id
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
 fn assert_python_session(out: &std::process::Output) {

@@ -158,18 +158,69 @@ mod delegate {
     }
 }
 
+mod transfer {
+    use eve_core::engine::{define_workflow_tool, WorkflowCtx, WorkflowError, WorkflowTool};
+    use eve_core::workflow;
+
+    #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+    pub struct Input {
+        /// Cents.
+        pub cents: u64,
+    }
+
+    /// Sends the cents in a `send` step, once approved.
+    pub async fn execute(
+        ctx: WorkflowCtx,
+        input: Input,
+    ) -> Result<serde_json::Value, WorkflowError> {
+        let sent = ctx
+            .step("send", move |_| async move { Ok(input.cents) })
+            .await?;
+        Ok(serde_json::json!({ "sent": sent }))
+    }
+
+    pub fn tool() -> WorkflowTool {
+        define_workflow_tool("Transfer cents after approval.", workflow!(execute))
+            .named("transfer")
+            .needs_approval()
+    }
+}
+
+mod explain {
+    use eve_core::engine::{define_workflow_tool, WorkflowCtx, WorkflowError, WorkflowTool};
+    use eve_core::{workflow, InputRequest};
+
+    #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+    pub struct Input {}
+
+    /// Asks for free text: no option to choose for a person who declines.
+    pub async fn execute(ctx: WorkflowCtx, _: Input) -> Result<String, WorkflowError> {
+        let answer = ctx.ask(InputRequest::text("Why ship on Friday?")).await;
+        Ok(answer.text.unwrap_or_default())
+    }
+
+    pub fn tool() -> WorkflowTool {
+        define_workflow_tool("Ask why.", workflow!(execute))
+            .named("explain")
+            .waits_for_input()
+    }
+}
+
 #[allow(unused_imports)]
 pub use delegate::verdict_schema;
 
 /// The tools the tests call: the examples', `nap` (sleeps; cleans up when cancelled), `weigh`
 /// (declares its output schema), `survey` (two requests pending at once) and `delegate` (a
-/// subagent call with an output schema).
+/// subagent call with an output schema), `transfer` (gated by an approval) and `explain` (asks
+/// for free text).
 pub fn registry() -> Registry {
     eve_examples::registry()
         .with(nap::tool())
         .with(weigh::tool())
         .with(survey::tool())
         .with(delegate::tool())
+        .with(transfer::tool())
+        .with(explain::tool())
 }
 
 /// A SQLite store, [`registry`], a worker, and the MCP server over them.
@@ -265,6 +316,15 @@ pub struct TestClient {
     pub sampled: Arc<Mutex<Vec<serde_json::Value>>>,
     /// Declares `sampling` and never answers a sampling request (it stays pending).
     pub hang: bool,
+    /// Declares elicitation and answers every elicitation with this action and no content
+    /// (`decline` or `cancel`: what a person's "no" or closed dialog sends).
+    pub refuse: Option<ElicitationAction>,
+    /// Every `notifications/message` received (its `data`).
+    pub logs: Arc<Mutex<Vec<serde_json::Value>>>,
+    /// Every `notifications/tasks` received (its params).
+    pub statuses: Arc<Mutex<Vec<serde_json::Value>>>,
+    /// Names the eve session at `initialize` (`_meta["eve/session"]`).
+    pub session: Option<String>,
 }
 
 impl TestClient {
@@ -282,6 +342,14 @@ impl TestClient {
         }
     }
 
+    /// Declares elicitation and answers each elicitation with `action` (no content).
+    pub fn refusing(action: ElicitationAction) -> Self {
+        Self {
+            refuse: Some(action),
+            ..Self::default()
+        }
+    }
+
     /// Declares `sampling` and answers each sampling request with the text `reply`.
     pub fn sampling(reply: &str) -> Self {
         Self {
@@ -293,7 +361,7 @@ impl TestClient {
 
 impl ClientHandler for TestClient {
     fn get_info(&self) -> ClientConfig {
-        let caps = match (self.tasks, self.answer.is_some()) {
+        let caps = match (self.tasks, self.answer.is_some() || self.refuse.is_some()) {
             (true, true) => ClientCapabilities::builder()
                 .enable_tasks()
                 .enable_elicitation()
@@ -306,7 +374,14 @@ impl ClientHandler for TestClient {
         if self.sample.is_some() || self.hang {
             caps.sampling = Some(Default::default());
         }
-        ClientConfig::new(caps, Implementation::new("eve-mcp-test", "0"))
+        let mut config = ClientConfig::new(caps, Implementation::new("eve-mcp-test", "0"));
+        if let Some(session) = &self.session {
+            let mut meta = rmcp::model::RequestMetaObject::new();
+            meta.0
+                .insert(eve_mcp::META_SESSION.into(), session.clone().into());
+            config.meta = Some(meta);
+        }
+        config
     }
 
     #[allow(deprecated)]
@@ -347,6 +422,9 @@ impl ClientHandler for TestClient {
             .lock()
             .unwrap()
             .push(serde_json::to_value(&request).unwrap());
+        if let Some(action) = &self.refuse {
+            return Ok(ElicitResult::new(action.clone()));
+        }
         let mut result = ElicitResult::new(ElicitationAction::Accept);
         result.content =
             Some(serde_json::json!({ "option": self.answer.clone().unwrap_or_default() }));
@@ -362,6 +440,35 @@ impl ClientHandler for TestClient {
             .lock()
             .unwrap()
             .push(params.message.unwrap_or_default());
+    }
+
+    #[allow(deprecated)] // logging: eve's notices use it.
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.logs.lock().unwrap().push(params.data);
+    }
+
+    async fn on_task_status(
+        &self,
+        params: rmcp::model::TaskStatusNotificationParams,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.statuses
+            .lock()
+            .unwrap()
+            .push(serde_json::to_value(&params).unwrap());
+    }
+}
+
+/// Waits until `check` holds (panics after 20 s naming `what`), re-checking every 20 ms.
+pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !check() {
+        assert!(start.elapsed() < Duration::from_secs(20), "never: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
