@@ -526,6 +526,7 @@ macro_rules! __store_cases {
             deliveries::cancel_request_once,
             deliveries::cancel_withdraws_pending_requests_atomically,
             deliveries::answer_racing_cancel_kept_or_withdrawn,
+            deliveries::approval_answer_is_final,
             hooks::hook_token_unique_and_released,
             hooks::concurrent_hook_registration_one_winner,
             hooks::token_repeated_in_one_append,

@@ -9,9 +9,10 @@
 
 use eve_core::{
     AppendId, CancelOutcome, CreatedRun, Delivered, DeploymentId, Event, Execution, InputRequest,
-    InputResponse, Lease, NewRun, Payload, PendingRequest, QueuedMessage, RequestId, Resolution,
-    RunId, RunQuery, RunRecord, RunStatus, SessionEnd, SessionEntry, SessionEvent, SessionId,
-    SessionRecord, StoreError, StoredEvent, Timestamp, ToolResult, WorkerId,
+    InputResponse, Lease, NewRun, Payload, PendingRequest, QueuedMessage, RequestId, ResetOutcome,
+    Resolution, RunId, RunQuery, RunRecord, RunStatus, SessionEnd, SessionEntry, SessionEvent,
+    SessionId, SessionRecord, StoreError, StoredEvent, TerminateOutcome, Timestamp, ToolResult,
+    WorkerId,
 };
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -36,6 +37,8 @@ pub fn kind(e: &StoreError) -> &'static str {
         StoreError::Corrupt { .. } => "Corrupt",
         StoreError::Unavailable { .. } => "Unavailable",
         StoreError::SessionEnded { .. } => "SessionEnded",
+        StoreError::WorkerIdInUse { .. } => "WorkerIdInUse",
+        StoreError::RunNotEnded { .. } => "RunNotEnded",
         _ => "Other",
     }
 }
@@ -121,6 +124,9 @@ pub struct Model {
     /// Set while checking claims that raced each other: they may split the claimable runs, so
     /// each may return fewer than `max` (never a run that is not claimable, never one twice).
     contended_claims: bool,
+    /// Worker ids whose [`WorkerLock`](eve_core::WorkerLock) the caller holds (contract clause
+    /// 11).
+    locked: std::collections::BTreeSet<WorkerId>,
 }
 
 /// How a lease relates to a run it writes to.
@@ -732,6 +738,32 @@ impl Model {
         now: Timestamp,
         actual: &Result<eve_core::Appended, StoreError>,
     ) -> Check {
+        if let Some(bad) = events.iter().find(|e| !valid_attributes(e)) {
+            // Refused whole, whatever else applies (which error wins is the store's choice).
+            let mut allowed = vec!["InvalidInput"];
+            match self.runs.get(run_id) {
+                None => allowed.push("NotFound"),
+                Some(run) => {
+                    if run.rec.status.is_terminal() {
+                        allowed.push("RunEnded");
+                    }
+                    if self.standing(lease, &run.rec, now) != Standing::Holder {
+                        allowed.push("Fenced");
+                    }
+                    if run.rec.next_seq != expected_seq {
+                        allowed.push("Conflict");
+                    }
+                    if self.token_clash(events) {
+                        allowed.push("AlreadyExists");
+                    }
+                }
+            }
+            return expect_err(
+                &format!("an append carrying the invalid attribute patch {bad:?}"),
+                actual,
+                &allowed,
+            );
+        }
         let Some(run) = self.runs.get(run_id) else {
             return expect_err("append to an unknown run", actual, &["NotFound"]);
         };
@@ -1466,4 +1498,423 @@ impl Model {
     pub fn request(&self, id: &RequestId) -> Option<&InputRequest> {
         self.requests.get(id).map(|r| &r.info.request)
     }
+
+    /// Requests that were answered, in the order they were opened, with the answer recorded.
+    pub fn answered(&self) -> Vec<(RequestId, InputResponse)> {
+        self.request_order
+            .iter()
+            .filter_map(|id| match &self.requests[id].state {
+                ReqState::Answered(response, _) => Some((id.clone(), response.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// `terminate(run, reason, by, now)` ([`JournalStoreExt::terminate`](eve_core::JournalStoreExt::terminate)):
+    /// on a live run, the withdrawal of its pending requests and `RunTerminated` in one write;
+    /// on an ended one `NotLive` with its status, nothing written.
+    pub fn check_terminate(
+        &mut self,
+        run_id: &RunId,
+        reason: &str,
+        by: &str,
+        now: Timestamp,
+        actual: &Result<TerminateOutcome, StoreError>,
+    ) -> Check {
+        let Some(run) = self.runs.get(run_id) else {
+            return expect_err("terminate of an unknown run", actual, &["NotFound"]);
+        };
+        let expected = if run.rec.status.is_terminal() {
+            TerminateOutcome::NotLive {
+                status: run.rec.status,
+            }
+        } else {
+            TerminateOutcome::Terminated {
+                seq: run.rec.next_seq,
+            }
+        };
+        match actual {
+            Ok(o) if o == &expected => {}
+            other => {
+                return Err(format!(
+                    "terminate({run_id}): expected {expected:?}, got {other:?}"
+                ))
+            }
+        }
+        if matches!(expected, TerminateOutcome::Terminated { .. }) {
+            let mut events = self.withdrawals(run_id);
+            events.push(Event::RunTerminated {
+                reason: reason.to_owned(),
+                by: by.to_owned(),
+            });
+            self.write(run_id, events, now);
+        }
+        Ok(())
+    }
+
+    /// Whether the caller holds the lock of `worker` (see [`check_lock`](Self::check_lock)).
+    pub fn is_locked(&self, worker: &WorkerId) -> bool {
+        self.locked.contains(worker)
+    }
+
+    /// `lock_worker(worker)` (contract clause 11): a lock while no lock of the caller holds the
+    /// id, else `WorkerIdInUse` naming the holder (this process: its pid).
+    pub fn check_lock<T: std::fmt::Debug>(
+        &mut self,
+        worker: &WorkerId,
+        actual: &Result<T, StoreError>,
+    ) -> Check {
+        if self.locked.contains(worker) {
+            return match actual {
+                Err(StoreError::WorkerIdInUse { worker: w, holder })
+                    if w == worker.as_str()
+                        && holder.contains(&format!("pid {}", std::process::id())) =>
+                {
+                    Ok(())
+                }
+                other => Err(format!(
+                    "lock_worker({worker}) while this process holds it: expected WorkerIdInUse naming pid {}, got {other:?}",
+                    std::process::id()
+                )),
+            };
+        }
+        match actual {
+            Ok(_) => {
+                self.locked.insert(worker.clone());
+                Ok(())
+            }
+            other => Err(format!(
+                "lock_worker({worker}) of a free id: expected a lock, got {other:?}"
+            )),
+        }
+    }
+
+    /// The caller dropped its lock of `worker`: the id is free again.
+    pub fn unlock(&mut self, worker: &WorkerId) {
+        self.locked.remove(worker);
+    }
+
+    /// Whether a reset of `old` to `to` (a retry when `None`) would copy a hook token that is
+    /// live now: the reset then ends its new run failed with the store's error text, which the
+    /// model cannot predict, so the sequences do not make such resets (the directed case
+    /// `resets::reset_copies_prefix_idempotently` does).
+    pub fn reset_clashes(&self, old: &RunId, to: Option<u64>) -> bool {
+        let Some(run) = self.runs.get(old) else {
+            return false;
+        };
+        let limit = cut_limit(&run.events);
+        let Some(to) = to.or_else(|| retry_cut(&run.events, limit)) else {
+            return false;
+        };
+        if to < 1 || to > limit {
+            return false;
+        }
+        let probe = RunId::new("probe");
+        reset_copy(old, &probe, &run.events, to).iter().any(
+            |e| matches!(e, Event::HookCreated { token, .. } if self.hooks.contains_key(token)),
+        )
+    }
+
+    /// Where a reset of `run` may cut at most: the first event of its end, cancel or
+    /// withdrawals (`None` for an unknown run).
+    pub fn reset_limit(&self, run: &RunId) -> Option<u64> {
+        self.runs.get(run).map(|r| cut_limit(&r.events))
+    }
+
+    /// `reset(old, to, deployment, now)`, or `retry(old, deployment, now)` when `to` is `None`
+    /// ([`JournalStoreExt`](eve_core::JournalStoreExt)): a new run (its id is the store's
+    /// choice, learnt from the outcome) created claimed by the operator worker
+    /// `reset:{new run}`, which then retires, whose journal is `RunStarted` (naming the old run
+    /// and the cut in `reset_from`, on `deployment`, call id `{old call}~reset-{to}`) and the
+    /// old run's events before the cut, request ids and agent tokens rewritten, `RunBlocked`,
+    /// `RunResumed` and unanswered `AgentStarted` left out, stamped `now`. The same reset
+    /// again is `created: false` with the run as it is now; errors in the contract's order.
+    pub fn check_reset(
+        &mut self,
+        old: &RunId,
+        to: Option<u64>,
+        deployment: &DeploymentId,
+        now: Timestamp,
+        actual: &Result<ResetOutcome, StoreError>,
+    ) -> Check {
+        let what = match to {
+            Some(to) => format!("reset({old}, {to})"),
+            None => format!("retry({old})"),
+        };
+        let Some(run) = self.runs.get(old) else {
+            return expect_err(&format!("{what} of an unknown run"), actual, &["NotFound"]);
+        };
+        if !run.rec.status.is_terminal() {
+            return expect_err(&format!("{what} of a live run"), actual, &["RunNotEnded"]);
+        }
+        let limit = cut_limit(&run.events);
+        let to = match to {
+            Some(to) => to,
+            None => match retry_cut(&run.events, limit) {
+                Some(to) => to,
+                None => {
+                    return expect_err(
+                        &format!("{what} of a run that did not end failed or terminated"),
+                        actual,
+                        &["InvalidInput"],
+                    )
+                }
+            },
+        };
+        if to < 1 || to > limit {
+            return expect_err(
+                &format!("{what} to a cut outside 1..={limit}"),
+                actual,
+                &["InvalidInput"],
+            );
+        }
+        let from = eve_core::ResetFrom {
+            run: old.clone(),
+            seq: to,
+        };
+        let copied = reset_copy(old, &RunId::new("probe"), &run.events, to).len() as u64;
+        let key = format!("reset:{old}@{to}");
+        if let Some(existing) = self.keys.get(&key) {
+            let rec = &self.runs[existing].rec;
+            return match actual {
+                Ok(o) if !o.created && o.from == from && o.copied == copied => {
+                    Self::same_record(&format!("{what} again"), &o.run, rec)
+                }
+                other => Err(format!(
+                    "{what} again: expected run {existing} with created=false, from {from:?}, \
+                     copied {copied}, got {other:?}"
+                )),
+            };
+        }
+        let session_ended = self
+            .session_records
+            .get(&run.rec.session_id)
+            .is_some_and(|s| s.ended_at.is_some());
+        if session_ended {
+            return expect_err(
+                &format!("{what} in an ended session"),
+                actual,
+                &["SessionEnded"],
+            );
+        }
+        let out = match actual {
+            Ok(o) if o.created && o.from == from && o.copied == copied => o,
+            other => {
+                return Err(format!(
+                    "{what}: expected a new run (created, from {from:?}, copied {copied}), got {other:?}"
+                ))
+            }
+        };
+        let new_id = out.run.run_id.clone();
+        if self.runs.contains_key(&new_id) {
+            return Err(format!("{what} made its new run under a taken id {new_id}"));
+        }
+        let operator = WorkerId::new(format!("reset:{new_id}"));
+        let epoch = match &out.run.owner {
+            Some((w, e)) if w == &operator => *e,
+            other => {
+                return Err(format!(
+                    "{what}: the new run must still name its retired operator worker {operator}, names {other:?}"
+                ))
+            }
+        };
+        self.workers.insert(
+            operator.clone(),
+            MWorker {
+                epoch,
+                deployment: deployment.clone(),
+                expires_at: now.plus(eve_core::store::RESET_LEASE_TTL),
+                retired: true,
+            },
+        );
+        let old_rec = run.rec.clone();
+        let copy = reset_copy(old, &new_id, &run.events, to);
+        let started = match &run.started {
+            Event::RunStarted {
+                workflow_id,
+                tool,
+                input,
+                session_id,
+                execution,
+                traceparent,
+                ..
+            } => Event::RunStarted {
+                workflow_id: workflow_id.clone(),
+                deployment_id: deployment.clone(),
+                tool: tool.clone(),
+                input: input.clone(),
+                session_id: session_id.clone(),
+                call_id: eve_core::CallId::new(format!("{}~reset-{to}", old_rec.call_id)),
+                execution: *execution,
+                traceparent: traceparent.clone(),
+                reset_from: Some(from.clone()),
+            },
+            other => return Err(format!("the model's run {old} starts with {other:?}")),
+        };
+        let rec = RunRecord {
+            run_id: new_id.clone(),
+            idempotency_key: key.clone(),
+            workflow_id: old_rec.workflow_id.clone(),
+            deployment_id: deployment.clone(),
+            tool: old_rec.tool.clone(),
+            session_id: old_rec.session_id.clone(),
+            call_id: eve_core::CallId::new(format!("{}~reset-{to}", old_rec.call_id)),
+            execution: old_rec.execution,
+            status: RunStatus::Running,
+            next_seq: 1,
+            processed_seq: 0,
+            cancel_requested: false,
+            activations: 1,
+            owner: Some((operator, epoch)),
+            created_at: now,
+            updated_at: now,
+            attributes: Default::default(),
+        };
+        self.runs.insert(
+            new_id.clone(),
+            MRun {
+                rec,
+                started: started.clone(),
+                events: vec![StoredEvent {
+                    seq: 0,
+                    at: now,
+                    event: started,
+                }],
+                landed: BTreeMap::new(),
+                timers: BTreeMap::new(),
+            },
+        );
+        self.order.push(new_id.clone());
+        self.keys.insert(key, new_id.clone());
+        if !copy.is_empty() {
+            self.write(&new_id, copy, now);
+            let run = self.runs.get_mut(&new_id).expect("inserted");
+            run.rec.processed_seq = run.rec.next_seq;
+            run.rec.activations = 0;
+        }
+        Self::same_record(&what, &out.run, &self.runs[&new_id].rec)
+    }
+}
+
+/// Whether `e` is no `AttributesSet`, or one whose patch is valid.
+fn valid_attributes(e: &Event) -> bool {
+    match e {
+        Event::AttributesSet { attributes, .. } => attributes
+            .to_value::<serde_json::Value>()
+            .ok()
+            .is_some_and(|v| eve_core::search::parse_patch(&v).is_ok()),
+        _ => true,
+    }
+}
+
+/// The seq of a journal's first end, cancel or withdrawal event (its length when it has none):
+/// a reset copies at most what comes before.
+fn cut_limit(events: &[StoredEvent]) -> u64 {
+    events
+        .iter()
+        .find(|e| {
+            matches!(
+                e.event,
+                Event::RunCompleted { .. }
+                    | Event::RunFailed { .. }
+                    | Event::RunCancelled
+                    | Event::RunDenied { .. }
+                    | Event::RunTerminated { .. }
+                    | Event::CancelRequested { .. }
+                    | Event::InputWithdrawn { .. }
+            )
+        })
+        .map_or(events.len() as u64, |e| e.seq)
+}
+
+/// Where a retry cuts: at the first attempt of the last step whose final attempt failed before
+/// the end, else at `limit`; `None` unless the run ended failed or terminated.
+fn retry_cut(events: &[StoredEvent], limit: u64) -> Option<u64> {
+    let end = events.iter().find(|e| {
+        matches!(
+            e.event,
+            Event::RunCompleted { .. }
+                | Event::RunFailed { .. }
+                | Event::RunCancelled
+                | Event::RunDenied { .. }
+                | Event::RunTerminated { .. }
+        )
+    })?;
+    if !matches!(
+        end.event,
+        Event::RunFailed { .. } | Event::RunTerminated { .. }
+    ) {
+        return None;
+    }
+    let before: Vec<&StoredEvent> = events.iter().filter(|e| e.seq < limit).collect();
+    let failed = before.iter().rev().find_map(|e| match &e.event {
+        Event::StepFailed {
+            cmd,
+            retry_at: None,
+            ..
+        } => Some(*cmd),
+        _ => None,
+    });
+    Some(match failed {
+        Some(step) => before
+            .iter()
+            .find(|e| matches!(&e.event, Event::StepFailed { cmd, .. } if *cmd == step))
+            .map_or(limit, |e| e.seq),
+        None => limit,
+    })
+}
+
+/// The events a reset of `old` cut at `to` gives `new` after its `RunStarted`.
+fn reset_copy(old: &RunId, new: &RunId, events: &[StoredEvent], to: u64) -> Vec<Event> {
+    let prefix: Vec<&StoredEvent> = events.iter().filter(|e| e.seq > 0 && e.seq < to).collect();
+    let rebase = |id: &RequestId| match id.as_str().strip_prefix(&format!("{old}:")) {
+        Some(cmd) => RequestId::new(format!("{new}:{cmd}")),
+        None => id.clone(),
+    };
+    let answered_agents: Vec<u64> = prefix
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::HookReceived { cmd, .. } => Some(*cmd),
+            _ => None,
+        })
+        .collect();
+    let mut out = Vec::new();
+    for e in prefix {
+        out.push(match &e.event {
+            Event::RunBlocked { .. } | Event::RunResumed => continue,
+            Event::AgentStarted { cmd, .. } if !answered_agents.contains(cmd) => continue,
+            Event::InputRequested {
+                cmd,
+                request_id,
+                request,
+            } => Event::InputRequested {
+                cmd: *cmd,
+                request_id: rebase(request_id),
+                request: request.clone(),
+            },
+            Event::InputAnswered {
+                request_id,
+                response,
+            } => Event::InputAnswered {
+                request_id: rebase(request_id),
+                response: response.clone(),
+            },
+            Event::HookCreated {
+                cmd,
+                token,
+                webhook,
+                respond_with,
+            } => Event::HookCreated {
+                cmd: *cmd,
+                token: match token.strip_prefix(&format!("agent:{old}:")) {
+                    Some(key) => format!("agent:{new}:{key}"),
+                    None => token.clone(),
+                },
+                webhook: *webhook,
+                respond_with: respond_with.clone(),
+            },
+            other => other.clone(),
+        });
+    }
+    out
 }

@@ -447,3 +447,252 @@ pub async fn answer_racing_cancel_kept_or_withdrawn(factory: &dyn StoreFactory) 
         }
     }
 }
+
+/// An approval answer is final (contract clause 2, for the approval gate of a gated tool call:
+/// an [`InputRequest::approval`](eve_core::InputRequest::approval) at command 0). Four gates,
+/// on a default and a background run, are answered `approve`, `deny`, `deny` with a reason and
+/// `approve` with a note. Then every *different* answer (the other option, the same option
+/// with another text or none, an option not offered) is refused with `AlreadyAnswered` (an
+/// option not offered may be `InvalidAnswer` instead), through each handle the factory gives,
+/// also after the run ended `RunDenied`; each refusal changes nothing: journals, records,
+/// pending requests and the session log read the same before and after. An identical retry
+/// (also signed by someone else) is a duplicate success naming the first answer's seq.
+pub async fn approval_answer_is_final(factory: &dyn StoreFactory) {
+    use eve_core::event::{APPROVE, DENY};
+    use eve_core::{Execution, InputRequest, JournalStore, RequestId, RunId, SessionId};
+    let s = fresh(factory).await;
+    let st = &*s.store;
+    let mut handles: Vec<Arc<dyn JournalStore>> = vec![Arc::clone(&s.store)];
+    if let Some(second) = factory
+        .open(&s.location)
+        .await
+        .unwrap_or_else(|e| panic!("StoreFactory::open failed: {e}"))
+    {
+        handles.push(second);
+    }
+    let session = SessionId::new(unique("approval-session"));
+    let with = |option: &str, text: Option<&str>| InputResponse {
+        option_id: Some(option.into()),
+        text: text.map(str::to_owned),
+        ..InputResponse::default()
+    };
+    // (the recorded answer, the different answers that must be refused)
+    let gates: Vec<(InputResponse, Vec<InputResponse>)> = vec![
+        (
+            with(APPROVE, None),
+            vec![
+                with(DENY, None),
+                with(DENY, Some("changed my mind")),
+                with(APPROVE, Some("and a note")),
+            ],
+        ),
+        (
+            with(DENY, None),
+            vec![
+                with(APPROVE, None),
+                with(DENY, Some("now with a reason")),
+                with(APPROVE, Some("")),
+            ],
+        ),
+        (
+            with(DENY, Some("too risky")),
+            vec![
+                with(DENY, None),
+                with(DENY, Some("another reason")),
+                with(APPROVE, None),
+                with(APPROVE, Some("too risky")),
+            ],
+        ),
+        (
+            with(APPROVE, Some("looks fine")),
+            vec![
+                with(APPROVE, None),
+                with(DENY, Some("looks fine")),
+                with(APPROVE, Some("looks fine!")),
+            ],
+        ),
+    ];
+    let mut runs: Vec<(RunId, eve_core::Lease, RequestId, InputRequest)> = Vec::new();
+    for (i, _) in gates.iter().enumerate() {
+        let mut new = new_run(&format!("gate{i}"));
+        new.session_id = session.clone();
+        if i % 2 == 1 {
+            new.execution = Execution::Background;
+        }
+        let (run, lease) = started(st, new, at(0)).await;
+        let request = InputRequest::approval(
+            "conformance_tool",
+            serde_json::json!({"tag": "input", "gate": i}),
+        );
+        let req = RequestId::for_command(&run.run_id, 0);
+        must_append(
+            st,
+            append(
+                &run.run_id,
+                1,
+                &lease,
+                vec![Event::InputRequested {
+                    cmd: 0,
+                    request_id: req.clone(),
+                    request: request.clone(),
+                }],
+                at(1),
+            ),
+        )
+        .await;
+        runs.push((run.run_id, lease, req, request));
+    }
+    // A plain ask stays pending throughout: refusals must not close it either.
+    let (bystander, bl) = {
+        let mut new = new_run("gate-bystander");
+        new.session_id = session.clone();
+        started(st, new, at(0)).await
+    };
+    let (other_req, other_ask) = ask(&bystander.run_id, 1);
+    must_append(
+        st,
+        append(&bystander.run_id, 1, &bl, vec![other_ask], at(1)),
+    )
+    .await;
+
+    for ((answer, _), (run, _, req, request)) in gates.iter().zip(&runs) {
+        assert!(
+            request.accepts(answer).is_ok(),
+            "the gate accepts {answer:?}"
+        );
+        let d = st
+            .answer(req, answer.clone().by("alice"), at(2))
+            .await
+            .unwrap_or_else(|e| panic!("answering {req} with {answer:?}: {e}"));
+        assert_eq!((&d.run, d.seq, d.duplicate), (run, 2, false), "{answer:?}");
+    }
+
+    // What must not change, read through every handle.
+    let snapshot = |store: Arc<dyn JournalStore>| {
+        let runs: Vec<RunId> = runs
+            .iter()
+            .map(|r| r.0.clone())
+            .chain([bystander.run_id.clone()])
+            .collect();
+        let session = session.clone();
+        async move {
+            let mut journals = Vec::new();
+            let mut records = Vec::new();
+            for run in &runs {
+                journals.push(journal(&*store, run).await);
+                records.push(crate::model::comparable(&record(&*store, run).await));
+            }
+            let pending = store
+                .pending_requests(&session)
+                .await
+                .expect("pending_requests");
+            let log = store
+                .read_session(&session, 0, 1000)
+                .await
+                .expect("read_session");
+            (journals, records, pending, log)
+        }
+    };
+    let refuse_all = |phase: &'static str| {
+        let handles = handles.clone();
+        let gates = &gates;
+        let runs = &runs;
+        async move {
+            for (h, store) in handles.iter().enumerate() {
+                for ((answer, different), (_, _, req, _)) in gates.iter().zip(runs) {
+                    let before = snapshot(Arc::clone(store)).await;
+                    let not_offered = with("maybe", None);
+                    for other in different.iter().chain([&not_offered]) {
+                        let r = retrying(|| store.answer(req, other.clone().by("mallory"), at(3)))
+                            .await;
+                        let refused = match &r {
+                            Err(StoreError::AlreadyAnswered { request }) => request == req,
+                            Err(StoreError::InvalidAnswer { .. }) => other == &not_offered,
+                            _ => false,
+                        };
+                        assert!(
+                            refused,
+                            "{phase}, handle {h}: {req} was answered {answer:?}; the different \
+                             answer {other:?} must be AlreadyAnswered, got {r:?}"
+                        );
+                    }
+                    assert!(
+                        snapshot(Arc::clone(store)).await == before,
+                        "{phase}, handle {h}: refused answers to {req} changed the journals, \
+                         records, pending requests or session log"
+                    );
+                    for again in [
+                        answer.clone().by("alice"),
+                        answer.clone().by("bob"),
+                        answer.clone(),
+                    ] {
+                        let d = retrying(|| store.answer(req, again.clone(), at(4)))
+                            .await
+                            .unwrap_or_else(|e| {
+                                panic!(
+                                    "{phase}, handle {h}: the same answer {again:?} again: {e:?}"
+                                )
+                            });
+                        assert_eq!(
+                            (d.seq, d.duplicate),
+                            (2, true),
+                            "{phase}, handle {h}: an identical retry is a duplicate of seq 2"
+                        );
+                    }
+                    assert!(
+                        snapshot(Arc::clone(store)).await == before,
+                        "{phase}, handle {h}: identical retries to {req} wrote something"
+                    );
+                }
+            }
+        }
+    };
+    refuse_all("while the runs live").await;
+
+    // The journal keeps the first answer, signed by its first answerer.
+    for ((answer, _), (run, _, req, _)) in gates.iter().zip(&runs) {
+        let j = journal(st, run).await;
+        assert_eq!(j.len(), 3, "{run}: RunStarted, the request, one answer");
+        match &j[2].event {
+            Event::InputAnswered {
+                request_id,
+                response,
+            } => {
+                assert_eq!(request_id, req);
+                assert!(
+                    response.same_answer(answer)
+                        && response.answered_by.as_deref() == Some("alice"),
+                    "{run}: the journal keeps the first answer {answer:?}, got {response:?}"
+                );
+            }
+            other => panic!("{run}: seq 2 is {other:?}, not the answer"),
+        }
+    }
+
+    // The denied gates end their runs (RunDenied), the approved ones run on and complete: the
+    // answers stay final after every end.
+    for ((answer, _), (run, lease, _, _)) in gates.iter().zip(&runs) {
+        let end = if answer.option_id.as_deref() == Some(DENY) {
+            Event::RunDenied {
+                reason: answer.text.clone().unwrap_or_default(),
+            }
+        } else {
+            completed("null")
+        };
+        must_append(st, append(run, 3, lease, vec![end], at(5))).await;
+        assert!(record(st, run).await.status.is_terminal());
+    }
+    refuse_all("after the runs ended").await;
+    let pending: Vec<RequestId> = st
+        .pending_requests(&session)
+        .await
+        .expect("pending")
+        .into_iter()
+        .map(|p| p.request_id)
+        .collect();
+    assert_eq!(
+        pending,
+        vec![other_req],
+        "only the bystander's ask is pending"
+    );
+}

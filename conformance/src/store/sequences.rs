@@ -7,9 +7,10 @@ use crate::fixtures::{json, retrying, unique, T0};
 use crate::model::{Check, Model};
 use crate::{case_count, StoreFactory};
 use eve_core::{
-    Append, AppendId, CallId, DeploymentId, Event, Execution, InputOption, InputRequest,
-    InputResponse, JournalStore, JournalStoreExt, Lease, NewRun, RequestId, Resolution, RunId,
-    RunQuery, RunStatus, SessionId, StoreError, Timestamp, WorkerId, WorkflowId,
+    AgentReply, AgentRequest, Append, AppendId, CallId, DeploymentId, Event, Execution,
+    InputOption, InputRequest, InputResponse, JournalStore, JournalStoreExt, Lease, NewRun,
+    RequestId, Resolution, RunId, RunQuery, RunStatus, SessionId, StoreError, Timestamp, WorkerId,
+    WorkflowId,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -60,6 +61,43 @@ pub enum Ev {
     /// `InputWithdrawn` of one of the run's pending requests while it keeps running (a
     /// `Progress` when it has none).
     Withdraw(u8),
+    /// `InputRequested` of an approval gate ([`InputRequest::approval`]: options `approve`
+    /// and `deny`, no free text).
+    Approval,
+    /// `InputRequested` of a subagent call (wire form: [`InputRequest::agent`]), with an output
+    /// schema when even.
+    Agent(u8),
+    /// `RunDenied`, with a reason when odd.
+    Deny(u8),
+    /// `AttributesSet` with one of [`PATCHES`].
+    Attrs(u8),
+    /// `AttributesSet` with a nested value: the append is refused with `InvalidInput`.
+    BadAttrs,
+}
+
+/// The attribute patches `Ev::Attrs` sets: overwrites, removals (`null`), numbers written two
+/// ways (`2.0` is `2`).
+const PATCHES: [&str; 6] = [
+    r#"{"tier": "gold"}"#,
+    r#"{"tier": "silver", "n": 1}"#,
+    r#"{"n": 2.0}"#,
+    r#"{"tier": null}"#,
+    r#"{"vip": true, "n": 1}"#,
+    r#"{"n": null, "vip": false}"#,
+];
+
+/// The attribute equalities `list_runs` queries with (`RunQuery::attribute`).
+fn attribute_query(i: u8) -> (String, serde_json::Value) {
+    let all = [
+        ("tier", serde_json::json!("gold")),
+        ("tier", serde_json::json!("silver")),
+        ("n", serde_json::json!(1)),
+        ("n", serde_json::json!(2)),
+        ("vip", serde_json::json!(true)),
+        ("vip", serde_json::json!(false)),
+    ];
+    let (k, v) = &all[i as usize % all.len()];
+    ((*k).to_owned(), v.clone())
 }
 
 /// Which `expected_seq` an append names.
@@ -114,9 +152,37 @@ pub enum Op {
     Answer {
         /// Request.
         req: u8,
-        /// 0 yes, 1 no, 2 text, 3 an option not offered.
+        /// Which of the answers for the request's kind ([`Harness::responses`]): the last one
+        /// of each kind is one the request does not accept.
         resp: u8,
     },
+    /// `answer` to an answered request: the same answer again (signed by someone else), or a
+    /// different one, which must be `AlreadyAnswered` and change nothing.
+    Reanswer {
+        /// Request (among the answered ones).
+        req: u8,
+        /// The recorded answer again, not a different one.
+        same: bool,
+        /// Which different answer.
+        resp: u8,
+    },
+    /// `terminate` ([`JournalStoreExt::terminate`]) of a run, live or not.
+    Terminate(u8),
+    /// `reset` ([`JournalStoreExt::reset`]) of a run (mostly an ended one) to a cut.
+    Reset {
+        /// Run.
+        run: u8,
+        /// The cut: 1 + this modulo one past the allowed range (so sometimes out of range), or 0.
+        to: u8,
+        /// The deployment the new run is pinned to.
+        dep: u8,
+    },
+    /// `retry` ([`JournalStoreExt::retry`]) of a run (mostly an ended one).
+    RetryRun(u8),
+    /// `lock_worker` of worker id 0 or 1 (contract clause 11), kept until `Unlock`.
+    Lock(u8),
+    /// Drops the lock of worker id 0 or 1, if held.
+    Unlock(u8),
     /// `deliver_hook`.
     Deliver {
         /// Token.
@@ -218,12 +284,17 @@ fn ev() -> impl Strategy<Value = Ev> {
         2 => (1..400u16).prop_map(Ev::Sleep),
         2 => any::<u8>().prop_map(Ev::Fire),
         2 => any::<u8>().prop_map(Ev::Hook),
-        2 => Just(Ev::Ask),
+        3 => Just(Ev::Ask),
         1 => any::<u8>().prop_map(Ev::Progress),
         1 => Just(Ev::Message),
         1 => prop_oneof![any::<u8>().prop_map(Ev::Complete), Just(Ev::Fail), Just(Ev::Cancelled)],
         1 => Just(Ev::Block),
         1 => any::<u8>().prop_map(Ev::Withdraw),
+        3 => Just(Ev::Approval),
+        2 => any::<u8>().prop_map(Ev::Agent),
+        1 => any::<u8>().prop_map(Ev::Deny),
+        2 => any::<u8>().prop_map(Ev::Attrs),
+        1 => prop::bool::weighted(0.3).prop_map(|bad| if bad { Ev::BadAttrs } else { Ev::Attrs(0) }),
     ]
 }
 
@@ -238,7 +309,12 @@ fn op() -> impl Strategy<Value = Op> {
         8 => (any::<u8>(), prop::bool::weighted(0.8), 0..3u8, prop::bool::weighted(0.15), seq_pick(), vec(ev(), 1..4))
             .prop_map(|(run, owner, worker, stale, seq, events)| Op::Append { run, owner, worker, stale, seq, events }),
         1 => any::<u8>().prop_map(Op::Retry),
-        2 => (any::<u8>(), 0..4u8).prop_map(|(req, resp)| Op::Answer { req, resp }),
+        3 => (any::<u8>(), any::<u8>()).prop_map(|(req, resp)| Op::Answer { req, resp }),
+        2 => (any::<u8>(), any::<bool>(), any::<u8>()).prop_map(|(req, same, resp)| Op::Reanswer { req, same, resp }),
+        1 => any::<u8>().prop_map(Op::Terminate),
+        1 => (any::<u8>(), any::<u8>(), any::<u8>()).prop_map(|(run, to, dep)| Op::Reset { run, to, dep }),
+        1 => any::<u8>().prop_map(Op::RetryRun),
+        1 => prop_oneof![(0..2u8).prop_map(Op::Lock), (0..2u8).prop_map(Op::Unlock)],
         2 => (0..8u8, prop::option::of(0..3u8), 0..3u8).prop_map(|(token, key, payload)| Op::Deliver { token, key, payload }),
         1 => any::<u8>().prop_map(Op::Cancel),
         1 => Just(Op::Purge),
@@ -251,7 +327,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..3u8).prop_map(Op::Retire),
         2 => prop_oneof![4 => 0..8_000u32, 1 => 8_000..40_000u32].prop_map(Op::Advance),
         1 => (any::<u8>(), 0..4u8, 0..4u8).prop_map(|(run, from, max)| Op::Read { run, from, max }),
-        2 => (0..6u8, any::<u8>(), any::<u8>()).prop_map(|(kind, a, b)| Op::Query { kind, a, b }),
+        3 => (0..6u8, any::<u8>(), any::<u8>()).prop_map(|(kind, a, b)| Op::Query { kind, a, b }),
         1 => (1..2_000u16).prop_map(Op::Skew),
         1 => (0..3u8).prop_map(Op::EndSession),
         2 => (0..3u8, 0..3u8).prop_map(|(session, msg)| Op::Queue { session, msg }),
@@ -268,12 +344,64 @@ pub fn sequence() -> impl Strategy<Value = Vec<(u8, Op)>> {
     vec((any::<u8>(), item), 1..40)
 }
 
+/// The answers [`Op::Answer`] picks from for a request of this kind (`None`: an unknown
+/// request): the last one is never accepted.
+fn responses(request: Option<&InputRequest>) -> Vec<InputResponse> {
+    let with = |option: &str, text: &str| InputResponse {
+        option_id: Some(option.into()),
+        text: Some(text.into()),
+        ..InputResponse::default()
+    };
+    let reply = |reply: AgentReply| InputResponse {
+        agent: Some(reply),
+        ..InputResponse::default()
+    };
+    match request {
+        Some(r) if r.approval.is_some() => vec![
+            InputResponse::option(eve_core::event::APPROVE),
+            InputResponse::option(eve_core::event::DENY),
+            with(eve_core::event::DENY, "too risky"),
+            with(eve_core::event::APPROVE, "fine"),
+            InputResponse::text("free"),
+        ],
+        Some(r) if r.agent.is_some() => vec![
+            reply(AgentReply::Output(serde_json::json!({"answer": 42}))),
+            reply(AgentReply::Output(serde_json::json!("no answer field"))),
+            reply(AgentReply::Error("the child failed".into())),
+            InputResponse::option("yes"),
+        ],
+        _ => vec![
+            InputResponse::option("yes"),
+            InputResponse::option("no"),
+            InputResponse::text("free"),
+            InputResponse::option("maybe"),
+        ],
+    }
+}
+
+/// The name an answer is counted under in the statistics: `call` for a plain ask, with
+/// `(approval)` or `(agent)` for those requests.
+fn answer_label(request: Option<&InputRequest>, call: &'static str) -> &'static str {
+    let approval = request.is_some_and(|r| r.approval.is_some());
+    let agent = request.is_some_and(|r| r.agent.is_some());
+    match (call, approval, agent) {
+        ("answer", true, _) => "answer(approval)",
+        ("answer", _, true) => "answer(agent)",
+        ("reanswer:same", true, _) => "reanswer:same(approval)",
+        ("reanswer:same", _, true) => "reanswer:same(agent)",
+        ("reanswer:different", true, _) => "reanswer:different(approval)",
+        ("reanswer:different", _, true) => "reanswer:different(agent)",
+        _ => call,
+    }
+}
+
 /// A call's arguments, built before it runs (so two can run at once).
 #[derive(Debug, Clone)]
 enum Call {
     Create(NewRun),
     Append(Append),
-    Answer(RequestId, InputResponse),
+    /// The request, the answer, and the call's name in the statistics (by the request's kind).
+    Answer(RequestId, InputResponse, &'static str),
     Deliver(String, eve_core::Payload, Option<String>),
     Cancel(RunId),
     Claim(Lease, usize),
@@ -295,10 +423,9 @@ async fn exec(st: &dyn JournalStore, call: &Call, now: Timestamp) -> Outcome {
     match call {
         Call::Create(new) => Outcome::Create(retrying(|| st.create_run(new.clone(), now)).await),
         Call::Append(a) => Outcome::Append(retrying(|| st.append(a.clone())).await),
-        Call::Answer(id, resp) => Outcome::Delivered(
-            "answer",
-            retrying(|| st.answer(id, resp.clone(), now)).await,
-        ),
+        Call::Answer(id, resp, label) => {
+            Outcome::Delivered(label, retrying(|| st.answer(id, resp.clone(), now)).await)
+        }
         Call::Deliver(token, payload, key) => Outcome::Delivered(
             "deliver_hook",
             retrying(|| st.deliver_hook(token, payload.clone(), key.as_deref(), now)).await,
@@ -322,7 +449,9 @@ fn check(model: &mut Model, call: &Call, out: &Outcome, now: Timestamp) -> Check
             a.now,
             r,
         ),
-        (Call::Answer(id, resp), Outcome::Delivered(_, r)) => model.check_answer(id, resp, now, r),
+        (Call::Answer(id, resp, _), Outcome::Delivered(_, r)) => {
+            model.check_answer(id, resp, now, r)
+        }
         (Call::Deliver(token, payload, key), Outcome::Delivered(_, r)) => {
             model.check_deliver(token, payload, key.as_deref(), now, r)
         }
@@ -342,6 +471,8 @@ struct Harness {
     sent: Vec<Append>,
     cmd: u64,
     stats: Stats,
+    /// Worker locks held (contract clause 11), by worker index.
+    locks: std::collections::BTreeMap<u8, eve_core::WorkerLock>,
 }
 
 impl Harness {
@@ -494,6 +625,45 @@ impl Harness {
             Ev::Block => Event::RunBlocked {
                 reason: "[EVE-TEST] blocked".into(),
             },
+            Ev::Approval => Event::InputRequested {
+                cmd,
+                request_id: RequestId::for_command(run, cmd),
+                request: InputRequest::approval("seq_tool", serde_json::json!({"a": cmd})),
+            },
+            Ev::Agent(k) => Event::InputRequested {
+                cmd,
+                request_id: RequestId::for_command(run, cmd),
+                request: InputRequest {
+                    prompt: format!("agent {cmd}"),
+                    display: eve_core::Display::Agent,
+                    options: Vec::new(),
+                    allow_freeform: false,
+                    approval: None,
+                    agent: Some(AgentRequest {
+                        key: format!("k{cmd}"),
+                        target: "researcher".into(),
+                        message: serde_json::json!({"topic": cmd}),
+                        agent_id: None,
+                        output_schema: (k % 2 == 0)
+                            .then(|| serde_json::json!({"type": "object", "required": ["answer"]})),
+                    }),
+                },
+            },
+            Ev::Deny(r) => Event::RunDenied {
+                reason: if r % 2 == 1 {
+                    "too risky".into()
+                } else {
+                    String::new()
+                },
+            },
+            Ev::Attrs(p) => Event::AttributesSet {
+                cmd,
+                attributes: json(PATCHES[*p as usize % PATCHES.len()]),
+            },
+            Ev::BadAttrs => Event::AttributesSet {
+                cmd,
+                attributes: json(r#"{"nested": {"x": 1}}"#),
+            },
             Ev::Withdraw(i) => {
                 let pending = self.model.pending_of(run);
                 if pending.is_empty() {
@@ -507,6 +677,26 @@ impl Harness {
                     }
                 }
             }
+        }
+    }
+
+    /// Mostly an ended run (what a reset or retry starts from), sometimes any run.
+    fn ended_run(&self, i: u8) -> RunId {
+        let ended: Vec<RunId> = self
+            .model
+            .runs()
+            .iter()
+            .filter(|id| {
+                self.model
+                    .record(id)
+                    .is_some_and(|r| r.status.is_terminal())
+            })
+            .cloned()
+            .collect();
+        if i % 5 != 0 && !ended.is_empty() {
+            ended[i as usize % ended.len()].clone()
+        } else {
+            self.run(i)
         }
     }
 
@@ -610,13 +800,35 @@ impl Harness {
                 } else {
                     reqs[*req as usize % reqs.len()].clone()
                 };
-                let response = match resp {
-                    0 => InputResponse::option("yes"),
-                    1 => InputResponse::option("no"),
-                    2 => InputResponse::text("free"),
-                    _ => InputResponse::option("maybe"),
+                let all = responses(self.model.request(&id));
+                let response = all[*resp as usize % all.len()].clone();
+                let label = answer_label(self.model.request(&id), "answer");
+                Some(Call::Answer(id, response, label))
+            }
+            Op::Reanswer { req, same, resp } => {
+                let answered = self.model.answered();
+                if answered.is_empty() {
+                    return None;
+                }
+                let (id, recorded) = answered[*req as usize % answered.len()].clone();
+                let response = if *same {
+                    recorded.by(format!("someone-{resp}"))
+                } else {
+                    let different: Vec<InputResponse> = responses(self.model.request(&id))
+                        .into_iter()
+                        .filter(|r| !r.same_answer(&recorded))
+                        .collect();
+                    different[*resp as usize % different.len()].clone()
                 };
-                Some(Call::Answer(id, response))
+                let label = answer_label(
+                    self.model.request(&id),
+                    if *same {
+                        "reanswer:same"
+                    } else {
+                        "reanswer:different"
+                    },
+                );
+                Some(Call::Answer(id, response, label))
             }
             Op::Deliver {
                 token,
@@ -760,6 +972,7 @@ impl Harness {
             | Op::Append { .. }
             | Op::Retry(_)
             | Op::Answer { .. }
+            | Op::Reanswer { .. }
             | Op::Deliver { .. }
             | Op::Cancel(_)
             | Op::Claim { .. } => {
@@ -802,6 +1015,54 @@ impl Harness {
                 let r = st.resolve_blocked(&run, res.clone(), now).await;
                 self.note("resolve_blocked", &r);
                 self.model.check_resolve(&run, &res, now, &r)
+            }
+            Op::Terminate(run) => {
+                let run = self.run(*run);
+                let r = st.terminate(&run, "runaway", "operator", now).await;
+                self.note("terminate", &r);
+                self.model
+                    .check_terminate(&run, "runaway", "operator", now, &r)
+            }
+            Op::Reset { run, to, dep } => {
+                let run = self.ended_run(*run);
+                let limit = self.model.reset_limit(&run).unwrap_or(1);
+                let to = match to {
+                    0 => 0,
+                    t => 1 + u64::from(*t) % (limit + 1),
+                };
+                if self.model.reset_clashes(&run, Some(to)) {
+                    return Ok(());
+                }
+                let dep = self.dep(u8::from(dep % 4 == 3));
+                let r = st.reset(&run, to, &dep, now).await;
+                self.note("reset", &r);
+                self.model.check_reset(&run, Some(to), &dep, now, &r)
+            }
+            Op::RetryRun(run) => {
+                let run = self.ended_run(*run);
+                if self.model.reset_clashes(&run, None) {
+                    return Ok(());
+                }
+                let dep = self.dep(0);
+                let r = st.retry(&run, &dep, now).await;
+                self.note("retry", &r);
+                self.model.check_reset(&run, None, &dep, now, &r)
+            }
+            Op::Lock(w) => {
+                let id = self.worker_id(*w);
+                let r = st.lock_worker(&id).await;
+                self.note("lock_worker", &r);
+                self.model.check_lock(&id, &r)?;
+                if let Ok(lock) = r {
+                    self.locks.insert(*w, lock);
+                }
+                Ok(())
+            }
+            Op::Unlock(w) => {
+                if self.locks.remove(w).is_some() {
+                    self.model.unlock(&self.worker_id(*w));
+                }
+                Ok(())
             }
             Op::Register(w) => {
                 let (id, dep) = (self.worker_id(*w), self.worker_dep(*w));
@@ -921,7 +1182,7 @@ impl Harness {
                         session: (a % 3 != 2).then(|| self.session(*a)),
                         status: (b % 6 != 5).then(|| statuses[*b as usize % 6 % 5]),
                         deployment: (a % 5 == 4).then(|| self.dep(0)),
-                        attribute: None,
+                        attribute: (a % 7 >= 4).then(|| attribute_query(a / 7)),
                         limit: (*b as usize / 64) % 3,
                     };
                     let r = st.list_runs(&q).await;
@@ -1031,6 +1292,7 @@ pub async fn run_sequence(factory: &dyn StoreFactory, ops: &[(u8, Op)], stats: S
         sent: Vec::new(),
         cmd: 0,
         stats,
+        locks: Default::default(),
     };
     // Every sequence starts with its workers registered and two runs, so that the random calls
     // mostly meet a store with something in it.
