@@ -48,7 +48,8 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn random_hex(n: usize) -> Result<String, StoreError> {
+/// `n` bytes from the operating system's random source, as lowercase hex.
+pub(crate) fn random_hex(n: usize) -> Result<String, StoreError> {
     let mut buf = vec![0u8; n];
     getrandom::fill(&mut buf).map_err(|e| StoreError::Other {
         backend: "eve-server",
@@ -156,6 +157,10 @@ pub(crate) async fn check_key(
                 Err(invalid_token(
                     "this key was revoked; ask an admin for a new one",
                 ))
+            } else if k.request.is_some() {
+                Err(invalid_token(
+                    "this is an answer link, not an API key; open it as a link (/answer/…)",
+                ))
             } else if !k.is_active(now) {
                 Err(unauthorized(
                     "this key has expired; ask an admin for a new one (`eve keys create --expires-in 30d`)",
@@ -239,12 +244,13 @@ fn credential(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 
 /// Lets the request through when it carries a live key whose scope allows `needed` (or when the
 /// server runs with `insecure_no_auth`): 401 without a usable key, 403 `forbidden` when the
-/// key's scope is too small. The key's record goes into the request's extensions, so a
+/// key's scope is too small or, for a key limited to sessions, when the route acts outside
+/// them ([`crate::limits`]). The key's record goes into the request's extensions, so a
 /// handler knows who acts (the answer route records its name); with `insecure_no_auth` there
 /// is none.
 pub(crate) async fn require(
     State((inner, needed)): State<(Arc<Inner>, KeyScope)>,
-    mut req: Request,
+    req: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
     if inner.config.insecure_no_auth {
@@ -259,6 +265,7 @@ pub(crate) async fn require(
     if !key.scope.allows(needed) {
         return Err(insufficient_scope(&key, needed));
     }
+    let mut req = crate::limits::check(&inner, &key, req).await?;
     req.extensions_mut().insert(key);
     Ok(next.run(req).await)
 }
@@ -380,13 +387,17 @@ pub(crate) struct Whoami {
     /// What the key may do (`admin` when the server runs without keys).
     #[schema(value_type = KeyScope)]
     scope: KeyScope,
+    /// The sessions the key is limited to; absent when it is not limited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<String>>)]
+    sessions: Option<Vec<SessionId>>,
 }
 
 /// Who is signed in.
 ///
-/// `GET /v1/auth/session` (read): the name, id and scope of the key the request carries (the
-/// page's cookie or a bearer key), so the page can say who is signed in and offer only what the
-/// scope allows; 401 without a usable key. Without keys (`insecure_no_auth`) the name and id are
+/// `GET /v1/auth/session` (read): the name, id, scope and session limit (`sessions`, absent for
+/// an unlimited key) of the key the request carries (the page's cookie or a bearer key), so the
+/// page can say who is signed in and offer only what the scope allows; 401 without a usable key. Without keys (`insecure_no_auth`) the name and id are
 /// null and the scope is `admin`.
 #[utoipa::path(
     get,
@@ -404,11 +415,13 @@ pub(crate) async fn whoami(key: Option<axum::Extension<ApiKey>>) -> Json<Whoami>
             name: Some(k.name),
             key_id: Some(k.id),
             scope: k.scope,
+            sessions: k.sessions,
         },
         None => Whoami {
             name: None,
             key_id: None,
             scope: KeyScope::Admin,
+            sessions: None,
         },
     })
 }
@@ -422,12 +435,17 @@ pub(crate) struct CreateKey {
     /// `read`, `answer`, `operate` or `admin`.
     #[schema(value_type = KeyScope)]
     scope: String,
+    /// The sessions the key is limited to (at least one); leave it out for every session. A
+    /// limited key acts, within its scope, only on those sessions' runs, requests and tasks.
+    #[serde(default)]
+    sessions: Option<Vec<String>>,
 }
 
 /// Create an API key.
 ///
-/// `POST /v1/keys` with `{"name", "scope"}` (admin): 201 `{"key": "eve_…", "record": ApiKey}`.
-/// The key's text is in this answer only.
+/// `POST /v1/keys` with `{"name", "scope", "sessions"?}` (admin): 201 `{"key": "eve_…", "record":
+/// ApiKey}`. The key's text is in this answer only. With `sessions` the key is limited to those
+/// sessions (see `ApiKey.sessions`).
 #[utoipa::path(
     post,
     path = "/v1/keys",
@@ -436,7 +454,7 @@ pub(crate) struct CreateKey {
     request_body = CreateKey,
     responses(
         (status = 201, description = "Created", body = CreatedKey),
-        (status = 400, description = "`malformed`: a bad body or an unknown scope; `invalid_id`: a name that breaks the limits of ids a client chooses (empty, over 256 bytes, not printable)", body = crate::error::ErrorBody),
+        (status = 400, description = "`malformed`: a bad body, an unknown scope or an empty `sessions`; `invalid_id`: a name or session that breaks the limits of ids a client chooses (empty, over 256 bytes, not printable)", body = crate::error::ErrorBody),
     ),
     security(("bearer" = ["admin"])),
 )]
@@ -447,7 +465,7 @@ pub(crate) async fn create(
     let body = crate::error::body(&inner, body)?;
     let req: CreateKey = crate::error::json_object(
         &body,
-        "{\"name\": …, \"scope\": \"read|answer|operate|admin\"}",
+        "{\"name\": …, \"scope\": \"read|answer|operate|admin\", \"sessions\"?: [\"…\"]}",
     )?;
     eve_core::check_client_id("name", &req.name)?;
     let scope = KeyScope::parse(&req.scope).ok_or_else(|| {
@@ -456,7 +474,29 @@ pub(crate) async fn create(
             req.scope
         ))
     })?;
-    let new = create_key(&*inner.store, &req.name, scope, inner.clock.now()).await?;
+    let sessions = match req.sessions {
+        None => None,
+        Some(list) if list.is_empty() => {
+            return Err(ApiError::malformed(
+                "sessions is empty: name at least one session, or leave sessions out for a key of every session",
+            ))
+        }
+        Some(list) => {
+            for s in &list {
+                eve_core::check_client_id("sessions", s)?;
+            }
+            Some(list.into_iter().map(SessionId::new).collect())
+        }
+    };
+    let new = create_key_limited(
+        &*inner.store,
+        &req.name,
+        scope,
+        sessions,
+        None,
+        inner.clock.now(),
+    )
+    .await?;
     Ok((
         StatusCode::CREATED,
         Json(CreatedKey {

@@ -17,6 +17,8 @@
 //! | `POST /v1/runs/{id}/retry`, `…/reset` | operate | start a new run from an ended run's journal: `retry` a failed run from the first attempt of the step that failed it (else from where its end begins), `reset` any ended run to `{"to": seq}` (its events before `to` are copied, request ids rewritten; the new run's `RunStarted` names the old run in `resetFrom`); pinned to this server's deployment when its registry has the workflow. 201 `{"run", "created", "from", "copied"}`, 200 when the same reset was made before (idempotent); 409 `not_ended` for a live run (terminate or cancel it first); 400 for a bad `to` or a run that did not fail (retry); 404 unknown |
 //! | `POST /v1/runs/{id}/terminate` | operate | end a live run at once with `{"reason", "by"?}` (no grace, no cleanup; `by` is the key's name when there is a key): 200 `{"seq"}`, 409 `not_live` for an ended run (the message names its status), 404 unknown |
 //! | `POST /v1/requests/{id}/answer` | answer | answers a request with `{"optionId": …}` or `{"text": …}`; the journal records the key's name as `answeredBy` (none with [`ServerConfig::insecure_no_auth`]) |
+//! | `POST /v1/requests/{id}/links` | operate | mints an answer link for a pending request, `{"expiresIn"?: "4h"}` (default one day, at most 30 days): 201 `{"url", "expiresAt", "linkId", "requestId"}` (see [`create_answer_link`], "Answer links" below) |
+//! | `GET /answer/{token}`, `GET /v1/links/{token}`, `POST /v1/links/{token}/answer` | (the link) | an answer link's page of its one request, that request as JSON, and its answer (`{"optionId"}` or `{"text"}`, recorded with `answeredBy` = `link:<id>`); once answered the link is used up (410 `link_used`), 410 `link_expired` after its expiry, 404 unknown or forged |
 //! | `POST /v1/agents/{id}/result` | answer | reports a subagent call's result, `{"output": …}` (checked against the call's `outputSchema`: 422 naming the path, nothing recorded) or `{"error": …}`, once (the same again is a duplicate, another 409, after the run ended 410) |
 //! | `POST /v1/tasks/{id}/cancel` | operate | requests cancellation of a background run |
 //! | `POST /v1/sessions/{id}/end` | operate | ends the session for every handle (new calls in it are 409 `session_ended`) and cancels its runs that have not ended: `{"endedAt", "cancelled"}` |
@@ -26,7 +28,7 @@
 //! | `POST /v1/sessions/{id}/messages` | operate | a user message `{"message", "policy": "queue" \| "steer"}`, as `Session::user_message`: `delivered`, `queued` or `steered`; 409 `session_ended` |
 //! | `GET /v1/sessions/{id}/turn?wait=30s&from=N` | operate | `next_turn`: the queued messages (and, with `from`, background tasks' notices) once no call is parked; 204 when none within `wait` (at most [`MAX_TURN_WAIT`]) |
 //! | `POST /v1/sessions/{id}/tasks/{task}/cancel` | operate | `task_cancel` of the session's task; 404 not its task, 409 `not_a_task` for a default-execution call |
-//! | `GET /v1/keys`, `POST /v1/keys`, `POST /v1/keys/{id}/revoke` | admin | list, create (`{"name", "scope"}`; the key is in the answer only) and revoke API keys |
+//! | `GET /v1/keys`, `POST /v1/keys`, `POST /v1/keys/{id}/revoke` | admin | list, create (`{"name", "scope", "sessions"?}`; the key is in the answer only) and revoke API keys (answer links are listed and revocable too) |
 //! | `POST /v1/auth/session`, `DELETE /v1/auth/session` | (the key in the body) | signs the page in with `{"key": …}` (an HttpOnly, SameSite=Strict cookie), signs it out |
 //! | `GET /v1/auth/session` | read | who is signed in: the key's `name`, `keyId` and `scope` |
 //! | `GET /` | none | a page for a person: sign in with a key, then pending requests to answer, live updates, the runs and their journals |
@@ -84,6 +86,24 @@
 //!   ordered read < answer < operate < admin. Keys are minted by [`create_key`], stored as
 //!   SHA-256 hashes by the store (contract clause 8), compared in constant time, revocable.
 //!   [`ServerConfig::insecure_no_auth`] turns this off, for tests only.
+//! - **Session-limited keys.** A key may be limited to sessions (`eve keys create --session S`,
+//!   `POST /v1/keys` with `"sessions"`, [`create_key_limited`]). The limit narrows the key's
+//!   scope and never widens it: the scope is checked first, then the session. Routes that name
+//!   a session check it; routes that name a run, task or request check that run's session;
+//!   `GET /v1/events` checks every `session=`; `POST /v1/tools/{name}/calls` checks the body's
+//!   `session`; `GET /v1/requests`, `/v1/agents` and `/v1/runs` refuse a `session=` outside the
+//!   key's and otherwise list only its sessions' entries (counts included). `GET /v1/tools`,
+//!   `/v1/auth/session` and `/metrics` show no session's data and are allowed. Every other
+//!   route (keys, `/mcp`, hooks, any route not named here) is 403 for a limited key. Outside
+//!   its sessions a limited key gets 403 `forbidden` and nothing is written; an unknown run or
+//!   request is 404 as for any key.
+//! - **Answer links.** A link ([`create_answer_link`], `POST /v1/requests/{id}/links`) is a
+//!   capability for one pending request: a 256-bit random token, stored (hashed) as a key
+//!   record of scope answer limited to that request and its session, with an expiry. It opens
+//!   that request's page and answer only, never an API route; it is used up by the answer it
+//!   gives (a replay is 410 and writes nothing), and the journal records `link:<id>` as who
+//!   answered. Being a store record, it works on every server process of the store and
+//!   survives restarts.
 //! - **Host.** A request whose `Host` is neither the base URL's host nor a loopback name
 //!   (`localhost`, `127.0.0.1`, `[::1]`) is refused 421, so a page that rebinds its DNS name to
 //!   this server's address (DNS rebinding) reaches nothing.
@@ -108,6 +128,8 @@ mod camel;
 mod error;
 mod guard;
 mod health;
+mod limits;
+mod links;
 mod metrics;
 mod openapi;
 mod outage;
@@ -123,6 +145,9 @@ pub use auth::{
 };
 pub use calls::MAX_WAIT;
 pub use error::ApiError;
+pub use links::{
+    create_answer_link, AnswerLink, DEFAULT_LINK_TTL, LINK_PATH, LINK_PREFIX, MAX_LINK_TTL,
+};
 pub use metrics::{Metrics, SpanMetrics};
 pub use requests::{DEFAULT_REQUESTS_PAGE, MAX_REQUESTS_PAGE};
 pub use session::MAX_STREAM_SESSIONS;
@@ -347,6 +372,7 @@ fn build(state: AppState, shutdown: watch::Receiver<bool>) -> Router {
     let mut operate = Router::new()
         .route("/v1/tasks/{id}/cancel", post(session::cancel))
         .route("/v1/sessions/{id}/end", post(session::end))
+        .route("/v1/requests/{id}/links", post(links::create))
         .route("/v1/tools/{name}/calls", post(calls::start))
         .route("/v1/runs/{id}/cancel", post(runs::cancel))
         .route("/v1/runs/{id}/resume", post(runs::resume))
@@ -377,6 +403,7 @@ fn build(state: AppState, shutdown: watch::Receiver<bool>) -> Router {
             "/v1/auth/session",
             post(auth::sign_in).delete(auth::sign_out),
         )
+        .route("/v1/links/{token}/answer", post(links::answer))
         .route_layer(from_fn_with_state(inner.clone(), guard::same_origin));
     Router::new()
         .route(
@@ -394,6 +421,8 @@ fn build(state: AppState, shutdown: watch::Receiver<bool>) -> Router {
         .route("/sessions", get(page::sessions))
         .route("/sessions/{id}", get(page::session))
         .route("/keys", get(page::keys))
+        .route("/answer/{token}", get(links::page))
+        .route("/v1/links/{token}", get(links::show))
         .route("/v1/openapi.json", get(openapi::document))
         .route("/healthz", get(health::alive))
         .route("/readyz", get(health::ready))

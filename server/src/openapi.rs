@@ -81,6 +81,10 @@ const COOKIE: &str = "cookie";
         crate::turns::cancel_task,
         crate::requests::list_agents,
         crate::requests::complete_agent,
+        crate::links::create,
+        crate::links::show,
+        crate::links::answer,
+        crate::links::page,
     ),
     // `SessionEntry` is the `data:` of each SSE event, which OpenAPI 3.1 cannot type in a response.
     components(schemas(crate::error::ErrorBody, eve_core::SessionEntry)),

@@ -113,9 +113,11 @@ fn parse_cursor(s: &str) -> Option<(i64, &str)> {
 )]
 pub(crate) async fn list(
     State(inner): State<Arc<Inner>>,
+    key: Option<Extension<ApiKey>>,
     q: Result<Query<RequestsQuery>, QueryRejection>,
 ) -> Result<Json<RequestsPage>, ApiError> {
-    let (requests, next, tools) = pending_page(&inner, query(q)?, Kind::Asks).await?;
+    let key = key.map(|Extension(k)| k);
+    let (requests, next, tools) = pending_page(&inner, query(q)?, Kind::Asks, key.as_ref()).await?;
     Ok(Json(RequestsPage {
         requests,
         next,
@@ -160,9 +162,11 @@ pub(crate) struct AgentsPage {
 )]
 pub(crate) async fn list_agents(
     State(inner): State<Arc<Inner>>,
+    key: Option<Extension<ApiKey>>,
     q: Result<Query<RequestsQuery>, QueryRejection>,
 ) -> Result<Json<AgentsPage>, ApiError> {
-    let (agents, next, tools) = pending_page(&inner, query(q)?, Kind::Agents).await?;
+    let key = key.map(|Extension(k)| k);
+    let (agents, next, tools) = pending_page(&inner, query(q)?, Kind::Agents, key.as_ref()).await?;
     Ok(Json(AgentsPage {
         agents,
         next,
@@ -181,7 +185,13 @@ enum Kind {
 
 type Page = (Vec<ToolRequest>, Option<String>, Vec<String>);
 
-async fn pending_page(inner: &Inner, q: RequestsQuery, kind: Kind) -> Result<Page, ApiError> {
+/// One page of `kind`'s pending requests; of `key`'s sessions only when it is limited to some.
+async fn pending_page(
+    inner: &Inner,
+    q: RequestsQuery,
+    kind: Kind,
+    key: Option<&ApiKey>,
+) -> Result<Page, ApiError> {
     let text = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
     let newest = match q.order.as_deref() {
         None | Some("") | Some("newest") => true,
@@ -227,6 +237,7 @@ async fn pending_page(inner: &Inner, q: RequestsQuery, kind: Kind) -> Result<Pag
                 .await?,
         );
     }
+    runs.retain(|r| crate::limits::shows(key, &r.session_id));
     let tools: BTreeSet<&str> = runs.iter().map(|r| r.tool.as_str()).collect();
     let tools: Vec<String> = tools.into_iter().map(str::to_owned).collect();
     runs.retain(|r| tool.as_ref().is_none_or(|t| &r.tool == t));

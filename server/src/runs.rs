@@ -125,6 +125,7 @@ pub(crate) struct RunsPage {
 )]
 pub(crate) async fn list(
     State(inner): State<Arc<Inner>>,
+    key: Option<axum::Extension<eve_core::ApiKey>>,
     q: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<RunsPage>, ApiError> {
     let q = query(q)?;
@@ -153,7 +154,7 @@ pub(crate) async fn list(
         Some(s) => Some(RunSearch::parse(&s).map_err(|e| ApiError::invalid_query(e.to_string()))?),
         None => None,
     };
-    let runs = search_runs(
+    let mut runs = search_runs(
         &*inner.store,
         &RunQuery {
             session: text(q.session).map(SessionId::new),
@@ -165,6 +166,8 @@ pub(crate) async fn list(
         search.as_ref(),
     )
     .await?;
+    // A key limited to sessions lists only its sessions' runs (and counts only those).
+    runs.retain(|r| crate::limits::shows(key.as_deref(), &r.session_id));
     let filter = RunFilter {
         status,
         tool: text(q.tool),
