@@ -5,7 +5,7 @@ use crate::error::CliError;
 use crate::format::utc;
 use crate::target::Target;
 use clap::Subcommand;
-use eve_core::{ApiKey, KeyScope, Timestamp};
+use eve_core::{ApiKey, KeyScope, SessionId, Timestamp};
 use std::io::Write;
 
 /// `eve keys …`.
@@ -23,6 +23,11 @@ pub enum KeysCommand {
         /// opens nothing (401 saying it expired); create a new one.
         #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
         expires_in: Option<std::time::Duration>,
+        /// Limit the key to this session (repeat for several; default: every session). Within
+        /// its scope, a limited key acts only on these sessions' runs, requests and tasks, and
+        /// is refused (403) on routes that name no session, such as the keys routes.
+        #[arg(long = "session", value_name = "SESSION")]
+        sessions: Vec<String>,
         /// Print the key and its record as one JSON object.
         #[arg(long)]
         json: bool,
@@ -57,12 +62,28 @@ fn line(k: &ApiKey, now: Timestamp) -> String {
         _ => String::new(),
     };
     format!(
-        "{}  {:<7}  {}  ({state}, created {}{expiry})",
+        "{}  {:<7}  {}  ({state}, created {}{expiry}{})",
         k.id,
         k.scope,
         k.name,
-        utc(k.created_at)
+        utc(k.created_at),
+        limit(k)
     )
+}
+
+/// What a key is limited to, as `, sessions a, b` / `, link for request r` (empty: unlimited).
+fn limit(k: &ApiKey) -> String {
+    match (&k.request, &k.sessions) {
+        (Some(r), _) => format!(", answer link for request {r}"),
+        (None, Some(s)) => format!(
+            ", sessions {}",
+            s.iter()
+                .map(SessionId::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        (None, None) => String::new(),
+    }
 }
 
 /// Runs one `eve keys` command on `target` (over HTTP, an admin key is needed).
@@ -82,6 +103,7 @@ pub async fn run(
             name,
             scope,
             expires_in,
+            sessions,
             json,
         } => {
             // The same limits as a key made over HTTP, refused as a usage error.
@@ -107,8 +129,18 @@ pub async fn run(
                     "--expires-in works on the store only (without --url): the HTTP API creates keys that do not expire".into(),
                 ));
             }
+            for s in sessions {
+                eve_core::check_client_id("--session", s)
+                    .map_err(|e| CliError::Usage(e.to_string()))?;
+            }
+            let sessions = (!sessions.is_empty()).then(|| {
+                sessions
+                    .iter()
+                    .map(|s| SessionId::new(s.as_str()))
+                    .collect()
+            });
             let new = target
-                .create_key(name, *scope, expires_at, now)
+                .create_key(name, *scope, sessions, expires_at, now)
                 .await
                 .map_err(CliError::at("cannot create the key"))?;
             let _ = if *json {
@@ -122,9 +154,10 @@ pub async fn run(
                     .record
                     .expires_at
                     .map_or(String::new(), |t| format!(", expires {}", utc(t)));
+                let limit = limit(&new.record);
                 writeln!(
                     out,
-                    "{}\n(key {} with scope {scope}{expiry}: shown once, store it now; send it as `Authorization: Bearer <key>`)",
+                    "{}\n(key {} with scope {scope}{limit}{expiry}: shown once, store it now; send it as `Authorization: Bearer <key>`)",
                     new.text, new.record.id
                 )
             };
@@ -161,4 +194,88 @@ pub async fn run(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use eve_core::{JournalStore, MemoryStore};
+    use std::sync::Arc;
+
+    #[derive(Debug, Parser)]
+    struct Args {
+        #[command(subcommand)]
+        keys: KeysCommand,
+    }
+
+    #[tokio::test]
+    async fn create_with_repeated_session_limits_the_key() {
+        let store: Arc<dyn JournalStore> = Arc::new(MemoryStore::new());
+        let target = Target::Local(store.clone());
+        let now = Timestamp(1_000);
+        for args in [
+            &[
+                "eve",
+                "create",
+                "--name",
+                "alice",
+                "--scope",
+                "answer",
+                "--session",
+                "s1",
+            ][..],
+            &[
+                "eve",
+                "create",
+                "--name",
+                "bob",
+                "--scope",
+                "operate",
+                "--session",
+                "s1",
+                "--session",
+                "s 2",
+            ],
+            &["eve", "create", "--name", "ci", "--scope", "read"],
+        ] {
+            let Args { keys } = Args::try_parse_from(args).expect("parses");
+            let mut out = Vec::new();
+            run(&target, &keys, now, &mut out).await.expect("created");
+        }
+        let keys = store.list_keys().await.unwrap();
+        let mut limits: Vec<_> = keys
+            .iter()
+            .map(|k| (k.name.as_str(), k.sessions.clone()))
+            .collect();
+        limits.sort();
+        let ids = |s: &[&str]| Some(s.iter().map(|s| SessionId::new(*s)).collect::<Vec<_>>());
+        assert_eq!(
+            limits,
+            vec![
+                ("alice", ids(&["s1"])),
+                ("bob", ids(&["s1", "s 2"])),
+                ("ci", None)
+            ]
+        );
+        let bob = keys.iter().find(|k| k.name == "bob").unwrap();
+        assert!(
+            line(bob, now).ends_with(", sessions s1, s 2)"),
+            "{}",
+            line(bob, now)
+        );
+        let Args { keys } = Args::try_parse_from([
+            "eve",
+            "create",
+            "--name",
+            "x",
+            "--scope",
+            "read",
+            "--session",
+            "",
+        ])
+        .unwrap();
+        let err = run(&target, &keys, now, &mut Vec::new()).await.unwrap_err();
+        assert!(matches!(err, CliError::Usage(_)), "{err:?}");
+    }
 }

@@ -608,15 +608,20 @@ impl Target {
         &self,
         name: &str,
         scope: KeyScope,
+        sessions: Option<Vec<eve_core::SessionId>>,
         expires_at: Option<Timestamp>,
         now: Timestamp,
     ) -> Result<eve_server::NewKey> {
         match self {
-            Target::Local(s) => {
-                Ok(eve_server::create_key_expiring(&**s, name, scope, expires_at, now).await?)
-            }
+            Target::Local(s) => Ok(eve_server::create_key_limited(
+                &**s, name, scope, sessions, expires_at, now,
+            )
+            .await?),
             Target::Remote(r) => {
-                let body = json!({ "name": name, "scope": scope.to_string() });
+                let mut body = json!({ "name": name, "scope": scope.to_string() });
+                if let Some(sessions) = &sessions {
+                    body["sessions"] = json!(sessions);
+                }
                 let (_, mut v) = r.post("/v1/keys", &[], &body, None).await?;
                 unhashed(&mut v["record"]);
                 Ok(eve_server::NewKey {
