@@ -306,7 +306,8 @@ async fn post(http: &reqwest::Client, url: &str, session: &str, body: Vec<u8>) -
             Err(_) => return Reply::Waiting(sse_messages(&text)),
             Ok(Ok(Some(c))) => {
                 text.push_str(&String::from_utf8_lossy(&c));
-                let got = sse_messages(&text);
+                // Only whole lines: a chunk may end inside an event.
+                let got = sse_messages(&text[..text.rfind('\n').map_or(0, |i| i + 1)]);
                 if got
                     .iter()
                     .any(|m| m.get("result").is_some() || m.get("error").is_some())

@@ -214,8 +214,20 @@ async fn without_tasks_progress_goes_out_as_notifications() {
         rmcp::model::NumberOrString::Number(7),
     ));
     params.meta = Some(meta);
+    // A background tool: the call answers its receipt at once; progress and the end follow
+    // as notifications.
     let result = c.call_tool(params).await.unwrap();
-    assert_eq!(result.structured_content, Some(json!({"reminder": "tea"})));
+    let receipt = result.structured_content.unwrap();
+    assert_eq!(receipt["status"], "working", "{receipt}");
+    eventually("the task's end pushed", || {
+        client
+            .logs
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|d| d["kind"] == "task.completed" && d["taskId"] == receipt["taskId"])
+    })
+    .await;
     assert_eq!(
         client.progress.lock().unwrap().clone(),
         vec![r#"{"status":"preparing reminder"}"#.to_owned()]

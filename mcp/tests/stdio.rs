@@ -326,7 +326,7 @@ async fn python_sdk_host_declines_stops_and_closes() {
         .await
         .expect("run the Python host");
     assert_python_host(&out, &stdio_db).await;
-    println!("ok: stdio, official Python SDK (mcp {version}) host: decline denies an approval, cancel chooses cancel, stop cancels the run (cleanup ran), a background tool answers its receipt, EOF ends the session and cancels its runs");
+    println!("ok: stdio, official Python SDK (mcp {version}) host: decline denies an approval, cancel chooses cancel, stop cancels the run (its first cancel reason is the stop), a background tool answers its receipt, EOF ends the session and cancels its runs");
     let http_db = dir.path().join("http.db");
     let mut server = tokio::process::Command::new(std::env::current_exe().unwrap())
         .env(SERVE_HTTP_VAR, &http_db)
@@ -483,9 +483,14 @@ fn assert_python_session(out: &std::process::Output) {
     // remind's steps print to stdout; over stdio none of it reached the protocol.
     let printed = step("printed");
     assert_eq!(printed["is_error"], false, "{printed}");
-    assert_eq!(
-        printed["structured"],
-        json!({"reminder": "Reminder: tea"}),
+    // remind is a background tool: the call answers its receipt, and its end is pushed.
+    assert_eq!(printed["structured"]["status"], "working", "{printed}");
+    assert_eq!(printed["ended"]["kind"], "task.completed", "{printed}");
+    assert!(
+        printed["ended"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Reminder: tea"),
         "{printed}"
     );
     assert_eq!(printed["stream_errors"], json!([]), "{printed}");

@@ -20,6 +20,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 asked = []
+# The notifications/message data received (eve's notices and pushed task ends).
+logs = []
 # What the transport could not parse (a line on the server's stdout that is not JSON-RPC).
 stream_errors = []
 
@@ -35,6 +37,10 @@ async def elicit(context, params):
     labels = [o["title"] for o in schema["properties"]["option"]["oneOf"]]
     asked.append({"message": params.message, "options": options, "labels": labels})
     return types.ElicitResult(action="accept", content={"option": "approve"})
+
+
+async def on_log(params):
+    logs.append(params.data)
 
 
 def out(step, **fields):
@@ -55,7 +61,11 @@ def transport():
 async def main():
     async with transport() as (read, write):
         async with ClientSession(
-            read, write, elicitation_callback=elicit, message_handler=on_message
+            read,
+            write,
+            elicitation_callback=elicit,
+            message_handler=on_message,
+            logging_callback=on_log,
         ) as session:
             init = await session.initialize()
             out("initialized", server=init.server_info.name, protocol=init.protocol_version)
@@ -75,11 +85,24 @@ async def main():
                 text=[c.text for c in result.content if c.type == "text"],
                 asked=asked,
             )
+            # A background tool: the receipt at once, its end pushed as notifications/message.
             printed = await session.call_tool("remind", {"note": "tea", "delay": "1s"})
+            task = (printed.structured_content or {}).get("taskId")
+            ended = None
+            with anyio.fail_after(20):
+                while ended is None:
+                    ended = next(
+                        (d for d in logs if isinstance(d, dict) and d.get("taskId") == task
+                         and d.get("kind") == "task.completed"),
+                        None,
+                    )
+                    if ended is None:
+                        await anyio.sleep(0.02)
             out(
                 "printed",
                 is_error=printed.is_error,
                 structured=printed.structured_content,
+                ended=ended,
                 stream_errors=stream_errors,
             )
             try:
