@@ -1723,6 +1723,33 @@ async fn every_view_by_deep_link_navigation_sign_in_and_scopes() {
         .unwrap()
         .iter()
         .any(|k| k.name == "from-the-page" && k.scope == eve_core::KeyScope::Answer));
+    // … and one limited to sessions (comma-separated in the form).
+    let name = browser.find("#key-name").await;
+    browser.type_into(&name, "limited-from-the-page").await;
+    let sessions = browser.find("#key-sessions").await;
+    browser.type_into(&sessions, "s-a, s-b").await;
+    let create = browser.find("#key-create").await;
+    browser.click(&create).await;
+    browser.find(r#"#keys-list td[data-sessions]"#).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let keys = store.list_keys().await.unwrap();
+        if let Some(k) = keys.iter().find(|k| k.name == "limited-from-the-page") {
+            assert_eq!(
+                k.sessions,
+                Some(vec![
+                    eve_core::SessionId::new("s-a"),
+                    eve_core::SessionId::new("s-b")
+                ])
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the limited key was not created"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 
     browser.quit().await;
     worker.shutdown().await;
