@@ -493,7 +493,14 @@ impl AgentRequest {
             .map_err(|e| format!("the call's outputSchema is not a valid JSON schema: {e}"))?;
         let errors: Vec<String> = validator
             .iter_errors(output)
-            .map(|e| format!("{} (at {})", e, e.instance_path()))
+            .map(|e| {
+                let at = e.instance_path().to_string();
+                if at.is_empty() {
+                    format!("{e} (at the root)")
+                } else {
+                    format!("{e} (at {at})")
+                }
+            })
             .collect();
         if errors.is_empty() {
             Ok(())

@@ -435,16 +435,19 @@ async fn input_validation_and_idempotent_starts(env: Env) {
     for (input, says) in [
         (
             serde_json::json!(["note"]),
-            "expected a JSON object, got an array",
+            "the arguments must be a JSON object, got an array",
         ),
         (
             serde_json::json!("note"),
-            "expected a JSON object, got a string",
+            "the arguments must be a JSON object, got the string \"note\"",
         ),
-        (serde_json::json!({"note": "x"}), "missing field `delay`"),
+        (
+            serde_json::json!({"note": "x"}),
+            "delay: missing; the arguments must have it",
+        ),
         (
             serde_json::json!({"note": 1, "delay": "1h"}),
-            "invalid type",
+            "note: expected a string, got the number 1",
         ),
     ] {
         let err = start_tool_call(
@@ -581,8 +584,22 @@ async fn ordinary_tools_run_once_and_validate() {
             .unwrap(),
         serde_json::json!("hello ada from greet")
     );
-    let err = tool.call(ctx, serde_json::json!([1])).await.unwrap_err();
-    assert!(err.contains("expected a JSON object"), "{err}");
+    let err = tool
+        .call(ctx.clone(), serde_json::json!([1]))
+        .await
+        .unwrap_err();
+    assert!(
+        err.contains("the arguments must be a JSON object, got an array"),
+        "{err}"
+    );
+    let err = tool
+        .call(ctx, serde_json::json!({"name": 7}))
+        .await
+        .unwrap_err();
+    assert!(
+        err.contains("name: expected a string, got the number 7"),
+        "{err}"
+    );
     assert_eq!(tool.input_schema()["required"], serde_json::json!(["name"]));
 }
 

@@ -117,6 +117,7 @@ pub(crate) struct StartQuery {
 
 /// A call started (or found again), or an ordinary tool's call run inline.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
 pub(crate) struct CallStarted {
     /// The call's run; `null` for an ordinary tool of default execution, which runs inline in
     /// the call (no run, no journal) and is `settled` at once.
@@ -124,6 +125,18 @@ pub(crate) struct CallStarted {
     run: Option<Camel<RunRecord>>,
     /// How it settled, once it has ended; `null` while it runs.
     settled: Option<Settled>,
+    /// A background call's receipt (the seed's `{status: "working", taskId}`, as MCP and
+    /// `Session::call_tool` give it): always `working`, the call's one result, also on a retry
+    /// after the task ended (`run.status` and `settled` say where the task stands). Absent for
+    /// a default-execution call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, example = "working")]
+    status: Option<&'static str>,
+    /// A background call's task id: its run id, for `POST /v1/sessions/{id}/tasks/{task}/cancel`
+    /// and the session's `task.*` events. Absent for a default-execution call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    task_id: Option<eve_core::RunId>,
 }
 
 /// How an ended call settled.
@@ -165,11 +178,13 @@ pub(crate) fn parse_wait(s: &str) -> Option<Duration> {
 /// deprecated spelling, still accepted): 201 `{"run":
 /// RunRecord, "settled": …}` when started, 200 with the same body when this session and call id
 /// started it before (a retry), 409 `idempotency_mismatch` when they did with another input;
-/// 404 unknown tool, 400 input that fails the tool's schema, 400 `invalid_id` for a session or
+/// 404 unknown tool, 400 `invalid_input` naming the field of an input the tool's input type
+/// refuses (`amount: expected a number, got the string "ten"`), 400 `invalid_id` for a session or
 /// call id that breaks [`eve_core::check_client_id`]'s limits (nothing is created). With `?wait=30s` a default-execution
 /// call is awaited (woken by the store's notifications, not a tight poll) until it settles or
 /// the time is up: `settled` then holds `{"status", "output"}` or `{"status", "error"}`, else
-/// `null`. Background calls are never awaited: they settle as tasks. An ordinary tool of default
+/// `null`. Background calls are never awaited: they settle as tasks, and their answer carries
+/// the receipt, `"status": "working"` and `"taskId"` (the run id). An ordinary tool of default
 /// execution runs inline: 200 with `"run": null` and `settled` at once (nothing is stored; a
 /// retry runs it again).
 ///
@@ -187,9 +202,9 @@ pub(crate) fn parse_wait(s: &str) -> Option<Duration> {
     ),
     request_body = StartCall,
     responses(
-        (status = 201, description = "Started", body = CallStarted),
+        (status = 201, description = "Started; a background call's answer carries its receipt, `status: \"working\"` and `taskId`", body = CallStarted),
         (status = 200, description = "Started before by this session and call id (a retry), or an ordinary tool run inline (`run` null, `settled` set)", body = CallStarted),
-        (status = 400, description = "An input that fails the tool's schema (`invalid_input`), a session or call id that breaks the limits of ids a client chooses (`invalid_id`), a bad body or `wait` (`malformed`)", body = crate::error::ErrorBody),
+        (status = 400, description = "An input that fails the tool's schema (`invalid_input`, the message naming the field path), a session or call id that breaks the limits of ids a client chooses (`invalid_id`), a bad body or `wait` (`malformed`)", body = crate::error::ErrorBody),
         (status = 404, description = "No such tool", body = crate::error::ErrorBody),
         (status = 409, description = "`idempotency_mismatch` (this session and call id started it with another input) or `session_ended`", body = crate::error::ErrorBody),
     ),
@@ -265,11 +280,17 @@ pub(crate) async fn start(
     } else {
         StatusCode::OK
     };
+    let (receipt, task_id) = match run.execution {
+        Execution::Background => (Some("working"), Some(run.run_id.clone())),
+        Execution::Default => (None, None),
+    };
     Ok((
         status,
         Json(CallStarted {
             run: Some(Camel(run)),
             settled,
+            status: receipt,
+            task_id,
         }),
     )
         .into_response())
@@ -306,6 +327,8 @@ async fn inline(tool: &eve_core::engine::Tool, req: StartCall) -> Result<Respons
         Json(CallStarted {
             run: None,
             settled: Some(settled),
+            status: None,
+            task_id: None,
         }),
     )
         .into_response())

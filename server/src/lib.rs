@@ -20,11 +20,12 @@
 //! | `POST /v1/requests/{id}/links` | operate | mints an answer link for a pending request, `{"expiresIn"?: "4h"}` (default one day, at most 30 days): 201 `{"url", "expiresAt", "linkId", "requestId"}` (see [`create_answer_link`], "Answer links" below) |
 //! | `GET /answer/{token}`, `GET /v1/links/{token}`, `POST /v1/links/{token}/answer` | (the link) | an answer link's page of its one request, that request as JSON, and its answer (`{"optionId"}` or `{"text"}`, recorded with `answeredBy` = `link:<id>`); once answered the link is used up (410 `link_used`), 410 `link_expired` after its expiry, 404 unknown or forged |
 //! | `POST /v1/agents/{id}/result` | answer | reports a subagent call's result, `{"output": …}` (checked against the call's `outputSchema`: 422 naming the path, nothing recorded) or `{"error": …}`, once (the same again is a duplicate, another 409, after the run ended 410) |
+//! | `POST /v1/hooks/{token}` | operate | delivers the JSON body to the live hook `ctx.create_hook(token)` made, as `eve hook resume`: 200 `{"token", "runId", "seq", "duplicate"}`, exactly once per `Idempotency-Key` (a retry is `duplicate: true`; another payload under the same key 409 `idempotency_mismatch`); 404 no live hook has the token (or it is a webhook's or an agent call's), 400 a body that is not JSON |
 //! | `POST /v1/tasks/{id}/cancel` | operate | requests cancellation of a background run |
 //! | `POST /v1/sessions/{id}/end` | operate | ends the session for every handle (new calls in it are 409 `session_ended`) and cancels its runs that have not ended: `{"endedAt", "cancelled"}` |
 //! | `GET /v1/events?session=A&session=B` | read | several sessions' logs (at most [`MAX_STREAM_SESSIONS`]) as one SSE stream; `id:` is a cursor (`{"A":4,"B":9}`) that `Last-Event-ID` or `?from=` resumes every session from |
 //! | `GET /v1/tools` | read | the tools this server starts: `name`, `description`, `execution`, `inputSchema` |
-//! | `POST /v1/tools/{name}/calls?wait=30s` | operate | starts a call with `{session, callId, input}`: 201, 200 on a retry, 409 on the same key with another input (`idempotency_mismatch`) or in an ended session (`session_ended`); `wait` long-polls a default-execution call until it settles |
+//! | `POST /v1/tools/{name}/calls?wait=30s` | operate | starts a call with `{session, callId, input}`: 201, 200 on a retry, 409 on the same key with another input (`idempotency_mismatch`) or in an ended session (`session_ended`), 400 `invalid_input` naming the field of an input its schema refuses; `wait` long-polls a default-execution call until it settles; a background call's answer carries its receipt, `"status": "working"` and `"taskId"` (the run id) |
 //! | `POST /v1/sessions/{id}/messages` | operate | a user message `{"message", "policy": "queue" \| "steer"}`, as `Session::user_message`: `delivered`, `queued` or `steered`; 409 `session_ended` |
 //! | `GET /v1/sessions/{id}/turn?wait=30s&from=N` | operate | `next_turn`: the queued messages (and, with `from`, background tasks' notices) once no call is parked; 204 when none within `wait` (at most [`MAX_TURN_WAIT`]) |
 //! | `POST /v1/sessions/{id}/tasks/{task}/cancel` | operate | `task_cancel` of the session's task; 404 not its task, 409 `not_a_task` for a default-execution call |
@@ -128,6 +129,7 @@ mod camel;
 mod error;
 mod guard;
 mod health;
+mod hooks;
 mod limits;
 mod links;
 mod metrics;
@@ -380,6 +382,7 @@ fn build(state: AppState, shutdown: watch::Receiver<bool>) -> Router {
         .route("/v1/runs/{id}/terminate", post(runs::terminate))
         .route("/v1/runs/{id}/retry", post(runs::retry))
         .route("/v1/runs/{id}/reset", post(runs::reset))
+        .route("/v1/hooks/{token}", post(hooks::resume))
         .route("/v1/sessions/{id}/messages", post(turns::message))
         .route("/v1/sessions/{id}/turn", get(turns::turn))
         .route(

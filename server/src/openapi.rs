@@ -85,6 +85,7 @@ const COOKIE: &str = "cookie";
         crate::links::show,
         crate::links::answer,
         crate::links::page,
+        crate::hooks::resume,
     ),
     // `SessionEntry` is the `data:` of each SSE event, which OpenAPI 3.1 cannot type in a response.
     components(schemas(crate::error::ErrorBody, eve_core::SessionEntry)),
@@ -102,6 +103,7 @@ const COOKIE: &str = "cookie";
         (name = "health", description = "Liveness and readiness"),
         (name = "openapi", description = "This description"),
         (name = "agents", description = "Subagent calls the host serves (`ctx.agent` without an in-process AgentHost)"),
+        (name = "hooks", description = "Deliveries to the hooks workflows create with a token of their choosing"),
     ),
 )]
 struct ApiDoc;

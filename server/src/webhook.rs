@@ -237,7 +237,7 @@ fn accepted() -> Response {
         .into_response()
 }
 
-fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     let mut values = headers.get_all("idempotency-key").iter();
     let Some(v) = values.next() else {
         return Ok(None);
@@ -343,7 +343,7 @@ fn body_json(headers: &HeaderMap, body: &Bytes) -> Result<Box<RawValue>, ApiErro
 
 /// 400 when the JSON text nests arrays and objects deeper than [`MAX_JSON_DEPTH`]. The text is
 /// valid JSON, so brackets inside strings are the only ones to skip.
-fn check_depth(json: &str) -> Result<(), ApiError> {
+pub(crate) fn check_depth(json: &str) -> Result<(), ApiError> {
     let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
     for b in json.bytes() {
         if in_string {

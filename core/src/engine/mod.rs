@@ -19,6 +19,7 @@ pub(crate) type BoxFuture<T> =
     std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'static>>;
 
 mod agent;
+mod args;
 mod clock;
 mod ctx;
 mod error;

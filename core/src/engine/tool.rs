@@ -256,21 +256,10 @@ impl fmt::Debug for WorkflowTool {
     }
 }
 
+/// The arguments checked as `I` would take them, the error naming the field (see
+/// [`super::args`]).
 fn validate_as<I: DeserializeOwned>(v: &serde_json::Value) -> Result<(), String> {
-    if !v.is_object() {
-        return Err(format!(
-            "expected a JSON object, got {}",
-            match v {
-                serde_json::Value::Null => "null",
-                serde_json::Value::Bool(_) => "a boolean",
-                serde_json::Value::Number(_) => "a number",
-                serde_json::Value::String(_) => "a string",
-                serde_json::Value::Array(_) => "an array",
-                serde_json::Value::Object(_) => "an object",
-            }
-        ));
-    }
-    I::deserialize(v).map(|_: I| ()).map_err(|e| e.to_string())
+    super::args::check::<I>(v)
 }
 
 /// Defines a workflow tool from a description and a [`Workflow`] (see
@@ -457,7 +446,10 @@ impl WorkflowTool {
     /// Checks a tool input: a JSON object that the input type accepts.
     ///
     /// # Errors
-    /// [`EngineError::InvalidInput`] saying what was wrong.
+    /// [`EngineError::InvalidInput`] whose reason names the field path and what is wrong with
+    /// it, for every kind of violation: `amount: expected a number, got the string "ten"`,
+    /// `order_id: missing; the arguments must have it`, `the arguments must be a JSON object,
+    /// got an array` (errors of the whole input start `at the root:`).
     pub fn validate(&self, input: &serde_json::Value) -> Result<(), EngineError> {
         (self.validate)(input).map_err(|reason| EngineError::InvalidInput {
             tool: self.name.clone(),
@@ -860,7 +852,8 @@ impl Tool {
     /// input type accepts.
     ///
     /// # Errors
-    /// [`EngineError::InvalidInput`] saying what was wrong (serde names the field).
+    /// [`EngineError::InvalidInput`] naming the field path and what is wrong with it, as
+    /// [`WorkflowTool::validate`].
     pub fn validate(&self, input: &serde_json::Value) -> Result<(), EngineError> {
         (self.validate)(input).map_err(|reason| EngineError::InvalidInput {
             tool: self.name.clone(),

@@ -222,6 +222,24 @@ pub async fn collect(ctx: WorkflowCtx, input: CollectInput) -> Result<Value, Wor
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct AwaitHookInput {
+    /// The hook's token (`POST /v1/hooks/{token}` delivers to it).
+    pub token: String,
+    /// How many payloads to wait for.
+    pub count: usize,
+}
+
+/// Creates a hook with the caller's token and returns the `count` payloads it receives.
+pub async fn await_hook(ctx: WorkflowCtx, input: AwaitHookInput) -> Result<Value, WorkflowError> {
+    let hook = ctx.create_hook::<Value>(input.token);
+    let mut got = Vec::new();
+    for _ in 0..input.count {
+        got.push(hook.next().await?);
+    }
+    Ok(Value::Array(got))
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct DeployInput {
     pub service: String,
 }
@@ -370,6 +388,8 @@ pub fn registry() -> Registry {
     let tools: Vec<WorkflowTool> = vec![
         define_workflow_tool("Render a video.", workflow!(render_video)).named("render_video"),
         define_workflow_tool("Collect webhook deliveries.", workflow!(collect)).named("collect"),
+        define_workflow_tool("Collect payloads on a hook.", workflow!(await_hook))
+            .named("await_hook"),
         define_workflow_tool("Deploy a service.", workflow!(deploy)).named("deploy"),
         define_workflow_tool("A body that panics.", workflow!(broken)).named("broken"),
         define_workflow_tool("Report progress, then ask.", workflow!(report)).named("report"),

@@ -210,6 +210,8 @@ _, inline = call("POST", "/v1/tools/lookup_order/calls", body={"session": "py", 
 assert inline["settled"]["status"] == "failed" and "missing" in inline["settled"]["error"], inline
 _, bad = call("POST", "/v1/tools/lookup_order/calls", body={"session": "py", CALL_ID: "lookup-3", "input": {"order": 1}}, expect=400)
 assert bad["code"] == "invalid_input" and "order_id" in bad["message"], bad
+_, bad = call("POST", "/v1/tools/lookup_order/calls", body={"session": "py", CALL_ID: "lookup-4", "input": {"order_id": 7}}, expect=400)
+assert "order_id: expected a string, got the number 7" in bad["message"], bad
 start = {"session": "py", CALL_ID: "deploy-1", "input": {"service": "api"}}
 _, started = call("POST", "/v1/tools/deploy/calls", body=start, expect=201)
 deploy_run = get(started["run"], "run_id")
@@ -285,6 +287,8 @@ call("POST", f"/v1/agents/{withdrawn_id}/result", body={"error": "too late"}, ex
 # A task: listed, cancelled, cancelled again; a default call is not a task.
 _, task = call("POST", "/v1/tools/refund_order/calls", body={"session": "py", CALL_ID: "refund-1", "input": {"order_id": "o-1"}}, expect=201)
 task_id = get(task["run"], "run_id")
+# A background start answers the seed's receipt beside the run.
+assert task["status"] == "working" and task["taskId"] == task_id, task
 _, tasks = call("GET", "/v1/sessions/py/tasks", expect=200)
 assert [get(t, "task_id") for t in tasks["tasks"]] == [task_id], tasks
 call("POST", f"/v1/tasks/{task_id}/cancel", expect=202)
@@ -390,6 +394,19 @@ call("PUT", WEBHOOK, raw=b"plain text", key=None, headers={"content-type": "text
 call("PATCH", WEBHOOK, body={"n": 3}, key=None, expect=202)
 call("POST", WEBHOOK, raw=b"{not json", key=None, headers={"content-type": "application/json"}, expect=400)
 call("POST", "/.well-known/workflow/v1/webhook/wh_" + "0" * 32, body={}, key=None, expect=404)
+
+# Hooks a workflow made with its own token: resumed once per Idempotency-Key (operate key).
+call("POST", "/v1/tools/await_hook/calls", body={"session": "py-hooks", CALL_ID: "hook-1", "input": {"token": "py-hook", "count": 2}}, expect=201)
+_, delivered = until("the hook to be created", lambda: (lambda r: r[0] == 200 and r)(call("POST", "/v1/hooks/py-hook", body={"frame": 1}, headers={"idempotency-key": "py-h1"})))
+assert delivered["duplicate"] is False and delivered["token"] == "py-hook", delivered
+_, again = call("POST", "/v1/hooks/py-hook", body={"frame": 1}, headers={"idempotency-key": "py-h1"}, expect=200)
+assert again["duplicate"] is True and again["seq"] == delivered["seq"], again
+_, mismatch = call("POST", "/v1/hooks/py-hook", body={"frame": 2}, headers={"idempotency-key": "py-h1"}, expect=409)
+assert mismatch["code"] == "idempotency_mismatch", mismatch
+call("POST", "/v1/hooks/py-hook", raw=b"{not json", headers={"content-type": "application/json"}, expect=400)
+call("POST", "/v1/hooks/py-hook", body=1, key=reader, expect=401)
+call("POST", "/v1/hooks/nobody-made-this", body=1, expect=404)
+call("POST", "/v1/hooks/py-hook", body="done", expect=200)
 
 call("GET", "/metrics", expect=200)
 
