@@ -98,7 +98,8 @@ fn parse_cursor(s: &str) -> Option<(i64, &str)> {
 /// contains it (case-insensitive). `limit` (default [`DEFAULT_REQUESTS_PAGE`], at most
 /// [`MAX_REQUESTS_PAGE`]) requests a page, and `next`, passed back as `before=`, continues
 /// after the page's last run. `tools` names the tools of every live run (whatever the
-/// filters), for a filter to offer.
+/// filters), for a filter to offer. A key limited to sessions lists only its sessions'
+/// requests and tools, and a `session=` outside them is 403.
 #[utoipa::path(
     get,
     path = "/v1/requests",

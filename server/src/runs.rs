@@ -110,7 +110,8 @@ pub(crate) struct RunsPage {
 /// attributes: `input.service = "api" and attr.cost >= 10`). `order=newest` lists newest first (default oldest first); `limit`
 /// pages (none means all) and `next` is the cursor of the following page, passed back as
 /// `before=`. `counts` counts the filtered runs by status, whatever the status filter and the
-/// page.
+/// page. A key limited to sessions lists and counts only its sessions' runs, and a `session=`
+/// outside them is 403.
 #[utoipa::path(
     get,
     path = "/v1/runs",
