@@ -41,6 +41,18 @@ if [ -x "$MCP_VENV/bin/python" ] && ! "$MCP_VENV/bin/python" -c 'import importli
 fi
 "$MCP_VENV/bin/python" -c "import openapi_core, openapi_spec_validator" 2>/dev/null && export EVE_TEST_OPENAPI_PYTHON="$MCP_VENV/bin/python"
 
+# The eve-mcp host test also drives the server with the official MCP TypeScript SDK (pinned), from
+# the npm registry, installed once into a directory reused by later runs.
+MCP_NODE="${EVE_MCP_NODE:-/var/tmp/eve-mcp-node}"
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  if ! node -e "process.exit(require('$MCP_NODE/node_modules/@modelcontextprotocol/sdk/package.json').version === '1.32.2' ? 0 : 1)" 2>/dev/null; then
+    mkdir -p "$MCP_NODE" && npm install --prefix "$MCP_NODE" --silent --no-audit --no-fund "@modelcontextprotocol/sdk@1.32.2" >/dev/null || echo "WARNING: the MCP TypeScript SDK could not be installed: the eve-mcp TypeScript host test will be skipped"
+  fi
+  [ -f "$MCP_NODE/node_modules/@modelcontextprotocol/sdk/package.json" ] && export EVE_TEST_MCP_NODE_MODULES="$MCP_NODE/node_modules"
+else
+  echo "WARNING: node/npm not found: the eve-mcp TypeScript host test will be skipped"
+fi
+
 cargo test --workspace "$@"
 # The workspace build has every feature on (eve-examples' dev-dependency on eve-cli); eve-cli's
 # unit tests again on its default (SQLite only), where the other backends and span export are

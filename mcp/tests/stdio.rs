@@ -27,6 +27,53 @@ const PID_FILE_VAR: &str = "EVE_MCP_TEST_PID_FILE";
 /// Set in the server process: the SQLite file to serve over streamable HTTP on 127.0.0.1:0 (the
 /// process prints its URL, then serves until stdin closes).
 const SERVE_HTTP_VAR: &str = "EVE_MCP_TEST_SERVE_HTTP";
+/// Set in the server process: its notice interval in milliseconds (default 15 s).
+const NOTICE_MS_VAR: &str = "EVE_MCP_TEST_NOTICE_MS";
+
+/// The test server over `db`, with the notice interval of [`NOTICE_MS_VAR`] when it is set.
+async fn test_server(
+    db: &Path,
+) -> (
+    eve_mcp::McpServer,
+    std::sync::Arc<dyn eve_core::JournalStore>,
+    eve_core::engine::WorkerHandle,
+) {
+    // Each process its own worker id, as `eve mcp` does: a host may launch several at once.
+    let store: std::sync::Arc<dyn eve_core::JournalStore> = std::sync::Arc::new(
+        eve_storage_sqlite::SqliteStore::open(db)
+            .await
+            .expect("open store"),
+    );
+    let worker = eve_core::engine::Worker::new(
+        store.clone(),
+        registry(),
+        std::sync::Arc::new(eve_core::engine::SystemClock),
+        eve_core::engine::WorkerConfig {
+            id: Some(eve_core::WorkerId::new(format!(
+                "mcp-test-{}",
+                std::process::id()
+            ))),
+            poll_interval: std::time::Duration::from_millis(50),
+            ..eve_core::engine::WorkerConfig::default()
+        },
+    )
+    .await
+    .expect("register worker");
+    let mcp = eve_mcp::McpServer::new(store.clone(), std::sync::Arc::new(registry()))
+        .with_worker(worker.clone());
+    let worker = worker.spawn();
+    let mcp = match std::env::var(NOTICE_MS_VAR)
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        Some(ms) => mcp.with_config(eve_mcp::McpConfig {
+            notice_interval: std::time::Duration::from_millis(ms),
+            ..eve_mcp::McpConfig::default()
+        }),
+        None => mcp,
+    };
+    (mcp, store, worker)
+}
 
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -39,7 +86,7 @@ fn main() {
             std::fs::write(file, std::process::id().to_string()).expect("write the pid file");
         }
         rt.block_on(async {
-            let (mcp, _store, worker) = server(Path::new(&db)).await;
+            let (mcp, _store, worker) = test_server(Path::new(&db)).await;
             eve_mcp::serve_stdio(mcp).await.expect("serve stdio");
             worker.shutdown().await;
         });
@@ -47,7 +94,7 @@ fn main() {
     }
     if let Ok(db) = std::env::var(SERVE_HTTP_VAR) {
         rt.block_on(async {
-            let (mcp, _store, worker) = server(Path::new(&db)).await;
+            let (mcp, _store, worker) = test_server(Path::new(&db)).await;
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             println!("http://{}/mcp", listener.local_addr().unwrap());
             let app = axum::Router::new().nest_service("/mcp", eve_mcp::router(mcp));
@@ -73,6 +120,7 @@ fn main() {
         python_sdk_over_stdio_and_http().await;
         python_sdk_serves_subagents_through_sampling().await;
         python_sdk_host_declines_stops_and_closes().await;
+        typescript_sdk_host_declines_stops_and_closes().await;
     });
 }
 
@@ -314,22 +362,74 @@ async fn python_sdk_host_declines_stops_and_closes() {
         return;
     };
     let version = python_sdk_version(&python).await;
-    let dir = tempfile::tempdir().unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/host.py");
+    sdk_host(
+        &format!("Python SDK (mcp {version})"),
+        &python,
+        &script,
+        &[],
+    )
+    .await;
+}
+
+/// The official TypeScript SDK as the same host (tests/ts/host.mjs), plus a host without
+/// elicitation whose 1 s request timeout is kept from firing by eve's notices while a person
+/// has yet to answer.
+async fn typescript_sdk_host_declines_stops_and_closes() {
+    let Ok(modules) = std::env::var("EVE_TEST_MCP_NODE_MODULES") else {
+        println!("SKIPPED: the official MCP TypeScript SDK host test: EVE_TEST_MCP_NODE_MODULES is not set (scripts/test-all.sh installs @modelcontextprotocol/sdk and sets it)");
+        return;
+    };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ts/host.mjs");
+    let steps = sdk_host(
+        "TypeScript SDK (@modelcontextprotocol/sdk)",
+        "node",
+        &script,
+        &[("NODE_PATH", modules.as_str()), (NOTICE_MS_VAR, "200")],
+    )
+    .await;
+    for steps in steps {
+        let bare = &steps["no_elicitation"];
+        assert_eq!(bare["is_error"], false, "{bare}");
+        assert_eq!(bare["structured"]["deployed"], true, "{bare}");
+        assert!(
+            bare["notice"].as_str().unwrap().contains("eve answer"),
+            "{bare}"
+        );
+        assert!(bare["notices"].as_u64().unwrap() >= 2, "{bare}");
+        assert!(bare["waited_ms"].as_u64().unwrap() > 1000, "{bare}");
+        assert!(
+            steps["stopped"]["call"].as_str().unwrap().contains("stop"),
+            "{steps:?}"
+        );
+    }
+}
+
+/// Runs a host script (`program script TARGET`) over stdio and over streamable HTTP, checks
+/// what it did to the journal, and returns its steps of both runs.
+async fn sdk_host(
+    label: &str,
+    program: &str,
+    script: &Path,
+    env: &[(&str, &str)],
+) -> Vec<serde_json::Map<String, serde_json::Value>> {
+    let dir = tempfile::tempdir().unwrap();
     let stdio_db = dir.path().join("stdio.db");
-    let out = tokio::process::Command::new(&python)
-        .arg(&script)
+    let out = tokio::process::Command::new(program)
+        .arg(script)
         .arg(std::env::current_exe().unwrap())
         .env(SERVE_VAR, &stdio_db)
+        .envs(env.iter().copied())
         .stderr(Stdio::inherit())
         .output()
         .await
-        .expect("run the Python host");
-    assert_python_host(&out, &stdio_db).await;
-    println!("ok: stdio, official Python SDK (mcp {version}) host: decline denies an approval, cancel chooses cancel, stop cancels the run (its first cancel reason is the stop), a background tool answers its receipt, EOF ends the session and cancels its runs");
+        .expect("run the host script");
+    let over_stdio = assert_host(&out, &stdio_db).await;
+    println!("ok: stdio, official {label} host: decline denies an approval, cancel chooses cancel, stop cancels the run (its first cancel reason is the stop), a background tool answers its receipt, EOF ends the session and cancels its runs");
     let http_db = dir.path().join("http.db");
     let mut server = tokio::process::Command::new(std::env::current_exe().unwrap())
         .env(SERVE_HTTP_VAR, &http_db)
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -343,23 +443,29 @@ async fn python_sdk_host_declines_stops_and_closes() {
         lines.read_line(&mut url).await.unwrap();
         tokio::spawn(async move { tokio::io::copy(&mut lines, &mut tokio::io::sink()).await });
     }
-    let out = tokio::process::Command::new(&python)
-        .arg(&script)
+    let out = tokio::process::Command::new(program)
+        .arg(script)
         .arg(url.trim())
+        .envs(env.iter().copied())
         .stderr(Stdio::inherit())
         .output()
         .await
-        .expect("run the Python host");
-    assert_python_host(&out, &http_db).await;
+        .expect("run the host script");
+    let over_http = assert_host(&out, &http_db).await;
     drop(server.stdin.take());
     assert!(server.wait().await.unwrap().success());
-    println!("ok: streamable HTTP, official Python SDK (mcp {version}) host: decline, cancel, stop, receipt, DELETE /mcp ends the session and cancels its runs");
+    println!("ok: streamable HTTP, official {label} host: decline, cancel, stop, receipt, DELETE /mcp ends the session and cancels its runs");
+    vec![over_stdio, over_http]
 }
 
-async fn assert_python_host(out: &std::process::Output, db: &Path) {
+/// Checks a host script's steps and what they did to the journal in `db`; returns the steps.
+async fn assert_host(
+    out: &std::process::Output,
+    db: &Path,
+) -> serde_json::Map<String, serde_json::Value> {
     use eve_core::{Event, JournalStore, JournalStoreExt};
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "the Python host failed: {stdout}");
+    assert!(out.status.success(), "the host script failed: {stdout}");
     let steps = python_steps(out);
     let declined = &steps["declined"];
     assert_eq!(declined["is_error"], true, "{declined}");
@@ -394,6 +500,21 @@ async fn assert_python_host(out: &std::process::Output, db: &Path) {
         }
     };
     let transfer = journal(&run_of("transfer")).await;
+    let deploys: Vec<_> = runs
+        .iter()
+        .filter(|r| r.tool == "deploy_approval")
+        .collect();
+    let deploy_answers = {
+        let mut answers = Vec::new();
+        for run in deploys {
+            for e in journal(run).await {
+                if let Event::InputAnswered { response, .. } = e {
+                    answers.extend(response.option_id);
+                }
+            }
+        }
+        answers
+    };
     assert!(
         transfer
             .iter()
@@ -406,10 +527,9 @@ async fn assert_python_host(out: &std::process::Output, db: &Path) {
             .any(|e| matches!(e, Event::StepCompleted { .. })),
         "{transfer:?}"
     );
-    let deploy = journal(&run_of("deploy_approval")).await;
     assert!(
-        deploy.iter().any(|e| matches!(e, Event::InputAnswered { response, .. } if response.option_id.as_deref() == Some("cancel"))),
-        "{deploy:?}"
+        deploy_answers.contains(&"cancel".to_owned()),
+        "{deploy_answers:?}"
     );
     let nap = run_of("nap");
     let reasons: Vec<String> = journal(&nap)
@@ -445,6 +565,7 @@ async fn assert_python_host(out: &std::process::Output, db: &Path) {
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+    steps
 }
 
 fn assert_python_session(out: &std::process::Output) {
