@@ -161,6 +161,9 @@ async fn a_session_limited_key_acts_only_in_its_sessions() {
         format!("/v1/runs/{other_run}"),
         "/v1/sessions/s-other/requests".to_owned(),
         "/v1/sessions/s-other".to_owned(),
+        "/v1/sessions/s-other/events".to_owned(),
+        "/v1/events?session=s-mine&session=s-other".to_owned(),
+        "/v1/agents?session=s-other".to_owned(),
     ] {
         let (status, body) = get(&server, &path, Some(a)).await;
         assert_eq!(
