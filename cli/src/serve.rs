@@ -120,6 +120,10 @@ pub async fn run(
                 .with_worker(local_worker.clone())
                 .with_config(eve_mcp::McpConfig {
                     page_url: Some(format!("{base}/requests")),
+                    answer_links: Some(Arc::new(ServeLinks {
+                        store: store.clone(),
+                        base: base.clone(),
+                    })),
                     ..eve_mcp::McpConfig::default()
                 }),
             &base,
@@ -244,5 +248,36 @@ async fn shutdown_signal() {
     tokio::select! {
         () = ctrl_c => {}
         () = term => {}
+    }
+}
+
+/// The answer links `eve serve` names in the notice of an MCP call that waits for a person:
+/// eve-server's (single use, expiring after its default of one day, opening the page at just
+/// that request).
+struct ServeLinks {
+    store: Arc<dyn eve_core::JournalStore>,
+    base: String,
+}
+
+impl std::fmt::Debug for ServeLinks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeLinks")
+            .field("base", &self.base)
+            .finish()
+    }
+}
+
+#[async_trait::async_trait]
+impl eve_mcp::AnswerLinks for ServeLinks {
+    async fn link(&self, request: &eve_core::RequestId) -> Option<String> {
+        let now = SystemClock.now();
+        let ttl = eve_server::DEFAULT_LINK_TTL;
+        match eve_server::create_answer_link(&*self.store, &self.base, request, ttl, now).await {
+            Ok(link) => Some(link.url),
+            Err(e) => {
+                tracing::info!(%request, error = %e, "no answer link for an MCP notice");
+                None
+            }
+        }
     }
 }

@@ -20,7 +20,7 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
 use serde_json::{json, Value};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -267,8 +267,8 @@ impl Connection {
         let mut view = RunView::default();
         let mut progress = 0u32;
         let mut elicited: HashSet<RequestId> = HashSet::new();
-        // Requests the host was told about (not asked, or declined), and the notice repeated.
-        let mut announced: HashSet<RequestId> = HashSet::new();
+        // Requests the host was told about (not asked, or declined), with the notice repeated.
+        let mut announced: HashMap<RequestId, String> = HashMap::new();
         let mut unasked: Vec<RequestId> = Vec::new();
         let mut beat = tokio::time::Instant::now() + self.server.config.notice_interval;
         let mut asking: tokio::task::JoinSet<Result<Option<RequestId>, ErrorData>> =
@@ -356,8 +356,9 @@ impl Connection {
                 let Some((_, request)) = view.pending.iter().find(|(r, _)| *r == id) else {
                     continue;
                 };
-                if announced.insert(id.clone()) {
-                    let text = crate::host::notice(&self.server, &run.run_id, &id, request);
+                if !announced.contains_key(&id) {
+                    let text = crate::host::notice(&self.server, &run.run_id, &id, request).await;
+                    announced.insert(id.clone(), text.clone());
                     crate::host::log(
                         &ctx.peer,
                         &text,
@@ -367,14 +368,14 @@ impl Connection {
                     notify(text).await;
                 }
             }
-            announced.retain(|id| view.pending.iter().any(|(r, _)| r == id));
+            announced.retain(|id, _| view.pending.iter().any(|(r, _)| r == id));
             let heartbeat = progress_token.is_some() && !announced.is_empty();
             tokio::select! {
                 () = waiter.wait() => {}
                 () = tokio::time::sleep_until(beat), if heartbeat => {
                     beat = tokio::time::Instant::now() + self.server.config.notice_interval;
-                    if let Some((id, request)) = view.pending.iter().find(|(r, _)| announced.contains(r)) {
-                        notify(crate::host::notice(&self.server, &run.run_id, id, request)).await;
+                    if let Some(text) = view.pending.iter().find_map(|(r, _)| announced.get(r)) {
+                        notify(text.clone()).await;
                     }
                 }
                 Some(joined) = asking.join_next(), if !asking.is_empty() => match joined {

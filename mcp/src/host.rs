@@ -145,8 +145,8 @@ pub(crate) async fn end_session(server: &McpServer, session: &SessionId) {
 }
 
 /// What a call that waits for `request` tells the host: what it waits for and where a person
-/// can answer it.
-pub(crate) fn notice(
+/// can answer it (an answer link when the server mints them, the page, `eve answer`, HTTP).
+pub(crate) async fn notice(
     server: &McpServer,
     run: &RunId,
     id: &RequestId,
@@ -156,15 +156,23 @@ pub(crate) fn notice(
         .options
         .first()
         .map_or_else(|| "--text '…'".to_owned(), |o| o.id.clone());
-    let page = server
-        .config
-        .page_url
-        .as_deref()
-        .map(|url| format!(" on the page {url}, or"))
-        .unwrap_or_default();
+    let link = match &server.config.answer_links {
+        Some(links) => links.link(id).await,
+        None => None,
+    };
+    let mut places = Vec::new();
+    if let Some(link) = link {
+        places.push(format!("with this link (no key needed): {link}"));
+    }
+    if let Some(url) = &server.config.page_url {
+        places.push(format!("on the page {url}"));
+    }
+    places.push(format!("with `eve answer {id} {example}`"));
+    places.push(format!("over HTTP: POST /v1/requests/{id}/answer"));
     format!(
-        "waiting for a person to answer {:?} (request {id} of task {run}); answer it{page} with `eve answer {id} {example}` (or over HTTP: POST /v1/requests/{id}/answer). The call settles once it is answered; stopping the call cancels the run.",
-        crate::wire::clip(&request.prompt)
+        "waiting for a person to answer {:?} (request {id} of task {run}); answer it {}. The call settles once it is answered; stopping the call cancels the run.",
+        crate::wire::clip(&request.prompt),
+        places.join(", or ")
     )
 }
 

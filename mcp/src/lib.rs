@@ -150,6 +150,10 @@ pub struct McpConfig {
     /// named in the notice a waiting call sends the host (default: none, the notice names
     /// `eve answer`).
     pub page_url: Option<String>,
+    /// Mints an answer link for a request a blocking call waits for, named in its notice so a
+    /// person without a key can answer (default: none). `eve serve` mints eve-server's answer
+    /// links (signed, single use, expiring).
+    pub answer_links: Option<Arc<dyn AnswerLinks>>,
     /// How often a blocking call that waits for a person repeats its notice as a progress
     /// notification (when the call sent a progress token), so client timeouts that reset on
     /// progress never fire while a person has yet to answer (default 15 s).
@@ -165,9 +169,20 @@ impl Default for McpConfig {
             max_message_bytes: 4 * 1024 * 1024,
             sampling_max_tokens: 4096,
             page_url: None,
+            answer_links: None,
             notice_interval: Duration::from_secs(15),
         }
     }
+}
+
+/// Mints answer links: a URL that lets a person with no key answer one pending request (for
+/// example `eve_server::create_answer_link`). Named in the notice of a call that waits for the
+/// request; it never widens what the MCP client itself may do (it can answer the request anyway).
+#[async_trait::async_trait]
+pub trait AnswerLinks: Send + Sync + fmt::Debug {
+    /// A link answering `request`, or `None` when none can be made (the notice then names the
+    /// page and `eve answer` only).
+    async fn link(&self, request: &eve_core::RequestId) -> Option<String>;
 }
 
 /// An MCP server over a store and a registry. Cheap to clone; holds no state of its own: every

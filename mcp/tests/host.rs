@@ -456,3 +456,108 @@ async fn a_background_tool_answers_its_receipt_and_pushes_its_end() {
     c.cancel().await.unwrap();
     t.cancel().await.unwrap();
 }
+
+/// eve-server's answer links as the notice's links (what `eve serve` sets up).
+#[derive(Debug)]
+struct Links {
+    store: Arc<dyn JournalStore>,
+    base: String,
+}
+
+#[async_trait::async_trait]
+impl eve_mcp::AnswerLinks for Links {
+    async fn link(&self, request: &eve_core::RequestId) -> Option<String> {
+        let ttl = eve_server::DEFAULT_LINK_TTL;
+        let now = eve_core::Timestamp::now();
+        eve_server::create_answer_link(&*self.store, &self.base, request, ttl, now)
+            .await
+            .ok()
+            .map(|l| l.url)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_notice_carries_an_answer_link_a_person_without_a_key_answers_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mcp, store, worker) = server(&dir.path().join("eve.db")).await;
+    // The page and its API on one port, MCP (whose notices name the page's links) on another.
+    let page = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", page.local_addr().unwrap());
+    let state = eve_server::AppState::new(store.clone(), Arc::new(eve_core::engine::SystemClock));
+    tokio::spawn(eve_server::serve(page, state));
+    let mcp = mcp.with_config(eve_mcp::McpConfig {
+        page_url: Some(format!("{base}/requests")),
+        answer_links: Some(Arc::new(Links {
+            store: store.clone(),
+            base: base.clone(),
+        })),
+        ..eve_mcp::McpConfig::default()
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let app = axum::Router::new().nest_service("/mcp", eve_mcp::router(mcp));
+    tokio::spawn(async move {
+        let _worker = worker;
+        axum::serve(listener, app).await.unwrap();
+    });
+    let client = TestClient::default();
+    let c = Arc::new(
+        client
+            .clone()
+            .serve(rmcp::transport::StreamableHttpClientTransport::from_uri(
+                url,
+            ))
+            .await
+            .unwrap(),
+    );
+    let caller = c.clone();
+    let call = tokio::spawn(async move {
+        caller
+            .call_tool(call("deploy_approval", json!({"service": "api"})))
+            .await
+    });
+    eventually("a notice", || !client.logs.lock().unwrap().is_empty()).await;
+    let notice = client.logs.lock().unwrap()[0]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(notice.contains(&format!("{base}/requests")), "{notice}");
+    let link = notice
+        .split_whitespace()
+        .find(|w| w.contains("/answer/"))
+        .unwrap_or_else(|| panic!("no answer link: {notice}"))
+        .trim_end_matches(',');
+    let token = link.rsplit('/').next().unwrap();
+    // A person with no key answers through the link; the call settles with that answer.
+    let http = reqwest::Client::new();
+    let answered = http
+        .post(format!("{base}/v1/links/{token}/answer"))
+        .header("content-type", "application/json")
+        .body(json!({"optionId": "approve"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        answered.status().as_u16(),
+        200,
+        "{:?}",
+        answered.text().await
+    );
+    let result = tokio::time::timeout(Duration::from_secs(20), call)
+        .await
+        .expect("settles")
+        .unwrap()
+        .unwrap();
+    assert_eq!(result.is_error, Some(false), "{result:?}");
+    assert_eq!(result.structured_content.unwrap()["deployed"], true);
+    // Single use: the link opens nothing any more.
+    let again = http
+        .post(format!("{base}/v1/links/{token}/answer"))
+        .header("content-type", "application/json")
+        .body(json!({"optionId": "approve"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status().as_u16(), 410);
+    Arc::try_unwrap(c).unwrap().cancel().await.unwrap();
+}
