@@ -642,13 +642,15 @@ pub enum AgentsCommand {
 /// `eve hook …`.
 #[derive(Debug, Subcommand)]
 pub enum HookCommand {
-    /// Deliver a JSON payload to the live hook of a token.
+    /// Deliver a JSON payload to the live hook of a token (with --url, through the server's
+    /// POST /v1/hooks/{token}: a key of scope operate).
     Resume {
         /// The hook's token.
         token: String,
         /// The payload, as JSON.
         json: String,
-        /// Dedupe key: a retry with the same key is delivered once.
+        /// Dedupe key: a retry with the same key is delivered once (sent as Idempotency-Key
+        /// with --url).
         #[arg(long, value_name = "KEY")]
         dedupe_key: Option<String>,
     },
@@ -1013,9 +1015,8 @@ async fn dispatch(cli: Cli, registry: &Registry, out: &mut dyn Write) -> Result<
             json,
             dedupe_key: key,
         }) => {
-            local_only(&cli, "eve hook resume")?;
-            let store = open(&cli).await?;
-            inspect::hook_resume(&*store, token, json, key.as_deref(), now(), out).await
+            let target = target(&cli).await?;
+            inspect::hook_resume(&target, token, json, key.as_deref(), now(), out).await
         }
         Command::Keys(command) => {
             // Creating a key may come before anything else, as on a fresh deployment.

@@ -5,8 +5,8 @@ use crate::error::CliError;
 use crate::format::{describe, event_line, run_header, run_row, utc};
 use crate::target::Target;
 use eve_core::{
-    CancelOutcome, Event, InputResponse, JournalStore, Payload, PendingRequest, RequestId,
-    Resolution, RunFilter, RunId, RunQuery, RunStatus, SessionId, Timestamp, WatchKey,
+    CancelOutcome, Delivered, Event, InputResponse, Payload, PendingRequest, RequestId, Resolution,
+    RunFilter, RunId, RunQuery, RunStatus, SessionId, Timestamp, WatchKey,
 };
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -593,12 +593,25 @@ pub async fn answer(
     Ok(())
 }
 
-/// `eve hook resume <token> <json> [--dedupe-key K]`: delivers a JSON payload to a live hook.
+/// The answer of `POST /v1/hooks/{token}` (its `token` is the one sent).
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct HookDelivered {
+    run_id: RunId,
+    seq: u64,
+    duplicate: bool,
+}
+
+/// `eve hook resume <token> <json> [--dedupe-key K]`: delivers a JSON payload to a live hook,
+/// on the store or, with `--url`, through the server's `POST /v1/hooks/{token}` (an operate
+/// key; the dedupe key is sent as `Idempotency-Key`). Both print the same line.
 ///
 /// # Errors
-/// [`CliError::Usage`] when the payload is not JSON; `NotFound` when no live hook has the token.
+/// [`CliError::Usage`] when the payload is not JSON; `NotFound` (404 over HTTP) when no live
+/// hook has the token; over HTTP also 409 `idempotency_mismatch` for a dedupe key delivered
+/// before with another payload, and the key's scope (403).
 pub async fn hook_resume(
-    store: &dyn JournalStore,
+    target: &Target,
     token: &str,
     json: &str,
     key: Option<&str>,
@@ -607,12 +620,40 @@ pub async fn hook_resume(
 ) -> Result<(), CliError> {
     let value: serde_json::Value = serde_json::from_str(json)
         .map_err(|e| CliError::Usage(format!("the hook payload is not JSON: {e}")))?;
-    let payload = Payload::from_value(&value)
-        .map_err(|e| CliError::Usage(format!("the hook payload is not JSON: {e}")))?;
-    let d = store
-        .deliver_hook(token, payload, key, now)
-        .await
-        .map_err(CliError::store(format!("cannot resume hook {token:?}")))?;
+    let doing = format!("cannot resume hook {token:?}");
+    let d = match target {
+        Target::Local(store) => {
+            let payload = Payload::from_value(&value)
+                .map_err(|e| CliError::Usage(format!("the hook payload is not JSON: {e}")))?;
+            store
+                .deliver_hook(token, payload, key, now)
+                .await
+                .map_err(CliError::store(doing))?
+        }
+        Target::Remote(r) => {
+            let path = format!("/v1/hooks/{}", crate::remote::segment(token));
+            let headers: Vec<(&str, &str)> =
+                key.map(|k| ("idempotency-key", k)).into_iter().collect();
+            let (_, v) = r
+                .post_with_headers(&path, &value, &headers)
+                .await
+                .map_err(|e| CliError::at(doing.clone())(e.into()))?;
+            let d: HookDelivered = serde_json::from_value(v).map_err(|e| {
+                CliError::at(doing.clone())(
+                    crate::remote::RemoteError::Unexpected {
+                        url: r.url().to_owned(),
+                        reason: format!("the answer to POST {path} is not a delivery: {e}"),
+                    }
+                    .into(),
+                )
+            })?;
+            Delivered {
+                run: d.run_id,
+                seq: d.seq,
+                duplicate: d.duplicate,
+            }
+        }
+    };
     let _ = if d.duplicate {
         writeln!(
             out,

@@ -118,7 +118,7 @@ impl Remote {
     /// # Errors
     /// See [`RemoteError`].
     pub async fn get(&self, path: &str, query: &[(&str, String)]) -> Result<Value, RemoteError> {
-        self.send(Method::GET, path, query, None, None)
+        self.send(Method::GET, path, query, None, None, &[])
             .await
             .map(|(_, v)| v)
     }
@@ -135,7 +135,23 @@ impl Remote {
         body: &Value,
         wait: Option<Duration>,
     ) -> Result<(StatusCode, Value), RemoteError> {
-        self.send(Method::POST, path, query, Some(body), wait).await
+        self.send(Method::POST, path, query, Some(body), wait, &[])
+            .await
+    }
+
+    /// `POST path` with a JSON `body` and extra request `headers` (e.g. `Idempotency-Key`):
+    /// the status and the JSON answer.
+    ///
+    /// # Errors
+    /// See [`RemoteError`].
+    pub async fn post_with_headers(
+        &self,
+        path: &str,
+        body: &Value,
+        headers: &[(&str, &str)],
+    ) -> Result<(StatusCode, Value), RemoteError> {
+        self.send(Method::POST, path, &[], Some(body), None, headers)
+            .await
     }
 
     async fn send(
@@ -145,6 +161,7 @@ impl Remote {
         query: &[(&str, String)],
         body: Option<&Value>,
         wait: Option<Duration>,
+        headers: &[(&str, &str)],
     ) -> Result<(StatusCode, Value), RemoteError> {
         let url = format!("{}{path}", self.base);
         let mut req = self
@@ -152,6 +169,9 @@ impl Remote {
             .request(method, &url)
             .query(query)
             .timeout(REQUEST_TIMEOUT + wait.unwrap_or_default());
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
         if let Some(key) = &self.key {
             req = req.bearer_auth(key);
         }

@@ -7,6 +7,12 @@
 //! (`security_review`), a render that cleans up when cancelled (`render_cleanup`), and the
 //! render that waits for a webhook (`render_video`; the hook version is `render_hook`).
 //!
+//! Beside the seed's, one tool of each kind the registry serves, so `eve serve` and `eve mcp`
+//! show them all: a workflow tool gated by an approval policy (`rollback`,
+//! `#[workflow(approval)]`), an ordinary tool that answers inline (`order_status`, `#[tool]`),
+//! a background ordinary tool (`export_report`, `#[tool(background)]`) and a workflow tool that
+//! labels its run with search attributes (`triage_ticket`, `ctx.set_attributes`).
+//!
 //! Each binary opens the SQLite file given by `--db` (default `eve-examples.db`), so several
 //! processes can share it: one runs the worker, another delivers the callback or the answer.
 //! The `session` binary calls every example through a [`Session`](eve_core::engine::Session).
@@ -21,6 +27,8 @@ pub mod channel;
 pub mod deploy;
 pub mod deploy_approval;
 pub mod deploy_deadline;
+pub mod export_report;
+pub mod order_status;
 pub mod progress_then_ask;
 pub mod refund_order;
 pub mod remind;
@@ -28,12 +36,16 @@ pub mod remind_with_progress;
 pub mod render_cleanup;
 pub mod render_hook;
 pub mod render_video;
+pub mod rollback;
 pub mod security_review;
+pub mod triage_ticket;
 
 /// The deployment id the examples run under.
 pub const DEPLOYMENT: &str = "examples-v1";
 
-/// Every example tool.
+/// Every example tool: the seed's workflow tools, and `rollback` (approval-gated),
+/// `order_status` (ordinary, inline), `export_report` (ordinary, background) and
+/// `triage_ticket` (sets search attributes).
 pub fn registry() -> Registry {
     Registry::new(DEPLOYMENT)
         .with(remind::execute)
@@ -47,6 +59,10 @@ pub fn registry() -> Registry {
         .with(security_review::execute)
         .with(render_cleanup::execute)
         .with(render_video::execute)
+        .with(rollback::execute)
+        .with(order_status::order_status)
+        .with(export_report::export_report)
+        .with(triage_ticket::execute)
 }
 
 /// `--name value` from the command line.

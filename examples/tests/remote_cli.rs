@@ -264,3 +264,93 @@ fn every_command_prints_the_same_through_the_server_as_on_the_store() {
     assert_eq!(ro, lo);
     drop(served);
 }
+
+#[test]
+fn hook_resume_prints_the_same_through_the_server_as_on_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let key = |name: &str, scope: &str| -> String {
+        let out = ok(
+            d,
+            &["keys", "create", "--name", name, "--scope", scope, "--json"],
+        );
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["key"].as_str().unwrap().to_owned()
+    };
+    let operate = key("ops", "operate");
+    let person = key("person", "answer");
+    let served = Served::start(d);
+    let url = served.base.clone();
+    let remote = |key: &str, args: &[&str]| -> Vec<String> {
+        [&["--url", url.as_str(), "--key", key], args]
+            .concat()
+            .into_iter()
+            .map(str::to_owned)
+            .collect()
+    };
+
+    // Two renders wait on the hooks render-p1 and render-p2 (`ctx.create_hook`).
+    let run_of = |project: &str| {
+        let input = format!(r#"{{"project_id": "{project}"}}"#);
+        first_field(
+            &ok(
+                d,
+                &[
+                    "call",
+                    "render_hook",
+                    "--input",
+                    &input,
+                    "--session",
+                    "hooks",
+                    "--call-id",
+                    project,
+                ],
+            ),
+            "run",
+        )
+    };
+    let (r1, r2) = (run_of("p1"), run_of("p2"));
+    // The server's worker (another process, which this one cannot be notified by) creates the
+    // hooks: read the journals until both hold their HookCreated and their submit step.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    for run in [&r1, &r2] {
+        while !ok(d, &["journal", run]).contains("StepCompleted") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "run {run} never created its hook"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let payload = r#"{"status": "ok", "url": "https://cdn.example/render.mp4"}"#;
+    let resume = |token: &str| {
+        ["hook", "resume", token, payload, "--dedupe-key", "farm-1"]
+            .map(str::to_owned)
+            .to_vec()
+    };
+    let same = |remote: &str| as_local(remote, &[(&r2, &r1), ("render-p2", "render-p1")]);
+
+    // The first delivery, then a retry with the same dedupe key: the same lines.
+    let local = ok(d, &refs(&resume("render-p1")));
+    let remote_out = ok(d, &refs(&remote(&operate, &refs(&resume("render-p2")))));
+    assert!(
+        local.starts_with(&format!("delivered to hook \"render-p1\" (run {r1}, seq ")),
+        "{local}"
+    );
+    assert_eq!(same(&remote_out), local);
+    let local_again = ok(d, &refs(&resume("render-p1")));
+    let remote_again = ok(d, &refs(&remote(&operate, &refs(&resume("render-p2")))));
+    assert!(local_again.contains("already received"), "{local_again}");
+    assert_eq!(same(&remote_again), local_again);
+
+    // A key of too small a scope is refused; an unknown token fails in both modes alike.
+    let forbidden = remote(&person, &refs(&resume("render-p2")));
+    fails(d, &refs(&forbidden), 1, "forbidden");
+    let none = ["hook", "resume", "render-none", "1"].map(str::to_owned);
+    fails(d, &refs(&none), 1, "render-none");
+    fails(d, &refs(&remote(&operate, &refs(&none))), 1, "render-none");
+    // A payload that is not JSON is a usage error before anything is sent.
+    let bad = ["hook", "resume", "render-p2", "{nope"].map(str::to_owned);
+    fails(d, &refs(&remote(&operate, &refs(&bad))), 2, "not JSON");
+    drop(served);
+}
