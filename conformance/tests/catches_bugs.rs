@@ -41,7 +41,35 @@ enum Bug {
     EndListsOnlyRunning,
     /// `take_messages` reads the queue, then deletes it in another statement.
     TakeReadsThenDeletes,
+    // Issue 43 item 9, what recent waves added:
+    /// A different answer to an answered approval request is accepted (as a duplicate).
+    ApprovalAnswerChanged,
+    /// `list_runs` applies the limit first and the attribute filter after it.
+    AttributeFilterAfterLimit,
+    /// A terminated run's requests stay pending.
+    TerminateKeepsRequests,
+    /// A reset's copy takes the old run's events past the cut too (up to where its end begins).
+    ResetCopiesPastCut,
+    /// A second `lock_worker` of a held id is granted.
+    SecondLockGranted,
 }
+
+/// The bugs in what recent waves added (approvals, attributes, terminate, resets, worker
+/// locks), each with the directed case that must catch it (`None`: the model-based sequences
+/// alone are required to).
+const NEW_COVERAGE_BUGS: &[(Bug, Option<&str>)] = &[
+    (
+        Bug::ApprovalAnswerChanged,
+        Some("deliveries::approval_answer_is_final"),
+    ),
+    (Bug::AttributeFilterAfterLimit, None),
+    (Bug::TerminateKeepsRequests, None),
+    (Bug::ResetCopiesPastCut, None),
+    (
+        Bug::SecondLockGranted,
+        Some("leases::one_live_holder_per_worker_id"),
+    ),
+];
 
 /// The directed case each clause bug must fail.
 const CLAUSE_BUGS: &[(Bug, &str)] = &[
@@ -127,6 +155,8 @@ struct Buggy {
     phantoms: std::sync::Mutex<Vec<SessionEntry>>,
     /// `PurgeForgetsSessions`: sessions a purge deleted.
     forgotten: std::sync::Mutex<std::collections::HashSet<SessionId>>,
+    /// `TerminateKeepsRequests`: requests of terminated runs, still listed as pending.
+    kept: std::sync::Mutex<Vec<PendingRequest>>,
 }
 
 impl Buggy {
@@ -138,6 +168,7 @@ impl Buggy {
             zombies: Default::default(),
             phantoms: Default::default(),
             forgotten: Default::default(),
+            kept: Default::default(),
         }
     }
 }
@@ -165,7 +196,27 @@ impl StoreWrapper for Buggy {
             r => r,
         }
     }
-    async fn append(&self, a: Append) -> Result<Appended, StoreError> {
+    async fn append(&self, mut a: Append) -> Result<Appended, StoreError> {
+        if self.bug == Bug::ResetCopiesPastCut
+            && a.lease.worker.as_str().starts_with("reset:")
+            && a.expected_seq == 1
+        {
+            // The reset's copy: add the old run's events from the cut to where its end begins.
+            let started = self.inner.read(&a.run, 0, 1).await?;
+            if let Some(Event::RunStarted {
+                reset_from: Some(from),
+                ..
+            }) = started.first().map(|e| &e.event)
+            {
+                let old = self.inner.read_all(&from.run, 0).await?;
+                let limit = reset_limit(&old);
+                a.events.extend(
+                    old.into_iter()
+                        .filter(|e| e.seq >= from.seq && e.seq < limit)
+                        .map(|e| e.event),
+                );
+            }
+        }
         let (run, expected) = (a.run.clone(), a.expected_seq);
         let events = a.events.clone();
         match self.inner.append(a).await {
@@ -225,6 +276,15 @@ impl StoreWrapper for Buggy {
         Ok(page)
     }
     async fn list_runs(&self, query: &RunQuery) -> Result<Vec<RunRecord>, StoreError> {
+        if self.bug == Bug::AttributeFilterAfterLimit && query.attribute.is_some() {
+            let unfiltered = RunQuery {
+                attribute: None,
+                ..query.clone()
+            };
+            let mut runs = self.inner.list_runs(&unfiltered).await?;
+            runs.retain(|r| query.matches(r));
+            return Ok(runs);
+        }
         let mut runs = self.inner.list_runs(query).await?;
         if self.bug == Bug::ListRunsReversed {
             runs.reverse();
@@ -242,6 +302,31 @@ impl StoreWrapper for Buggy {
                 if self.bug == Bug::WithdrawnAnswerAlreadyAnswered =>
             {
                 Err(StoreError::AlreadyAnswered { request })
+            }
+            Err(StoreError::AlreadyAnswered { request })
+                if self.bug == Bug::ApprovalAnswerChanged =>
+            {
+                // Accepted as if it were the recorded answer, when the request is an approval.
+                let run = RunId::new(request.as_str().rsplit_once(':').map_or("", |(r, _)| r));
+                let journal = self.inner.read_all(&run, 0).await.unwrap_or_default();
+                let approval = journal.iter().any(|e| {
+                    matches!(&e.event, Event::InputRequested { request_id, request: r, .. }
+                        if request_id == &request && r.approval.is_some())
+                });
+                let answered = journal.iter().find_map(|e| match &e.event {
+                    Event::InputAnswered { request_id, .. } if request_id == &request => {
+                        Some(e.seq)
+                    }
+                    _ => None,
+                });
+                match answered.filter(|_| approval) {
+                    Some(seq) => Ok(Delivered {
+                        run,
+                        seq,
+                        duplicate: true,
+                    }),
+                    None => Err(StoreError::AlreadyAnswered { request }),
+                }
             }
             Ok(d) if d.duplicate && self.bug == Bug::AnswerRetryRefused => {
                 Err(StoreError::AlreadyAnswered {
@@ -313,6 +398,19 @@ impl StoreWrapper for Buggy {
         now: Timestamp,
     ) -> Result<u64, StoreError> {
         let fail = matches!(resolution, Resolution::Fail { .. });
+        if self.bug == Bug::TerminateKeepsRequests
+            && matches!(resolution, Resolution::Terminate { .. })
+        {
+            if let Ok(rec) = self.inner.get_run(run).await {
+                let pending = self.inner.pending_requests(&rec.session_id).await?;
+                let seq = self.inner.resolve_blocked(run, resolution, now).await?;
+                self.kept
+                    .lock()
+                    .expect("lock")
+                    .extend(pending.into_iter().filter(|p| &p.run_id == run));
+                return Ok(seq);
+            }
+        }
         let seq = self.inner.resolve_blocked(run, resolution, now).await?;
         if fail && self.bug == Bug::TokenKeptAfterOperatorFail {
             for e in self.inner.read_all(run, 0).await? {
@@ -420,6 +518,28 @@ impl StoreWrapper for Buggy {
             );
         }
         Ok(log)
+    }
+    async fn pending_requests(
+        &self,
+        session: &SessionId,
+    ) -> Result<Vec<PendingRequest>, StoreError> {
+        let mut pending = self.inner.pending_requests(session).await?;
+        if self.bug == Bug::TerminateKeepsRequests {
+            let kept = self.kept.lock().expect("lock");
+            pending.extend(kept.iter().filter(|p| &p.session_id == session).cloned());
+            pending.sort_by(|a, b| {
+                (a.requested_at, &a.request_id).cmp(&(b.requested_at, &b.request_id))
+            });
+        }
+        Ok(pending)
+    }
+    async fn lock_worker(&self, worker: &WorkerId) -> Result<WorkerLock, StoreError> {
+        match self.inner.lock_worker(worker).await {
+            Err(StoreError::WorkerIdInUse { .. }) if self.bug == Bug::SecondLockGranted => Ok(
+                WorkerLock::new(worker.clone(), "a second holder".into(), ()),
+            ),
+            r => r,
+        }
     }
     async fn heartbeat(
         &self,
@@ -668,5 +788,47 @@ async fn overlapping_takes_catch_a_non_atomic_take_every_time() {
             );
         }
         println!("TakeReadsThenDeletes caught on {store} in {RUNS} of {RUNS} runs");
+    }
+}
+
+/// Single random sequences, one per seed, that a bug makes fail: how often the model-based test
+/// meets each planted bug (the suite runs [`eve_conformance::DEFAULT_CASES`] of them per backend).
+const PROBES: u64 = 64;
+
+/// Each bug in what recent waves added fails the model-based sequences, and the directed case
+/// named for it; prints every store case it fails and how many of [`PROBES`] single sequences
+/// meet it. Without the bug the same sequences pass (`the_wrapper_without_a_bug_passes`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_coverage_catches_its_planted_bugs() {
+    for (bug, directed) in NEW_COVERAGE_BUGS {
+        let factory = BuggyFactory(*bug);
+        let r = check_sequences(&factory, CASES, SEED).await;
+        let why = r.expect_err(&format!("the model-based sequences must catch {bug:?}"));
+        let mut met = 0;
+        for seed in 0..PROBES {
+            if check_sequences(&factory, 1, SEED + 1 + seed).await.is_err() {
+                met += 1;
+            }
+        }
+        let report = eve_conformance::run_store_suite(&factory).await;
+        let failed: Vec<&str> = unexpected_failures(&report);
+        if let Some(name) = directed {
+            assert!(
+                failed.contains(name),
+                "{name} must fail on {bug:?}; failed: {failed:?}"
+            );
+        }
+        let how: String = why
+            .lines()
+            .find(|l| l.starts_with("call #") || l.starts_with("final"))
+            .unwrap_or_default()
+            .chars()
+            .take(160)
+            .collect();
+        println!(
+            "{bug:?}: {met} of {PROBES} single sequences fail; {} store cases fail: {failed:?}; \
+             the shrunk sequence: {how}",
+            failed.len()
+        );
     }
 }

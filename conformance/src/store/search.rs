@@ -49,7 +49,8 @@ async fn indexed(st: &dyn JournalStore, key: &str, value: Value) -> Vec<RunId> {
 /// Three runs of one session label themselves through appended `AttributesSet` events. Their
 /// records carry the merged attributes (numbers canonical: `10.0` is `10`); `list_runs` with an
 /// attribute equality (the index) finds exactly the runs holding that value; searches match by
-/// equality and ranges on attributes and on input fields, a type mismatch matching nothing.
+/// equality and ranges on attributes and on input fields, a type mismatch matching nothing; a
+/// limit counts matching runs only (only the last of three runs matches: a limit of 1 finds it).
 /// Overwriting a key and removing one (`null`), also twice in one append (the last change
 /// wins), changes what matches; a patch with a nested value is refused with `InvalidInput` and
 /// writes nothing; a query that does not parse is `InvalidInput`. A purge of the ended runs
@@ -126,6 +127,23 @@ pub async fn attributes_are_indexed_and_searchable(factory: &dyn StoreFactory) {
         vec![a.clone()],
         "10.0 is 10"
     );
+    for (limit, want) in [(1, vec![c.clone()]), (2, vec![c.clone()])] {
+        let got: Vec<RunId> = st
+            .list_runs(&RunQuery {
+                attribute: Some(("region".into(), j!(moved))),
+                limit,
+                ..RunQuery::default()
+            })
+            .await
+            .unwrap_or_else(|e| panic!("list_runs by attribute with limit {limit}: {e}"))
+            .into_iter()
+            .map(|r| r.run_id)
+            .collect();
+        assert_eq!(
+            got, want,
+            "the limit counts the runs that hold the attribute, not the runs before the filter"
+        );
+    }
     let cases: Vec<(String, Vec<&RunId>)> = vec![
         (format!("attr.region = \"{region}\""), vec![&a, &b]),
         ("attr.cost >= 20".into(), vec![&b, &c]),

@@ -156,8 +156,9 @@ pub enum Op {
         /// of each kind is one the request does not accept.
         resp: u8,
     },
-    /// `answer` to an answered request: the same answer again (signed by someone else), or a
-    /// different one, which must be `AlreadyAnswered` and change nothing.
+    /// `answer` to an answered request (mostly an approval gate): the same answer again
+    /// (signed by someone else), or a different one, which must be `AlreadyAnswered` and change
+    /// nothing. With nothing answered yet, a first answer to a pending request (a gate first).
     Reanswer {
         /// Request (among the answered ones).
         req: u8,
@@ -179,7 +180,8 @@ pub enum Op {
     },
     /// `retry` ([`JournalStoreExt::retry`]) of a run (mostly an ended one).
     RetryRun(u8),
-    /// `lock_worker` of worker id 0 or 1 (contract clause 11), kept until `Unlock`.
+    /// `lock_worker` of worker id 0 or 1 (contract clause 11), kept until `Unlock`; from 128
+    /// on, of an id whose lock is held (when one is), which must be refused.
     Lock(u8),
     /// Drops the lock of worker id 0 or 1, if held.
     Unlock(u8),
@@ -265,7 +267,7 @@ pub enum Op {
     /// deliver, cancel, claim; otherwise one after the other).
     Pair(Box<Op>, Box<Op>),
     /// A query: 0 list_runs, 1 pending_requests, 2 read_session, 3 get_run, 4 next_wake,
-    /// 5 get_session.
+    /// 5 get_session, 6 list_runs by an attribute alone.
     Query {
         /// Which.
         kind: u8,
@@ -290,10 +292,10 @@ fn ev() -> impl Strategy<Value = Ev> {
         1 => prop_oneof![any::<u8>().prop_map(Ev::Complete), Just(Ev::Fail), Just(Ev::Cancelled)],
         1 => Just(Ev::Block),
         1 => any::<u8>().prop_map(Ev::Withdraw),
-        3 => Just(Ev::Approval),
+        4 => Just(Ev::Approval),
         2 => any::<u8>().prop_map(Ev::Agent),
         1 => any::<u8>().prop_map(Ev::Deny),
-        2 => any::<u8>().prop_map(Ev::Attrs),
+        4 => any::<u8>().prop_map(Ev::Attrs),
         1 => prop::bool::weighted(0.3).prop_map(|bad| if bad { Ev::BadAttrs } else { Ev::Attrs(0) }),
     ]
 }
@@ -308,13 +310,27 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(session, key, call, input, background, reuse_id, dep)| Op::Create { session, key, call, input, background, reuse_id, dep }),
         8 => (any::<u8>(), prop::bool::weighted(0.8), 0..3u8, prop::bool::weighted(0.15), seq_pick(), vec(ev(), 1..4))
             .prop_map(|(run, owner, worker, stale, seq, events)| Op::Append { run, owner, worker, stale, seq, events }),
+        // A run's owner asks (an approval gate, a subagent call, a question) or labels it: the
+        // requests and attributes the answers, re-answers and queries below need.
+        3 => (any::<u8>(), 0..2u8, 0..4u8, any::<u8>()).prop_map(|(run, worker, kind, p)| Op::Append {
+            run,
+            owner: true,
+            worker,
+            stale: false,
+            seq: SeqPick::Right,
+            events: vec![match kind {
+                0 | 1 => Ev::Approval,
+                2 => Ev::Agent(p),
+                _ => Ev::Attrs(p),
+            }],
+        }),
         1 => any::<u8>().prop_map(Op::Retry),
         3 => (any::<u8>(), any::<u8>()).prop_map(|(req, resp)| Op::Answer { req, resp }),
-        2 => (any::<u8>(), any::<bool>(), any::<u8>()).prop_map(|(req, same, resp)| Op::Reanswer { req, same, resp }),
+        3 => (any::<u8>(), any::<bool>(), any::<u8>()).prop_map(|(req, same, resp)| Op::Reanswer { req, same, resp }),
         1 => any::<u8>().prop_map(Op::Terminate),
-        1 => (any::<u8>(), any::<u8>(), any::<u8>()).prop_map(|(run, to, dep)| Op::Reset { run, to, dep }),
+        2 => (any::<u8>(), any::<u8>(), any::<u8>()).prop_map(|(run, to, dep)| Op::Reset { run, to, dep }),
         1 => any::<u8>().prop_map(Op::RetryRun),
-        1 => prop_oneof![(0..2u8).prop_map(Op::Lock), (0..2u8).prop_map(Op::Unlock)],
+        2 => prop_oneof![2 => any::<u8>().prop_map(Op::Lock), 1 => (0..2u8).prop_map(Op::Unlock)],
         2 => (0..8u8, prop::option::of(0..3u8), 0..3u8).prop_map(|(token, key, payload)| Op::Deliver { token, key, payload }),
         1 => any::<u8>().prop_map(Op::Cancel),
         1 => Just(Op::Purge),
@@ -328,6 +344,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => prop_oneof![4 => 0..8_000u32, 1 => 8_000..40_000u32].prop_map(Op::Advance),
         1 => (any::<u8>(), 0..4u8, 0..4u8).prop_map(|(run, from, max)| Op::Read { run, from, max }),
         3 => (0..6u8, any::<u8>(), any::<u8>()).prop_map(|(kind, a, b)| Op::Query { kind, a, b }),
+        2 => (any::<u8>(), any::<u8>()).prop_map(|(a, b)| Op::Query { kind: 6, a, b }),
         1 => (1..2_000u16).prop_map(Op::Skew),
         1 => (0..3u8).prop_map(Op::EndSession),
         2 => (0..3u8, 0..3u8).prop_map(|(session, msg)| Op::Queue { session, msg }),
@@ -790,7 +807,15 @@ impl Harness {
                 .then(|| Call::Append(self.sent[*i as usize % self.sent.len()].clone())),
             Op::Answer { req, resp } => {
                 let pending = self.model.pending_ids();
-                let reqs = if req % 4 != 0 && !pending.is_empty() {
+                // Half the time a pending approval gate, when there is one.
+                let gates: Vec<RequestId> = pending
+                    .iter()
+                    .filter(|id| self.model.request(id).is_some_and(|r| r.approval.is_some()))
+                    .cloned()
+                    .collect();
+                let reqs = if req % 2 == 1 && !gates.is_empty() {
+                    gates
+                } else if req % 4 != 0 && !pending.is_empty() {
                     pending
                 } else {
                     self.model.requests().to_vec()
@@ -806,9 +831,28 @@ impl Harness {
                 Some(Call::Answer(id, response, label))
             }
             Op::Reanswer { req, same, resp } => {
-                let answered = self.model.answered();
+                let mut answered = self.model.answered();
+                // Mostly an approval when one was answered: its answer decides the whole call.
+                let approvals: Vec<(RequestId, InputResponse)> = answered
+                    .iter()
+                    .filter(|(id, _)| self.model.request(id).is_some_and(|r| r.approval.is_some()))
+                    .cloned()
+                    .collect();
+                if req % 3 != 0 && !approvals.is_empty() {
+                    answered = approvals;
+                }
                 if answered.is_empty() {
-                    return None;
+                    // Nothing answered yet: answer a pending request (a gate when there is
+                    // one) with an answer it accepts, for a later re-answer to meet.
+                    let pending = self.model.pending_ids();
+                    let gate = pending
+                        .iter()
+                        .find(|id| self.model.request(id).is_some_and(|r| r.approval.is_some()));
+                    let id = gate.or(pending.first())?.clone();
+                    let all = responses(self.model.request(&id));
+                    let response = all[*resp as usize % (all.len() - 1)].clone();
+                    let label = answer_label(self.model.request(&id), "answer");
+                    return Some(Call::Answer(id, response, label));
                 }
                 let (id, recorded) = answered[*req as usize % answered.len()].clone();
                 let response = if *same {
@@ -853,7 +897,9 @@ impl Harness {
         }
     }
 
-    /// Before an append as a run's owner: when nothing is held, claim first, as a worker would.
+    /// Before an append as a run's owner: when nothing is held, claim first, as a worker would;
+    /// for one run index in four, claim more anyway, so the owners' writes spread over more
+    /// runs than the oldest one (attributes on several runs, requests in several).
     async fn preclaim(&mut self, st: &dyn JournalStore, op: &Op) -> Check {
         if let Op::Append {
             run,
@@ -862,7 +908,7 @@ impl Harness {
             ..
         } = op
         {
-            if self.owned(*run).is_none() {
+            if self.owned(*run).is_none() || run % 4 == 3 {
                 let lease = self.lease(*worker, false);
                 let r = st.claim(&lease, 1, self.now).await;
                 self.note("claim", &r);
@@ -1049,6 +1095,12 @@ impl Harness {
                 self.model.check_reset(&run, None, &dep, now, &r)
             }
             Op::Lock(w) => {
+                let held: Vec<u8> = self.locks.keys().copied().collect();
+                let w = &if *w >= 128 && !held.is_empty() {
+                    held[*w as usize % held.len()]
+                } else {
+                    w % 2
+                };
                 let id = self.worker_id(*w);
                 let r = st.lock_worker(&id).await;
                 self.note("lock_worker", &r);
@@ -1207,6 +1259,32 @@ impl Harness {
                     let r = st.get_run(&run).await;
                     self.note("get_run", &r);
                     self.model.check_get(&run, &r)
+                }
+                6 => {
+                    // The attribute index alone, often with a limit: the limit counts matches.
+                    // Mostly a value some run other than the oldest holds, so that a limit
+                    // applied before the filter would miss it.
+                    let held: Vec<(String, serde_json::Value)> = self
+                        .model
+                        .runs()
+                        .iter()
+                        .skip(1)
+                        .filter_map(|id| self.model.record(id))
+                        .flat_map(|r| r.attributes.clone())
+                        .collect();
+                    let attribute = if a % 4 != 0 && !held.is_empty() {
+                        held[*a as usize % held.len()].clone()
+                    } else {
+                        attribute_query(*a)
+                    };
+                    let q = RunQuery {
+                        attribute: Some(attribute),
+                        limit: [1, 1, 2, 0][*b as usize % 4],
+                        ..RunQuery::default()
+                    };
+                    let r = st.list_runs(&q).await;
+                    self.note("list_runs(attribute)", &r);
+                    self.model.check_list(&q, &r)
                 }
                 5 => {
                     let session = self.any_session(*a);
