@@ -358,6 +358,9 @@ impl Connection {
                 };
                 if !announced.contains_key(&id) {
                     let text = crate::host::notice(&self.server, &run.run_id, &id, request).await;
+                    if announced.is_empty() {
+                        beat = tokio::time::Instant::now() + self.server.config.notice_interval;
+                    }
                     announced.insert(id.clone(), text.clone());
                     crate::host::log(
                         &ctx.peer,

@@ -13,6 +13,11 @@
 //! | a pending `ctx.agent` call (no `AgentHost`) | `sampling/createMessage` (the call in `_meta` under `eve/` keys, [`META_RUN`] …; a prompt a model can serve): server-to-client in a blocking call of a client that declared `sampling` (one that did not gets -32600 naming the capability, the call staying pending), an entry of `inputRequests` in task mode and 2026-07-28 rounds; the result's text is the output, checked against the call's output schema before it is recorded once |
 //! | `tools/call` with `_meta` [`META_TRACEPARENT`] (W3C trace context) | the run's spans join the client's trace (`eve_core::trace`); a malformed value is ignored |
 //! | `tasks/cancel` | `JournalStore::request_cancel` (the tool's grace period and cleanup steps apply); a finished task is acknowledged with the empty result and stays as it is (SEP-2663: cancellation is an acknowledged signal) |
+//! | elicitation `decline` / `cancel` | an approval is denied; an ask takes its `deny` (decline) or `cancel` (cancel) option, either falling back to the other; an ask offering neither records nothing (`tasks/update`: -32602 `still_pending`; a blocking call keeps waiting and says where to answer) |
+//! | `notifications/cancelled` of a waiting blocking call (the host's stop) | `request_cancel` with [`REASON_STOP`]; a connection that merely drops leaves the run going |
+//! | `DELETE /mcp`, the end of a stdio connection | the eve session ends (`end_session`, its live runs cancelled), unless `initialize` named it ([`META_SESSION`]) |
+//! | a call waiting for a request the client cannot be asked | a notice of what it waits for and where to answer it (the page, an [`AnswerLinks`] link, `eve answer`): `notifications/message`, and `notifications/progress` every [`McpConfig::notice_interval`] when the call sent a progress token |
+//! | a task's life | pushed: `notifications/tasks` (task clients), `notifications/progress` (with a token), `post_message` and a background task's end as `notifications/message`; a blocking call of a background tool answers the receipt `{status: "working", taskId}` at once |
 //!
 //! Nothing lives only in this process: a task is a run in the journal, so a restarted server, or
 //! another server on the same store, answers `tasks/get` for it.
@@ -113,9 +118,10 @@ pub const META_NEEDS_APPROVAL: &str = "eve/needsApproval";
 pub const META_DENIED: &str = "eve/denied";
 /// The `_meta` key of `initialize` naming the eve session the connection's calls belong to (a
 /// string of 1 to 128 printable ASCII characters). A host that names its session keeps it past
-/// its own process: a stdio EOF does not end a named session, and the next connection that
-/// names it reattaches to its runs and task index. Without it the session is `mcp_<id>` and ends
-/// with the connection (`DELETE /mcp`, stdio EOF).
+/// its own process: neither a stdio EOF nor `DELETE /mcp` ends a named session (end it with
+/// `POST /v1/sessions/{id}/end`), and the next connection that names it reattaches to its runs
+/// and task index. Without it the session is `mcp_<id>` and ends with the connection (`DELETE
+/// /mcp`, stdio EOF): new calls are refused and its runs that had not ended are cancelled.
 pub const META_SESSION: &str = "eve/session";
 /// The `_meta` key of a listed tool saying how it executes: `"default"` or `"background"`.
 pub const META_EXECUTION: &str = "eve/execution";
