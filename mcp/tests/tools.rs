@@ -123,10 +123,19 @@ async fn ordinary_tools_are_listed_and_called_inline() {
     let done = wait_status(t.peer(), &task, TaskStatus::Completed).await;
     assert_eq!(completed_output(&done), json!({"exported": "9"}));
     assert_eq!(runs(&*f.store).await, 1);
-    // Without the tasks extension the same call blocks until the run settles.
+    // Without the tasks extension the same call answers the receipt at once; the run settles
+    // with the tool's output.
     let result = c
         .call_tool(call("export_orders", json!({"order_id": "10"})))
         .await
         .unwrap();
-    assert_eq!(result.structured_content, Some(json!({"exported": "10"})));
+    let receipt = result.structured_content.unwrap();
+    assert_eq!(receipt["status"], "working", "{receipt}");
+    let done = wait_status(
+        t.peer(),
+        receipt["taskId"].as_str().unwrap(),
+        TaskStatus::Completed,
+    )
+    .await;
+    assert_eq!(completed_output(&done), json!({"exported": "10"}));
 }
