@@ -241,8 +241,19 @@ request_id = get(requests[0], "request_id")
 _, page = call("GET", "/v1/requests?limit=10&order=oldest", expect=200)
 assert any(get(r, "request_id") == request_id and r["tool"] == "deploy" for r in page["requests"]), page
 call("GET", "/v1/requests?limit=0", expect=400)
+# An answer link for the request: minted with a key, then used with none.
+_, link = call("POST", f"/v1/requests/{request_id}/links", body={"expiresIn": "1h"}, expect=201)
+token = link["url"].rsplit("/", 1)[1]
+call("POST", "/v1/requests/req-none/links", body={}, expect=404)
+call("POST", f"/v1/requests/{request_id}/links", body={"expiresIn": "soon"}, expect=400)
+_, shown = call("GET", f"/v1/links/{token}", key=None, expect=200)
+_, html = call("GET", f"/answer/{token}", key=None, expect=200)
+call("GET", "/v1/links/evl_000000000000_" + "0" * 64, key=None, expect=404)
+call("POST", f"/v1/links/{token}/answer", body={"optionId": "nope"}, key=None, expect=422)
 call("POST", f"/v1/requests/{request_id}/answer", body={"optionId": "nope"}, expect=422)
 _, answered = call("POST", f"/v1/requests/{request_id}/answer", body={"optionId": "approve"}, expect=200)
+# Answered elsewhere: the link opens nothing any more.
+call("POST", f"/v1/links/{token}/answer", body={"optionId": "approve"}, key=None, expect=410)
 assert answered["duplicate"] is False, answered
 _, again = call("POST", f"/v1/requests/{request_id}/answer", body={"optionId": "approve"}, expect=200)
 assert again["duplicate"] is True, again
