@@ -2,6 +2,12 @@
 //! when the factory can open a second handle, interleaved across two handles) and against the
 //! reference [`Model`]; every outcome and the final journals, records and session logs must
 //! agree. Failing sequences shrink to a minimal one and print the seed that reproduces them.
+//!
+//! Beyond appends, deliveries, leases and sessions, the calls cover what later waves added:
+//! approval gates and wire-form agent calls with their answers and re-answers (a different
+//! answer to an answered request must be `AlreadyAnswered` and change nothing), run attributes
+//! (patches, refused patches, `list_runs` by attribute with a limit), `terminate`, `reset` and
+//! `retry` ([`JournalStoreExt`]), and worker locks (`lock_worker`, contract clause 11).
 
 use crate::fixtures::{json, retrying, unique, T0};
 use crate::model::{Check, Model};
