@@ -75,7 +75,7 @@ pub enum Ev {
     Agent(u8),
     /// `RunDenied`, with a reason when odd.
     Deny(u8),
-    /// `AttributesSet` with one of [`PATCHES`].
+    /// `AttributesSet` with one of six patches (overwrites, removals, numbers two ways).
     Attrs(u8),
     /// `AttributesSet` with a nested value: the append is refused with `InvalidInput`.
     BadAttrs,
@@ -158,7 +158,7 @@ pub enum Op {
     Answer {
         /// Request.
         req: u8,
-        /// Which of the answers for the request's kind ([`Harness::responses`]): the last one
+        /// Which of the answers for the request's kind (see `responses`): the last one
         /// of each kind is one the request does not accept.
         resp: u8,
     },
