@@ -36,6 +36,22 @@ async fn only_run(store: &dyn JournalStore, tool: &str) -> RunId {
     mine[0].run_id.clone()
 }
 
+/// Waits until a run of `tool` exists and returns its id.
+async fn started(store: &dyn JournalStore, tool: &str) -> RunId {
+    let start = Instant::now();
+    loop {
+        let runs = store
+            .list_runs(&eve_core::RunQuery::default())
+            .await
+            .unwrap();
+        if let Some(r) = runs.iter().find(|r| r.tool == tool) {
+            return r.run_id.clone();
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "no {tool} run");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Waits until `run` has a pending request and returns its id.
 async fn pending(store: &dyn JournalStore, run: &RunId) -> eve_core::RequestId {
     let start = Instant::now();
@@ -128,21 +144,7 @@ async fn a_decline_with_nothing_to_choose_keeps_waiting_and_says_where_to_answer
             .call_tool(with_progress(call("explain", json!({}))))
             .await
     });
-    let run = {
-        let start = Instant::now();
-        loop {
-            let runs = f
-                .store
-                .list_runs(&eve_core::RunQuery::default())
-                .await
-                .unwrap();
-            if let Some(r) = runs.iter().find(|r| r.tool == "explain") {
-                break r.run_id.clone();
-            }
-            assert!(start.elapsed() < Duration::from_secs(20));
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
+    let run = started(&*f.store, "explain").await;
     let request = pending(&*f.store, &run).await;
     // The host is told what the call waits for and where to answer it: as progress (the call
     // sent a token) and as a log message.
@@ -286,21 +288,7 @@ async fn the_hosts_stop_cancels_the_run_and_a_closed_connection_does_not() {
         )
         .await
         .unwrap();
-    let run = {
-        let start = Instant::now();
-        loop {
-            let runs = f
-                .store
-                .list_runs(&eve_core::RunQuery::default())
-                .await
-                .unwrap();
-            if let Some(r) = runs.iter().find(|r| r.tool == "nap") {
-                break r.run_id.clone();
-            }
-            assert!(start.elapsed() < Duration::from_secs(20));
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
+    let run = started(&*f.store, "nap").await;
     // Wait until the body is napping (its progress is journaled), then press stop.
     let start = Instant::now();
     while !journal(&*f.store, &run)

@@ -324,25 +324,10 @@ async fn python_sdk_over_stdio_and_http() {
     assert_python_session(&out);
     println!("ok: stdio, official Python SDK (mcp {version}) client: list, blocking call answered through elicitation, a call whose steps print (nothing but MCP on stdout), unknown tool");
     // Streamable HTTP: the server runs until its stdin closes.
-    let mut server = tokio::process::Command::new(std::env::current_exe().unwrap())
-        .env(SERVE_HTTP_VAR, dir.path().join("http.db"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut url = String::new();
-    {
-        use tokio::io::AsyncBufReadExt;
-        let mut lines = tokio::io::BufReader::new(server.stdout.take().unwrap());
-        lines.read_line(&mut url).await.unwrap();
-        // The steps of remind print: keep reading what the server prints after its URL.
-        tokio::spawn(async move { tokio::io::copy(&mut lines, &mut tokio::io::sink()).await });
-    }
+    let (mut server, url) = http_server(&dir.path().join("http.db"), &[]).await;
     let out = tokio::process::Command::new(&python)
         .arg(&script)
-        .arg(url.trim())
+        .arg(&url)
         .stderr(Stdio::inherit())
         .output()
         .await
@@ -427,25 +412,10 @@ async fn sdk_host(
     let over_stdio = assert_host(&out, &stdio_db).await;
     println!("ok: stdio, official {label} host: decline denies an approval, cancel chooses cancel, stop cancels the run (its first cancel reason is the stop), a background tool answers its receipt, EOF ends the session and cancels its runs");
     let http_db = dir.path().join("http.db");
-    let mut server = tokio::process::Command::new(std::env::current_exe().unwrap())
-        .env(SERVE_HTTP_VAR, &http_db)
-        .envs(env.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut url = String::new();
-    {
-        use tokio::io::AsyncBufReadExt;
-        let mut lines = tokio::io::BufReader::new(server.stdout.take().unwrap());
-        lines.read_line(&mut url).await.unwrap();
-        tokio::spawn(async move { tokio::io::copy(&mut lines, &mut tokio::io::sink()).await });
-    }
+    let (mut server, url) = http_server(&http_db, env).await;
     let out = tokio::process::Command::new(program)
         .arg(script)
-        .arg(url.trim())
+        .arg(&url)
         .envs(env.iter().copied())
         .stderr(Stdio::inherit())
         .output()
@@ -456,6 +426,27 @@ async fn sdk_host(
     assert!(server.wait().await.unwrap().success());
     println!("ok: streamable HTTP, official {label} host: decline, cancel, stop, receipt, DELETE /mcp ends the session and cancels its runs");
     vec![over_stdio, over_http]
+}
+
+/// Starts this binary as an MCP server over streamable HTTP on `db` (with `env`); returns the
+/// process (it serves until its stdin closes) and its URL. What the server prints after the URL
+/// (steps that print) is read and dropped.
+async fn http_server(db: &Path, env: &[(&str, &str)]) -> (tokio::process::Child, String) {
+    use tokio::io::AsyncBufReadExt;
+    let mut server = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .env(SERVE_HTTP_VAR, db)
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut url = String::new();
+    let mut lines = tokio::io::BufReader::new(server.stdout.take().unwrap());
+    lines.read_line(&mut url).await.unwrap();
+    tokio::spawn(async move { tokio::io::copy(&mut lines, &mut tokio::io::sink()).await });
+    (server, url.trim().to_owned())
 }
 
 /// Checks a host script's steps and what they did to the journal in `db`; returns the steps.
@@ -864,24 +855,10 @@ async fn python_sdk_serves_subagents_through_sampling() {
     println!("ok: stdio, official Python SDK (mcp {version}): subagent served by sampling_callback, schema mismatch refused (nothing recorded), no sampling capability named, SIGKILL while sampling, restart, the same request, one recorded agent result");
 
     // Streamable HTTP: the same, without the SIGKILL part.
-    let mut server = tokio::process::Command::new(std::env::current_exe().unwrap())
-        .env(SERVE_HTTP_VAR, dir.path().join("http.db"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut url = String::new();
-    {
-        use tokio::io::AsyncBufReadExt;
-        let mut lines = tokio::io::BufReader::new(server.stdout.take().unwrap());
-        lines.read_line(&mut url).await.unwrap();
-        tokio::spawn(async move { tokio::io::copy(&mut lines, &mut tokio::io::sink()).await });
-    }
+    let (mut server, url) = http_server(&dir.path().join("http.db"), &[]).await;
     let out = tokio::process::Command::new(&python)
         .arg(&script)
-        .arg(url.trim())
+        .arg(&url)
         .stderr(Stdio::inherit())
         .output()
         .await
