@@ -1598,15 +1598,15 @@ fn seed_examples_more_through_the_python_mcp_sdk() {
     };
     use serde_json::json;
 
-    // Blocking calls.
+    // Blocking calls. A background tool answers its receipt at once; its end is pushed.
     let remind = example("remind", "blocking");
-    assert_eq!(remind["structured"], json!({"reminder": "Reminder: tea"}));
+    assert_eq!(remind["structured"]["status"], "working", "{remind}");
+    let ended = remind["ended"]["message"].as_str().unwrap();
+    assert!(ended.contains("Reminder: tea"), "{remind}");
     let progress = example("remind_with_progress", "blocking");
-    assert_eq!(progress["structured"], json!({"reminder": "stretch"}));
-    assert_eq!(
-        progress["progress"][0]["message"], r#"{"status":"preparing reminder"}"#,
-        "{progress}"
-    );
+    assert_eq!(progress["structured"]["status"], "working", "{progress}");
+    let ended = progress["ended"]["message"].as_str().unwrap();
+    assert!(ended.contains("stretch"), "{progress}");
     let approval = example("deploy_approval", "blocking");
     assert_eq!(
         approval["asked"],
@@ -1638,14 +1638,18 @@ fn seed_examples_more_through_the_python_mcp_sdk() {
         escalated["structured"],
         json!({"deployed": true, "url": "https://deploy.example/esc/1"})
     );
+    // A background tool's ask: pushed as a notice saying where to answer (answered over HTTP).
     let refund = example("refund_order", "blocking");
-    assert_eq!(
-        refund["asked"],
-        json!([{"message": "Refund $12.5 on order o1?", "options": ["approve", "deny"]}])
+    assert_eq!(refund["structured"]["status"], "working", "{refund}");
+    let notice = refund["notice"].as_str().unwrap();
+    assert!(
+        notice.contains("Refund $12.5 on order o1?") && notice.contains("/answer/"),
+        "the notice names the ask and an answer link: {notice}"
     );
-    assert_eq!(
-        refund["structured"],
-        json!({"refunded": true, "receipt": "rf-o1-1250"})
+    let ended = refund["ended"]["message"].as_str().unwrap();
+    assert!(
+        ended.contains(r#""refunded":true"#) && ended.contains("rf-o1-1250"),
+        "{refund}"
     );
     let deploy = example("deploy", "blocking");
     assert_eq!(deploy["hook_rc"], 0, "{deploy}");

@@ -194,7 +194,9 @@ pub(crate) async fn log(peer: &rmcp::Peer<RoleServer>, message: &str, data: serd
 /// Follows the task `run` for the client at `peer` until it ends or the connection closes,
 /// pushing what changes: a `notifications/tasks` status notification on each change of status
 /// or status message (task clients), a `notifications/progress` per new progress value when the
-/// call sent a progress token, and each `post_message` as a `notifications/message`.
+/// call sent a progress token, and each `post_message` as a `notifications/message`. A client
+/// without tasks is also sent each request's notice ([`notice`]) and the task's end as
+/// `notifications/message`.
 pub(crate) async fn follow(
     server: McpServer,
     run: RunId,
@@ -214,6 +216,7 @@ pub(crate) async fn follow(
     let mut view = RunView::default();
     let mut last: Option<(String, Option<String>)> = None;
     let mut progress = 0u32;
+    let mut announced: Vec<RequestId> = Vec::new();
     loop {
         if peer.is_transport_closed() {
             return;
@@ -241,6 +244,22 @@ pub(crate) async fn follow(
                             .with_message(task::render(value)),
                     )
                     .await;
+            }
+        }
+        // A client without tasks has no inputRequests to read: it is told of each request and
+        // where it can be answered.
+        if !tasks {
+            for (id, request) in &view.pending {
+                if request.agent.is_none() && !announced.contains(id) {
+                    announced.push(id.clone());
+                    let text = notice(&server, &run, id, request).await;
+                    log(
+                        &peer,
+                        &text,
+                        json!({ "taskId": run.as_str(), "requestId": id.as_str(), "kind": "input.requested" }),
+                    )
+                    .await;
+                }
             }
         }
         let Ok(record) = store.get_run(&run).await else {

@@ -10,15 +10,17 @@ once; the script polls `tasks/get` and answers asks with `tasks/update`). The SD
 `call_tool` validates a `tools/call` result as a `CallToolResult` at the 2025-11-25 handshake,
 so the task session sends its requests through the SDK session's JSON-RPC dispatcher.
 
-- remind (background): blocking with `delay: "1s"`; then task mode, polled to completion.
-- remind_with_progress (background): blocking with a progress callback (its `ctx.progress`
-  arrives as `notifications/progress`); then task mode, whose journal shows the posted message.
+- remind (background): blocking with `delay: "1s"` (a background tool answers its receipt at
+  once; its end is pushed as `notifications/message`); then task mode, polled to completion.
+- remind_with_progress (background): blocking (the receipt, then the pushed end); then task mode,
+  whose journal shows the posted message.
 - deploy_approval: blocking; its ask is answered `approve` through elicitation.
 - deploy_deadline: blocking, answered `approve` through elicitation (no deadline fires); blocking
   with a first deadline of "1s", answered `approve` only once the run paged on-call (the same
   ask, answered after the escalation); then task mode with both deadlines at "1s", left unanswered: it pages on-call and times out.
-- refund_order (background): blocking, answered `approve` (refunded); then task mode, its ask
-  read from `tasks/get` (`input_required`) and answered `deny` by `tasks/update`.
+- refund_order (background): blocking: the receipt, then the pushed notice of its ask (request id,
+  where to answer), answered `approve` over HTTP, then the pushed end (refunded); then task
+  mode, its ask read from `tasks/get` (`input_required`) and answered `deny` by `tasks/update`.
 - deploy (hook version): blocking; meanwhile the approver waits for the run's hook and delivers
   `{"option_id": "approve"}` with `eve hook resume approve-web` (a caller-chosen hook token has
   no HTTP route: only webhooks do); then task mode with both deadlines at "1s": timed out.
@@ -47,6 +49,24 @@ HEADERS = {"Authorization": f"Bearer {KEY}"}
 TASKS = "io.modelcontextprotocol/tasks"
 asked = []
 shared = {}
+# The notifications/message data eve pushed (notices, task ends).
+logs = []
+
+
+async def on_log(params):
+    logs.append(params.data)
+
+
+async def pushed(task, kind):
+    """Waits for eve's pushed `notifications/message` of `kind` about `task`."""
+
+    async def found():
+        return next(
+            (d for d in logs if isinstance(d, dict) and d.get("taskId") == task and d.get("kind") == kind),
+            None,
+        )
+
+    return await until(found, f"{kind} of {task}")
 
 
 async def elicit(context, params):
@@ -179,17 +199,12 @@ def task_fields(receipt, done):
 
 async def blocking(session, http):
     result = await session.call_tool("remind", {"note": "tea", "delay": "1s"})
-    out("remind", "blocking", **result_fields(result))
+    ended = await pushed(result.structured_content["taskId"], "task.completed")
+    out("remind", "blocking", ended=ended, **result_fields(result))
 
-    progress = []
-
-    async def on_progress(value, total, message):
-        progress.append({"progress": value, "total": total, "message": message})
-
-    result = await session.call_tool(
-        "remind_with_progress", {"note": "stretch", "delay": "1s"}, progress_callback=on_progress
-    )
-    out("remind_with_progress", "blocking", progress=progress, **result_fields(result))
+    result = await session.call_tool("remind_with_progress", {"note": "stretch", "delay": "1s"})
+    ended = await pushed(result.structured_content["taskId"], "task.completed")
+    out("remind_with_progress", "blocking", ended=ended, **result_fields(result))
 
     asked.clear()
     result = await session.call_tool("deploy_approval", {"service": "api"})
@@ -212,9 +227,15 @@ async def blocking(session, http):
         **result_fields(result),
     )
 
-    asked.clear()
     result = await session.call_tool("refund_order", {"order_id": "o1", "amount": 12.5})
-    out("refund_order", "blocking", asked=list(asked), **result_fields(result))
+    task = result.structured_content["taskId"]
+    notice = await pushed(task, "input.requested")
+    r = await http.post(
+        f"{BASE}/v1/requests/{notice['requestId']}/answer", json={"optionId": "approve"}, headers=HEADERS
+    )
+    r.raise_for_status()
+    ended = await pushed(task, "task.completed")
+    out("refund_order", "blocking", notice=notice["message"], ended=ended, **result_fields(result))
 
     delivered, result = await blocking_with_hook(
         session, http, "deploy", {"service": "web"}, "approve-web", {"option_id": "approve"}
@@ -306,7 +327,9 @@ async def main():
         shared["http"] = http
         client = create_mcp_http_client(headers=HEADERS)
         async with streamable_http_client(f"{BASE}/mcp", http_client=client) as (read, write, *_):
-            async with ClientSession(read, write, elicitation_callback=elicit) as session:
+            async with ClientSession(
+                read, write, elicitation_callback=elicit, logging_callback=on_log
+            ) as session:
                 await session.initialize()
                 await blocking(session, http)
         client = create_mcp_http_client(headers=HEADERS)
