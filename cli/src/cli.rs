@@ -516,6 +516,8 @@ pub struct RunFilterArgs {
     /// `ctx.set_attributes`), e.g. 'input.service = "api" and attr.region = "eu" and
     /// attr.cost >= 10': paths input.<field>… and attr.<key>; =, !=, <, <=, >, >=; quoted
     /// strings, numbers, true, false; joined by `and`.
+    // The help text shows `<field>` and `<key>` as written, not as HTML.
+    #[allow(rustdoc::invalid_html_tags)]
     #[arg(long, value_name = "QUERY")]
     query: Option<String>,
 }

@@ -3,7 +3,7 @@
 //!
 //! A run joins its caller's trace when the call carried a W3C `traceparent` (the start route's
 //! header, MCP's `_meta.traceparent`), or starts its own. The context is kept as the
-//! `traceparent` of [`Event::RunStarted`](crate::Event::RunStarted), so whichever process
+//! `traceparent` of [`Event::RunStarted`], so whichever process
 //! resumes the run continues the same trace.
 //!
 //! # Spans

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 /// The in-process wake-up signal a store hands out through
-/// [`JournalStore::wakeups`](crate::JournalStore::wakeups). Cheap to clone; clones share the
+/// [`JournalStore::wakeups`]. Cheap to clone; clones share the
 /// signal.
 #[derive(Clone, Debug)]
 pub struct WakeSignal(Arc<watch::Sender<u64>>);
@@ -36,7 +36,7 @@ impl WakeSignal {
     }
 }
 
-/// What a [`JournalStore::watch`](crate::JournalStore::watch) receiver is about.
+/// What a [`JournalStore::watch`] receiver is about.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum WatchKey {
     /// The session's log grew (a call settled, a request was opened or withdrawn, progress, a

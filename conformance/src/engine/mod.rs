@@ -3,7 +3,7 @@
 //!
 //! # How it works
 //!
-//! - [`program`]: programs are data (a serde-able tree of steps, joins, sleeps, hooks, races of
+//! - [`program`](mod@program): programs are data (a serde-able tree of steps, joins, sleeps, hooks, races of
 //!   a hook against a sleep, asks, races of an ask against a sleep, agent calls, progress
 //!   values, messages posted by background runs, and nested blocks that catch step failures;
 //!   optionally a cleanup step run when the run is cancelled), with random JSON inputs and
@@ -11,14 +11,14 @@
 //! - [`interp`]: one generic workflow body interprets any program on the real engine. Step
 //!   closures follow their script by attempt number (retryable failures, then success or a
 //!   fatal error) and count their real executions.
-//! - [`reference`]: a reference interpreter computes, without any store, the run's final
+//! - [`reference`](mod@reference): a reference interpreter computes, without any store, the run's final
 //!   status and output, every step's attempts and result, the command sequence, every await,
 //!   and where the run parks.
 //! - [`driver`]: runs a program on a store with simulated time
 //!   ([`ManualClock`](eve_core::engine::ManualClock): sleeps, retry backoffs and lease expiries
 //!   cost no wall-clock time), delivers the scripted hook payloads and answers when the run
 //!   parks on them (agent results come from a scripted agent host), and injects one
-//!   [`Fault`](driver::Fault) per case.
+//!   [`Fault`] per case.
 //! - [`checks`]: the properties.
 //!
 //! # Properties (every program × schedule, on every backend)
