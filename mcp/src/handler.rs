@@ -14,8 +14,7 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
     CreateTaskResult, GetTaskParams, GetTaskResult, Implementation, InputRequiredResult,
     InputResponses, JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams,
-    ProgressNotificationParam, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
-    UpdateTaskParams,
+    ProtocolVersion, ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler};
@@ -249,7 +248,6 @@ impl Connection {
         ctx: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let store = &*self.server.store;
-        let progress_token = ctx.meta.get_progress_token();
         let version = ctx.protocol_version();
         let mrtr = version
             .as_ref()
@@ -265,7 +263,7 @@ impl Connection {
         )
         .await;
         let mut view = RunView::default();
-        let mut progress = 0u32;
+        let mut progress = crate::host::Progress::new(ctx.meta.get_progress_token());
         let mut elicited: HashSet<RequestId> = HashSet::new();
         // Requests the host was told about (not asked, or declined), with the notice repeated.
         let mut announced: HashMap<RequestId, String> = HashMap::new();
@@ -288,25 +286,9 @@ impl Connection {
                     task::End::Denied(reason) => task::denied(reason),
                 }));
             }
-            let mut notify = |message: String| {
-                progress += 1;
-                let token = progress_token.clone();
-                let peer = ctx.peer.clone();
-                let n = progress;
-                async move {
-                    if let Some(token) = token {
-                        let _ = peer
-                            .notify_progress(
-                                ProgressNotificationParam::new(token, f64::from(n))
-                                    .with_message(message),
-                            )
-                            .await;
-                    }
-                }
-            };
             if let Some(value) = &view.progress {
                 if before.as_ref() != Some(value) {
-                    notify(task::render(value)).await;
+                    progress.send(&ctx.peer, task::render(value)).await;
                 }
             }
             // A subagent call goes to the client as sampling: one that cannot serve it is told
@@ -361,24 +343,19 @@ impl Connection {
                     if announced.is_empty() {
                         beat = tokio::time::Instant::now() + self.server.config.notice_interval;
                     }
-                    announced.insert(id.clone(), text.clone());
-                    crate::host::log(
-                        &ctx.peer,
-                        &text,
-                        json!({ "taskId": run.run_id.as_str(), "requestId": id.as_str(), "kind": "input.requested" }),
-                    )
-                    .await;
-                    notify(text).await;
+                    crate::host::announce(&ctx.peer, &run.run_id, &id, &text).await;
+                    progress.send(&ctx.peer, text.clone()).await;
+                    announced.insert(id.clone(), text);
                 }
             }
             announced.retain(|id, _| view.pending.iter().any(|(r, _)| r == id));
-            let heartbeat = progress_token.is_some() && !announced.is_empty();
+            let heartbeat = progress.has_token() && !announced.is_empty();
             tokio::select! {
                 () = waiter.wait() => {}
                 () = tokio::time::sleep_until(beat), if heartbeat => {
                     beat = tokio::time::Instant::now() + self.server.config.notice_interval;
                     if let Some(text) = view.pending.iter().find_map(|(r, _)| announced.get(r)) {
-                        notify(text.clone()).await;
+                        progress.send(&ctx.peer, text.clone()).await;
                     }
                 }
                 Some(joined) = asking.join_next(), if !asking.is_empty() => match joined {

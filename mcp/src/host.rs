@@ -176,6 +176,55 @@ pub(crate) async fn notice(
     )
 }
 
+/// The progress notifications of one call: each goes out with the next count, and only when
+/// the call sent a progress token.
+pub(crate) struct Progress {
+    token: Option<ProgressToken>,
+    count: u32,
+}
+
+impl Progress {
+    pub(crate) fn new(token: Option<ProgressToken>) -> Self {
+        Self { token, count: 0 }
+    }
+
+    /// Whether the call sent a progress token.
+    pub(crate) fn has_token(&self) -> bool {
+        self.token.is_some()
+    }
+
+    /// Sends `message` as the next progress notification (failures are ignored: the
+    /// connection may be gone).
+    pub(crate) async fn send(&mut self, peer: &rmcp::Peer<RoleServer>, message: String) {
+        let Some(token) = &self.token else {
+            return;
+        };
+        self.count += 1;
+        let _ = peer
+            .notify_progress(
+                ProgressNotificationParam::new(token.clone(), f64::from(self.count))
+                    .with_message(message),
+            )
+            .await;
+    }
+}
+
+/// Sends the notice `text` of request `id` of task `run` as a `notifications/message` of kind
+/// `input.requested`.
+pub(crate) async fn announce(
+    peer: &rmcp::Peer<RoleServer>,
+    run: &RunId,
+    id: &RequestId,
+    text: &str,
+) {
+    log(
+        peer,
+        text,
+        json!({ "taskId": run.as_str(), "requestId": id.as_str(), "kind": "input.requested" }),
+    )
+    .await;
+}
+
 /// Sends `message` as a `notifications/message` (level notice, logger `eve`) with `data`
 /// beside it. The host may ignore it; failures are ignored (the connection may be gone).
 #[allow(deprecated)] // logging: SEP-2577 deprecates it; it is what hosts show today.
@@ -215,7 +264,7 @@ pub(crate) async fn follow(
     .await;
     let mut view = RunView::default();
     let mut last: Option<(String, Option<String>)> = None;
-    let mut progress = 0u32;
+    let mut progress = Progress::new(progress_token);
     let mut announced: Vec<RequestId> = Vec::new();
     loop {
         if peer.is_transport_closed() {
@@ -235,15 +284,9 @@ pub(crate) async fn follow(
             )
             .await;
         }
-        if let (Some(token), Some(value)) = (&progress_token, &view.progress) {
+        if let Some(value) = &view.progress {
             if before.as_ref() != Some(value) {
-                progress += 1;
-                let _ = peer
-                    .notify_progress(
-                        ProgressNotificationParam::new(token.clone(), f64::from(progress))
-                            .with_message(task::render(value)),
-                    )
-                    .await;
+                progress.send(&peer, task::render(value)).await;
             }
         }
         // A client without tasks has no inputRequests to read: it is told of each request and
@@ -252,13 +295,7 @@ pub(crate) async fn follow(
             for (id, request) in &view.pending {
                 if request.agent.is_none() && !announced.contains(id) {
                     announced.push(id.clone());
-                    let text = notice(&server, &run, id, request).await;
-                    log(
-                        &peer,
-                        &text,
-                        json!({ "taskId": run.as_str(), "requestId": id.as_str(), "kind": "input.requested" }),
-                    )
-                    .await;
+                    announce(&peer, &run, id, &notice(&server, &run, id, request).await).await;
                 }
             }
         }

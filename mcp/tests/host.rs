@@ -52,6 +52,17 @@ async fn started(store: &dyn JournalStore, tool: &str) -> RunId {
     }
 }
 
+/// The result of a blocking call spawned earlier, once it settles (panics after 20 s).
+async fn settled(
+    call: tokio::task::JoinHandle<Result<rmcp::model::CallToolResult, rmcp::ServiceError>>,
+) -> rmcp::model::CallToolResult {
+    tokio::time::timeout(Duration::from_secs(20), call)
+        .await
+        .expect("the call settles once answered")
+        .unwrap()
+        .unwrap()
+}
+
 /// Waits until `run` has a pending request and returns its id.
 async fn pending(store: &dyn JournalStore, run: &RunId) -> eve_core::RequestId {
     let start = Instant::now();
@@ -179,11 +190,7 @@ async fn a_decline_with_nothing_to_choose_keeps_waiting_and_says_where_to_answer
         )
         .await
         .unwrap();
-    let result = tokio::time::timeout(Duration::from_secs(20), call)
-        .await
-        .expect("the call settles once answered")
-        .unwrap()
-        .unwrap();
+    let result = settled(call).await;
     let text = serde_json::to_value(&result.content).unwrap();
     assert!(
         text.as_array()
@@ -226,11 +233,7 @@ async fn a_host_without_elicitation_or_tasks_is_told_and_the_call_settles() {
         )
         .await
         .unwrap();
-    let result = tokio::time::timeout(Duration::from_secs(20), call)
-        .await
-        .expect("settles")
-        .unwrap()
-        .unwrap();
+    let result = settled(call).await;
     assert_eq!(result.is_error, Some(false), "{result:?}");
     Arc::try_unwrap(c).unwrap().cancel().await.unwrap();
 }
@@ -531,11 +534,7 @@ async fn the_notice_carries_an_answer_link_a_person_without_a_key_answers_with()
         "{:?}",
         answered.text().await
     );
-    let result = tokio::time::timeout(Duration::from_secs(20), call)
-        .await
-        .expect("settles")
-        .unwrap()
-        .unwrap();
+    let result = settled(call).await;
     assert_eq!(result.is_error, Some(false), "{result:?}");
     assert_eq!(result.structured_content.unwrap()["deployed"], true);
     // Single use: the link opens nothing any more.
